@@ -1,0 +1,368 @@
+//! The event envelope (reference 01 §1.3), surface markers (§2.3) and the known event vocabulary.
+
+use std::{borrow::Cow, fmt};
+
+use serde::{
+    Deserialize, Deserializer, Serialize, Serializer,
+    de::{self, MapAccess, Visitor},
+    ser::SerializeMap,
+};
+use serde_json::value::RawValue;
+use smol_str::SmolStr;
+
+use crate::json::{JsonData, MAX_SAFE_INTEGER};
+
+/// An event type such as `turn/start`. Short types are stored inline.
+pub type EventType = SmolStr;
+
+/// How a surface-eligible event changes the message surface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SurfaceOp {
+    Append,
+    /// Replaces the surface nodes from `start` through `end` (event seqs, inclusive).
+    Replace {
+        start: u64,
+        end: u64,
+    },
+}
+
+/// One committed entry of a session log. `seq` is the event's index in the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionEvent {
+    pub kind: EventType,
+    pub seq: u64,
+    pub time: i64,
+    pub data: JsonData,
+    pub source_event_seqs: Option<Box<[u64]>>,
+    pub surface_op: Option<SurfaceOp>,
+    /// A reader that does not know `kind` may skip this event.
+    pub ignorable: bool,
+}
+
+/// Event types that produce messages on the surface.
+pub const SURFACE_ELIGIBLE_TYPES: [&str; 3] = ["user/message", "assistant/message", "tool/result"];
+
+pub fn is_surface_eligible(kind: &str) -> bool {
+    SURFACE_ELIGIBLE_TYPES.contains(&kind)
+}
+
+/// Every event type the reference declares (reference 01 §1.4). Readers refuse a type outside
+/// their known set unless the event is marked `ignorable`; hosts extend the set with their own.
+pub const KNOWN_SESSION_EVENT_TYPES: [&str; 48] = [
+    "agent-preset/selected",
+    "agent/inbox/spliced",
+    "approval/asked",
+    "approval/decided",
+    "approval/policy",
+    "assistant/chunk",
+    "assistant/message",
+    "command/done",
+    "command/run",
+    "compaction/end",
+    "compaction/prune",
+    "compaction/start",
+    "compaction/summary",
+    "feedback/record",
+    "goal/change",
+    "hook/invoked",
+    "hook/result",
+    "llm/retry",
+    "llm/retry-started",
+    "permission/preset",
+    "plan/mode",
+    "request/context",
+    "request/header",
+    "sandbox/mode",
+    "schedule/change",
+    "session/end-seed",
+    "session/title",
+    "session/title-llm-request",
+    "step/end",
+    "step/start",
+    "subagent/descriptor",
+    "team/member",
+    "team/message/delivered",
+    "team/message/queued",
+    "team/task",
+    "todo/write",
+    "tool-workflow/agent-end",
+    "tool-workflow/agent-start",
+    "tool-workflow/run-end",
+    "tool-workflow/run-start",
+    "tool/call",
+    "tool/code-dispatch",
+    "tool/code-dispatch-start",
+    "tool/result",
+    "turn/end",
+    "turn/start",
+    "user/message",
+    "web/deepseek-search-llm-request",
+];
+
+/// The end-of-seed boundary marker (reference 01 §2.4).
+pub const END_SEED: &str = "session/end-seed";
+
+impl SessionEvent {
+    /// A plain event with no surface marker.
+    pub fn new(kind: impl Into<EventType>, seq: u64, time: i64, data: JsonData) -> SessionEvent {
+        SessionEvent { kind: kind.into(), seq, time, data, source_event_seqs: None, surface_op: None, ignorable: false }
+    }
+
+    pub fn is(&self, kind: &str) -> bool {
+        self.kind == kind
+    }
+
+    /// Checks the surface-marker rules that do not depend on the rest of the log (§2.3).
+    pub fn check_markers(&self) -> Result<(), String> {
+        let kind = &self.kind;
+        if is_surface_eligible(kind) {
+            if self.surface_op.is_none() {
+                return Err(format!("session event \"{kind}\" is surface-eligible and requires a surfaceOp marker"));
+            }
+        } else {
+            if self.surface_op.is_some() {
+                return Err(format!("session event \"{kind}\" is not surface-eligible and cannot carry surfaceOp"));
+            }
+            if self.source_event_seqs.is_some() {
+                return Err(format!("session event \"{kind}\" cannot carry sourceEventSeqs"));
+            }
+        }
+        if let Some(sources) = &self.source_event_seqs {
+            let seq = self.seq;
+            if sources.is_empty() && kind != "assistant/message" {
+                return Err(format!(
+                    "sourceEventSeqs on event at seq {seq} must not be empty except on assistant/message"
+                ));
+            }
+            let mut seen = std::collections::HashSet::with_capacity(sources.len());
+            for &source in sources.iter() {
+                if source > MAX_SAFE_INTEGER {
+                    return Err(format!(
+                        "sourceEventSeqs on event at seq {seq} must contain non-negative safe integers"
+                    ));
+                }
+                if !seen.insert(source) {
+                    return Err(format!("sourceEventSeqs on event at seq {seq} must not contain duplicates"));
+                }
+                if source >= seq {
+                    return Err(format!(
+                        "sourceEventSeqs must reference earlier events: {source} >= current seq {seq}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Rejects the permanently retired legacy vocabulary (§1.4). `subject` prefixes the message.
+    pub fn check_legacy(&self) -> Result<(), String> {
+        if self.kind == "request/header-delta" {
+            return Err(format!("session event \"{}\" uses unsupported legacy request/header-delta format", self.kind));
+        }
+        if self.kind == "request/header"
+            && let Ok(probe) = self.data.parse_borrowed::<ReasonProbe<'_>>()
+            && probe.reason.as_deref() == Some("fallback")
+        {
+            return Err(format!(
+                "session event \"{}\" uses unsupported legacy request/header reason \"fallback\"",
+                self.kind
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Deserialize)]
+struct ReasonProbe<'a> {
+    #[serde(borrow, default)]
+    reason: Option<Cow<'a, str>>,
+}
+
+impl Serialize for SurfaceOp {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SurfaceOp::Append => serializer.serialize_str("append"),
+            SurfaceOp::Replace { start, end } => {
+                let mut map = serializer.serialize_map(Some(3))?;
+                map.serialize_entry("op", "replace")?;
+                map.serialize_entry("start", start)?;
+                map.serialize_entry("end", end)?;
+                map.end()
+            }
+        }
+    }
+}
+
+impl SurfaceOp {
+    /// Parses a surface marker with the reference's messages (without the `session event` prefix).
+    pub fn from_json(value: &serde_json::Value) -> Result<SurfaceOp, &'static str> {
+        match value {
+            serde_json::Value::String(op) if op == "append" => Ok(SurfaceOp::Append),
+            serde_json::Value::Object(map) if map.get("op").and_then(|op| op.as_str()) == Some("replace") => {
+                let start = map.get("start").and_then(crate::json::as_safe_u64);
+                let end = map.get("end").and_then(crate::json::as_safe_u64);
+                match (map.len(), start, end) {
+                    (3, Some(start), Some(end)) => Ok(SurfaceOp::Replace { start, end }),
+                    _ => Err("carries an invalid replace surfaceOp"),
+                }
+            }
+            _ => Err("carries an invalid surfaceOp"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SurfaceOp {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<SurfaceOp, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        SurfaceOp::from_json(&value).map_err(de::Error::custom)
+    }
+}
+
+impl Serialize for SessionEvent {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let n_fields = 4
+            + usize::from(self.source_event_seqs.is_some())
+            + usize::from(self.surface_op.is_some())
+            + usize::from(self.ignorable);
+        let mut map = serializer.serialize_map(Some(n_fields))?;
+        map.serialize_entry("type", self.kind.as_str())?;
+        map.serialize_entry("seq", &self.seq)?;
+        map.serialize_entry("time", &self.time)?;
+        map.serialize_entry("data", &self.data)?;
+        if let Some(sources) = &self.source_event_seqs {
+            map.serialize_entry("sourceEventSeqs", sources)?;
+        }
+        if let Some(op) = &self.surface_op {
+            map.serialize_entry("surfaceOp", op)?;
+        }
+        if self.ignorable {
+            map.serialize_entry("ignorable", &true)?;
+        }
+        map.end()
+    }
+}
+
+/// The message every malformed envelope gets, whatever the defect.
+pub const INVALID_ENVELOPE: &str = "invalid event envelope";
+
+impl<'de> Deserialize<'de> for SessionEvent {
+    /// Strict envelope decoding: exactly the seven known keys, `seq` a non-negative safe
+    /// integer, `time` a safe integer, `data` present, `ignorable` only `true`.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<SessionEvent, D::Error> {
+        deserializer.deserialize_map(EnvelopeVisitor)
+    }
+}
+
+struct EnvelopeVisitor;
+
+impl<'de> Visitor<'de> for EnvelopeVisitor {
+    type Value = SessionEvent;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a session event envelope")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<SessionEvent, A::Error> {
+        let mut kind: Option<EventType> = None;
+        let mut seq: Option<serde_json::Number> = None;
+        let mut time: Option<serde_json::Number> = None;
+        let mut data: Option<Box<RawValue>> = None;
+        let mut sources: Option<Vec<serde_json::Number>> = None;
+        let mut surface_op: Option<SurfaceOp> = None;
+        let mut ignorable: Option<bool> = None;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match key.as_ref() {
+                "type" if kind.is_none() => kind = Some(EventType::from(map.next_value::<Cow<'de, str>>()?)),
+                "seq" if seq.is_none() => seq = Some(map.next_value()?),
+                "time" if time.is_none() => time = Some(map.next_value()?),
+                "data" if data.is_none() => data = Some(map.next_value()?),
+                "sourceEventSeqs" if sources.is_none() => sources = Some(map.next_value()?),
+                "surfaceOp" if surface_op.is_none() => surface_op = Some(map.next_value()?),
+                "ignorable" if ignorable.is_none() => ignorable = Some(map.next_value()?),
+                _ => return Err(de::Error::custom(INVALID_ENVELOPE)),
+            }
+        }
+        let invalid = || de::Error::custom(INVALID_ENVELOPE);
+        let kind = kind.ok_or_else(invalid)?;
+        let seq = seq.as_ref().and_then(number_as_safe_u64).ok_or_else(invalid)?;
+        let time = time.as_ref().and_then(number_as_safe_i64).ok_or_else(invalid)?;
+        let data = JsonData::from_raw(data.ok_or_else(invalid)?);
+        let ignorable = match ignorable {
+            None => false,
+            Some(true) => true,
+            Some(false) => return Err(invalid()),
+        };
+        let source_event_seqs = match sources {
+            None => None,
+            Some(numbers) => {
+                Some(numbers.iter().map(number_as_safe_u64).collect::<Option<Box<[u64]>>>().ok_or_else(|| {
+                    de::Error::custom(format!("sourceEventSeqs on event at seq {seq} must be an array when present"))
+                })?)
+            }
+        };
+        Ok(SessionEvent { kind, seq, time, data, source_event_seqs, surface_op, ignorable })
+    }
+}
+
+fn number_as_safe_u64(number: &serde_json::Number) -> Option<u64> {
+    crate::json::as_safe_u64(&serde_json::Value::Number(number.clone()))
+}
+
+fn number_as_safe_i64(number: &serde_json::Number) -> Option<i64> {
+    crate::json::as_safe_i64(&serde_json::Value::Number(number.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_round_trip_keeps_key_order() {
+        let text = r#"{"type":"tool/result","seq":4,"time":-3,"data":{"b":1,"a":2},"sourceEventSeqs":[3],"surfaceOp":"append"}"#;
+        let event: SessionEvent = serde_json::from_str(text).unwrap();
+        assert_eq!(event.seq, 4);
+        assert_eq!(event.time, -3);
+        assert_eq!(event.surface_op, Some(SurfaceOp::Append));
+        assert_eq!(serde_json::to_string(&event).unwrap(), text);
+    }
+
+    #[test]
+    fn envelope_rejections() {
+        for text in [
+            r#"{"type":"a/b","seq":0,"time":0}"#,
+            r#"{"type":"a/b","seq":-1,"time":0,"data":1}"#,
+            r#"{"type":"a/b","seq":1.5,"time":0,"data":1}"#,
+            r#"{"type":"a/b","seq":0,"time":0.5,"data":1}"#,
+            r#"{"type":"a/b","seq":0,"time":0,"data":1,"ignorable":false}"#,
+            r#"{"type":"a/b","seq":0,"time":0,"data":1,"extra":1}"#,
+            r#"{"type":1,"seq":0,"time":0,"data":1}"#,
+            r#"{"type":"a/b","seq":9007199254740992,"time":0,"data":1}"#,
+        ] {
+            assert!(serde_json::from_str::<SessionEvent>(text).is_err(), "{text}");
+        }
+        let ok: SessionEvent =
+            serde_json::from_str(r#"{"type":"a/b","seq":0,"time":0,"data":null,"ignorable":true}"#).unwrap();
+        assert!(ok.ignorable);
+    }
+
+    #[test]
+    fn marker_rules() {
+        let mut event = SessionEvent::new("user/message", 2, 0, JsonData::empty_object());
+        assert_eq!(
+            event.check_markers().unwrap_err(),
+            "session event \"user/message\" is surface-eligible and requires a surfaceOp marker"
+        );
+        event.surface_op = Some(SurfaceOp::Append);
+        event.source_event_seqs = Some(vec![2].into());
+        assert_eq!(
+            event.check_markers().unwrap_err(),
+            "sourceEventSeqs must reference earlier events: 2 >= current seq 2"
+        );
+        let mut plain = SessionEvent::new("turn/start", 0, 0, JsonData::empty_object());
+        plain.surface_op = Some(SurfaceOp::Append);
+        assert_eq!(
+            plain.check_markers().unwrap_err(),
+            "session event \"turn/start\" is not surface-eligible and cannot carry surfaceOp"
+        );
+    }
+}

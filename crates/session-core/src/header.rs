@@ -1,0 +1,324 @@
+//! `SessionHeader`: the immutable metadata stored beside a session's log (reference 01 §1.2).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::{
+    SessionId,
+    json::{as_safe_u64, check_lossless},
+};
+
+/// The only log format version this build reads and writes.
+pub const SESSION_FORMAT_VERSION: u32 = 0;
+
+/// The presentation-only classification of a session. `subagent` is the only value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    Subagent,
+}
+
+/// Immutable metadata of one session lifetime.
+///
+/// `delegation_depth` is normalized: an absent depth and depth 0 are the same value, and the
+/// header always serializes it (reference 01 §8.4). Field order here is the on-disk and wire order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionHeader {
+    pub version: u32,
+    pub id: SessionId,
+    pub created_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_session: Option<SessionId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed_length: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+    #[serde(default)]
+    pub delegation_depth: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_preset: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// A header that failed validation; the message is the reference's exact text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct HeaderError {
+    pub message: String,
+}
+
+impl HeaderError {
+    fn new(message: impl Into<String>) -> HeaderError {
+        HeaderError { message: message.into() }
+    }
+}
+
+/// The optional fields of a header, as a caller supplies them when creating a session.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeaderMeta {
+    pub cwd: Option<String>,
+    pub parent_session: Option<SessionId>,
+    pub created_at: Option<u64>,
+    pub seed_length: Option<u64>,
+    pub origin: Option<Origin>,
+    pub delegation_depth: u64,
+    pub agent_preset: Option<String>,
+    pub owner: Option<String>,
+}
+
+impl SessionHeader {
+    /// A minimal version-0 header.
+    pub fn new(id: SessionId, created_at: u64) -> SessionHeader {
+        SessionHeader {
+            version: SESSION_FORMAT_VERSION,
+            id,
+            created_at,
+            cwd: None,
+            parent_session: None,
+            seed_length: None,
+            origin: None,
+            delegation_depth: 0,
+            agent_preset: None,
+            owner: None,
+        }
+    }
+
+    /// Builds a header from creation metadata; `now_ms` fills an absent `createdAt`.
+    pub fn from_meta(id: SessionId, meta: HeaderMeta, now_ms: u64) -> SessionHeader {
+        SessionHeader {
+            version: SESSION_FORMAT_VERSION,
+            id,
+            created_at: meta.created_at.unwrap_or(now_ms),
+            cwd: meta.cwd,
+            parent_session: meta.parent_session,
+            seed_length: meta.seed_length,
+            origin: meta.origin,
+            delegation_depth: meta.delegation_depth,
+            agent_preset: meta.agent_preset,
+            owner: meta.owner,
+        }
+    }
+
+    /// Checks the rules a typed header can still break, with the reference's messages.
+    pub fn validate(&self, session_id: &SessionId) -> Result<(), HeaderError> {
+        if self.version != SESSION_FORMAT_VERSION {
+            return Err(HeaderError::new(format!("session header version must be 0, got {}", self.version)));
+        }
+        if &self.id != session_id {
+            return Err(HeaderError::new(format!(
+                "session header id {:?} does not match session id {:?}",
+                self.id.as_str(),
+                session_id.as_str()
+            )));
+        }
+        if self.created_at > crate::json::MAX_SAFE_INTEGER {
+            return Err(HeaderError::new("session header createdAt must be a non-negative safe integer"));
+        }
+        if let Some(cwd) = &self.cwd
+            && !is_absolute_path(cwd)
+        {
+            return Err(HeaderError::new(format!("session header cwd must be an absolute path, got {cwd:?}")));
+        }
+        if self.seed_length.is_some_and(|n| n > crate::json::MAX_SAFE_INTEGER) {
+            return Err(HeaderError::new("session header seedLength must be a non-negative safe integer"));
+        }
+        if self.delegation_depth > crate::json::MAX_SAFE_INTEGER {
+            return Err(HeaderError::new("session header delegationDepth must be a non-negative safe integer"));
+        }
+        if self.owner.as_deref() == Some("") {
+            return Err(HeaderError::new("session header owner must be a non-empty string"));
+        }
+        Ok(())
+    }
+
+    /// Validates an untrusted JSON header (for example one received on the wire) against the
+    /// session id it must belong to. Unknown keys are ignored.
+    pub fn from_json(value: &Value, session_id: &SessionId) -> Result<SessionHeader, HeaderError> {
+        let Value::Object(record) = value else {
+            return Err(HeaderError::new("session header is not a plain JSON record"));
+        };
+        if check_lossless(value).is_err() {
+            return Err(HeaderError::new("session header is not losslessly JSON-serializable"));
+        }
+        match record.get("version") {
+            Some(Value::Number(n)) if n.as_u64() == Some(0) => {}
+            other => {
+                let shown = other.map_or_else(|| "undefined".to_owned(), render_js);
+                return Err(HeaderError::new(format!("session header version must be 0, got {shown}")));
+            }
+        }
+        let id = match record.get("id") {
+            Some(Value::String(id)) if id == session_id.as_str() => session_id.clone(),
+            other => {
+                let shown = other.map_or_else(|| "undefined".to_owned(), render_js);
+                return Err(HeaderError::new(format!(
+                    "session header id {shown:?} does not match session id {:?}",
+                    session_id.as_str()
+                )));
+            }
+        };
+        let created_at = record
+            .get("createdAt")
+            .and_then(as_safe_u64)
+            .ok_or_else(|| HeaderError::new("session header createdAt must be a non-negative safe integer"))?;
+        let cwd = optional_string(record, "cwd", "session header cwd must be a string")?;
+        if let Some(cwd) = &cwd
+            && !is_absolute_path(cwd)
+        {
+            return Err(HeaderError::new(format!("session header cwd must be an absolute path, got {cwd:?}")));
+        }
+        let parent_session = optional_string(record, "parentSession", "session header parentSession must be a string")?
+            .map(SessionId::from);
+        let seed_length =
+            optional_safe_u64(record, "seedLength", "session header seedLength must be a non-negative safe integer")?;
+        let origin = match record.get("origin") {
+            None => None,
+            Some(Value::String(origin)) if origin == "subagent" => Some(Origin::Subagent),
+            Some(_) => return Err(HeaderError::new("session header origin must be \"subagent\"")),
+        };
+        let delegation_depth = optional_safe_u64(
+            record,
+            "delegationDepth",
+            "session header delegationDepth must be a non-negative safe integer",
+        )?
+        .unwrap_or(0);
+        let agent_preset = optional_string(record, "agentPreset", "session header agentPreset must be a string")?;
+        let owner = match record.get("owner") {
+            None => None,
+            Some(Value::String(owner)) if !owner.is_empty() => Some(owner.clone()),
+            Some(_) => return Err(HeaderError::new("session header owner must be a non-empty string")),
+        };
+        Ok(SessionHeader {
+            version: SESSION_FORMAT_VERSION,
+            id,
+            created_at,
+            cwd,
+            parent_session,
+            seed_length,
+            origin,
+            delegation_depth,
+            agent_preset,
+            owner,
+        })
+    }
+
+    /// The index of the first event of this session's own suffix (`seedLength`, or 0).
+    pub fn own_suffix_start(&self) -> u64 {
+        self.seed_length.unwrap_or(0)
+    }
+
+    pub fn is_subagent(&self) -> bool {
+        self.origin == Some(Origin::Subagent)
+    }
+}
+
+fn optional_string(record: &Map<String, Value>, key: &str, message: &str) -> Result<Option<String>, HeaderError> {
+    match record.get(key) {
+        None => Ok(None),
+        Some(Value::String(value)) => Ok(Some(value.clone())),
+        Some(_) => Err(HeaderError::new(message)),
+    }
+}
+
+fn optional_safe_u64(record: &Map<String, Value>, key: &str, message: &str) -> Result<Option<u64>, HeaderError> {
+    match record.get(key) {
+        None => Ok(None),
+        Some(value) => as_safe_u64(value).map(Some).ok_or_else(|| HeaderError::new(message)),
+    }
+}
+
+/// Renders a JSON value the way the reference interpolates it into a message.
+fn render_js(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// An absolute POSIX path, or an absolute Windows path with a drive letter or UNC prefix.
+pub fn is_absolute_path(path: &str) -> bool {
+    let bytes = path.as_bytes();
+    path.starts_with('/')
+        || path.starts_with("\\\\")
+        || (bytes.len() >= 3
+            && bytes[0].is_ascii_alphabetic()
+            && bytes[1] == b':'
+            && (bytes[2] == b'\\' || bytes[2] == b'/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn check(value: Value, expected: Result<(), &str>) {
+        let id = SessionId::from("s-1");
+        let actual = SessionHeader::from_json(&value, &id).map(|_| ()).map_err(|err| err.message);
+        assert_eq!(actual, expected.map_err(str::to_owned), "{value}");
+    }
+
+    #[test]
+    fn validation_messages() {
+        let ok = json!({"version": 0, "id": "s-1", "createdAt": 5});
+        check(ok.clone(), Ok(()));
+        check(json!([1]), Err("session header is not a plain JSON record"));
+        check(json!({"version": 1, "id": "s-1", "createdAt": 5}), Err("session header version must be 0, got 1"));
+        check(
+            json!({"version": 0, "id": "s-2", "createdAt": 5}),
+            Err("session header id \"s-2\" does not match session id \"s-1\""),
+        );
+        check(
+            json!({"version": 0, "id": "s-1", "createdAt": 1.5}),
+            Err("session header createdAt must be a non-negative safe integer"),
+        );
+        check(json!({"version": 0, "id": "s-1", "createdAt": 5, "cwd": 3}), Err("session header cwd must be a string"));
+        check(
+            json!({"version": 0, "id": "s-1", "createdAt": 5, "cwd": "rel/path"}),
+            Err("session header cwd must be an absolute path, got \"rel/path\""),
+        );
+        check(
+            json!({"version": 0, "id": "s-1", "createdAt": 5, "parentSession": 1}),
+            Err("session header parentSession must be a string"),
+        );
+        check(
+            json!({"version": 0, "id": "s-1", "createdAt": 5, "seedLength": -1}),
+            Err("session header seedLength must be a non-negative safe integer"),
+        );
+        check(
+            json!({"version": 0, "id": "s-1", "createdAt": 5, "origin": "user"}),
+            Err("session header origin must be \"subagent\""),
+        );
+        check(
+            json!({"version": 0, "id": "s-1", "createdAt": 5, "delegationDepth": 0.5}),
+            Err("session header delegationDepth must be a non-negative safe integer"),
+        );
+        check(
+            json!({"version": 0, "id": "s-1", "createdAt": 5, "agentPreset": false}),
+            Err("session header agentPreset must be a string"),
+        );
+        check(
+            json!({"version": 0, "id": "s-1", "createdAt": 5, "owner": ""}),
+            Err("session header owner must be a non-empty string"),
+        );
+    }
+
+    #[test]
+    fn serializes_in_reference_order_with_depth() {
+        let mut header = SessionHeader::new(SessionId::from("a"), 7);
+        header.cwd = Some("/w".into());
+        header.origin = Some(Origin::Subagent);
+        header.parent_session = Some(SessionId::from("p"));
+        let text = serde_json::to_string(&header).unwrap();
+        assert_eq!(
+            text,
+            r#"{"version":0,"id":"a","createdAt":7,"cwd":"/w","parentSession":"p","origin":"subagent","delegationDepth":0}"#
+        );
+        let back: SessionHeader = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, header);
+    }
+}

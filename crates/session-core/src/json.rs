@@ -1,0 +1,216 @@
+//! The lossless JSON domain (reference 01 §1.6) and `JsonData`, an event payload kept as
+//! validated JSON text.
+//!
+//! Payloads are stored as text rather than as a parsed tree: reading a log then costs one
+//! validating scan per line, writing it costs a byte copy, and only the consumers that look
+//! inside a payload (a projection unit, a repair scan) pay for parsing it.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer, de::DeserializeOwned};
+use serde_json::{Value, value::RawValue};
+
+/// The largest integer JSON peers in this ecosystem represent exactly (`Number.MAX_SAFE_INTEGER`).
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// Why a value is outside the lossless JSON domain.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LosslessError {
+    #[error("negative zero is not losslessly JSON-serializable")]
+    NegativeZero,
+    #[error("invalid JSON text: {0}")]
+    InvalidText(String),
+}
+
+/// Checks that `value` survives a JSON round trip unchanged. `serde_json::Value` already
+/// excludes NaN, infinities, undefined and cycles; what is left to reject is `-0`.
+pub fn check_lossless(value: &Value) -> Result<(), LosslessError> {
+    // Iterative, so a deeply nested payload cannot overflow the stack.
+    let mut stack = vec![value];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Number(number) => {
+                if let Some(float) = number.as_f64()
+                    && float == 0.0
+                    && float.is_sign_negative()
+                    && !number.is_i64()
+                    && !number.is_u64()
+                {
+                    return Err(LosslessError::NegativeZero);
+                }
+            }
+            Value::Array(items) => stack.extend(items.iter()),
+            Value::Object(map) => stack.extend(map.values()),
+            Value::Null | Value::Bool(_) | Value::String(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Returns `n` as a safe non-negative integer, if it is one.
+pub fn as_safe_u64(value: &Value) -> Option<u64> {
+    let number = value.as_number()?;
+    if let Some(n) = number.as_u64() {
+        return (n <= MAX_SAFE_INTEGER).then_some(n);
+    }
+    // `1.0` is an integer to a JSON peer; `-0` is not accepted as one.
+    let float = number.as_f64()?;
+    (float.fract() == 0.0 && float >= 0.0 && !float.is_sign_negative() && float <= MAX_SAFE_INTEGER as f64)
+        .then_some(float as u64)
+}
+
+/// Returns `n` as a safe integer (negative allowed), if it is one.
+pub fn as_safe_i64(value: &Value) -> Option<i64> {
+    let number = value.as_number()?;
+    let limit = MAX_SAFE_INTEGER as i64;
+    if let Some(n) = number.as_i64() {
+        return (-limit..=limit).contains(&n).then_some(n);
+    }
+    if number.is_u64() {
+        return None;
+    }
+    let float = number.as_f64()?;
+    (float.fract() == 0.0 && float.abs() <= MAX_SAFE_INTEGER as f64 && !(float == 0.0 && float.is_sign_negative()))
+        .then_some(float as i64)
+}
+
+/// An event payload: syntactically valid JSON text in the lossless domain.
+#[derive(Clone)]
+pub struct JsonData(Box<RawValue>);
+
+impl JsonData {
+    /// Serializes `value`, rejecting values outside the lossless domain.
+    pub fn from_value(value: &Value) -> Result<JsonData, LosslessError> {
+        check_lossless(value)?;
+        let text = serde_json::to_string(value).map_err(|err| LosslessError::InvalidText(err.to_string()))?;
+        Ok(JsonData(RawValue::from_string(text).map_err(|err| LosslessError::InvalidText(err.to_string()))?))
+    }
+
+    /// Serializes any serializable payload, rejecting values outside the lossless domain.
+    pub fn from_serialize<T: Serialize + ?Sized>(value: &T) -> Result<JsonData, LosslessError> {
+        let value = serde_json::to_value(value).map_err(|err| LosslessError::InvalidText(err.to_string()))?;
+        JsonData::from_value(&value)
+    }
+
+    /// Wraps JSON text after checking that it is one well-formed value.
+    pub fn from_text(text: impl Into<String>) -> Result<JsonData, LosslessError> {
+        RawValue::from_string(text.into()).map(JsonData).map_err(|err| LosslessError::InvalidText(err.to_string()))
+    }
+
+    /// Wraps an already validated raw value (used by decoders).
+    pub fn from_raw(raw: Box<RawValue>) -> JsonData {
+        JsonData(raw)
+    }
+
+    /// The empty object, `{}`.
+    pub fn empty_object() -> JsonData {
+        JsonData(RawValue::from_string("{}".to_owned()).expect("`{}` is valid JSON"))
+    }
+
+    pub fn null() -> JsonData {
+        JsonData(RawValue::from_string("null".to_owned()).expect("`null` is valid JSON"))
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+
+    pub fn as_raw(&self) -> &RawValue {
+        &self.0
+    }
+
+    /// Parses the payload as a tree. Parsing validated text cannot fail; a failure would mean the
+    /// invariant of this type was broken.
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(self.0.get()).expect("JsonData holds valid JSON text")
+    }
+
+    /// Parses the payload into a typed view.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+
+    /// Parses the payload into a typed view that may borrow from the text.
+    pub fn parse_borrowed<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+
+    pub fn is_null(&self) -> bool {
+        self.as_str() == "null"
+    }
+}
+
+/// Structural equality: object key order does not matter (reference 01 §8.3).
+impl PartialEq for JsonData {
+    fn eq(&self, other: &JsonData) -> bool {
+        self.as_str() == other.as_str() || self.to_value() == other.to_value()
+    }
+}
+
+impl Eq for JsonData {}
+
+impl fmt::Debug for JsonData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Display for JsonData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for JsonData {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for JsonData {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<JsonData, D::Error> {
+        Box::<RawValue>::deserialize(deserializer).map(JsonData)
+    }
+}
+
+impl From<JsonData> for Value {
+    fn from(data: JsonData) -> Value {
+        data.to_value()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn negative_zero_is_rejected_anywhere() {
+        let value: Value = serde_json::from_str(r#"{"a":[1,{"b":-0.0}]}"#).unwrap();
+        assert_eq!(check_lossless(&value), Err(LosslessError::NegativeZero));
+        assert!(check_lossless(&json!({"a": [0, 0.5, -1]})).is_ok());
+    }
+
+    #[test]
+    fn safe_integers() {
+        assert_eq!(as_safe_u64(&json!(5)), Some(5));
+        assert_eq!(as_safe_u64(&json!(5.0)), Some(5));
+        assert_eq!(as_safe_u64(&json!(5.5)), None);
+        assert_eq!(as_safe_u64(&json!(-1)), None);
+        assert_eq!(as_safe_u64(&json!(MAX_SAFE_INTEGER + 1)), None);
+        assert_eq!(as_safe_u64(&json!("5")), None);
+        let negative_zero: Value = serde_json::from_str("-0.0").unwrap();
+        assert_eq!(as_safe_u64(&negative_zero), None);
+        assert_eq!(as_safe_i64(&json!(-7)), Some(-7));
+        assert_eq!(as_safe_i64(&negative_zero), None);
+    }
+
+    #[test]
+    fn structural_equality_ignores_key_order() {
+        let a = JsonData::from_text(r#"{"a":1,"b":2}"#).unwrap();
+        let b = JsonData::from_text(r#"{"b":2,"a":1}"#).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, JsonData::from_text(r#"{"a":1}"#).unwrap());
+    }
+}

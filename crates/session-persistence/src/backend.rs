@@ -1,0 +1,114 @@
+//! The narrow storage trait the coordinator drives (reference 01 §3.3).
+//!
+//! Backends are synchronous: the coordinator runs every call on the blocking pool, so a backend
+//! is plain sequential file code. Each call is for one session id at a time; the coordinator
+//! serializes calls per id, so a backend never sees two concurrent mutations of one session.
+
+use std::{fmt, path::PathBuf, sync::Arc};
+
+use session_core::{SessionEvent, SessionHeader, SessionId};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Result;
+
+/// An opaque token that identifies exactly one stored state of a log. Compare only for equality.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Revision(Arc<str>);
+
+impl Revision {
+    pub fn new(token: impl AsRef<str>) -> Revision {
+        Revision(Arc::from(token.as_ref()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Revision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Revision({})", &self.0)
+    }
+}
+
+/// A header as listed, with the revision of its log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredHeader {
+    pub header: Arc<SessionHeader>,
+    pub revision: Revision,
+}
+
+/// The physical tail of a log that is not committed and must be cut before the next write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// The byte length the file is truncated to.
+    pub truncate_to: u64,
+    /// Complete events recovered from the torn region. They are part of the scanned prefix and
+    /// are written again (as one new batch) after the cut.
+    pub recovered: Vec<SessionEvent>,
+}
+
+/// What a scan found besides the events it streamed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanOutcome {
+    pub header: Arc<SessionHeader>,
+    pub revision: Revision,
+    /// The number of events streamed: the valid stored prefix, packed rows expanded.
+    pub n_events: u64,
+    pub torn: Option<TornTail>,
+    /// Bytes of decoded log text (decompressed for zstd), for throughput reporting.
+    pub n_bytes: u64,
+}
+
+/// Receives a scan's output in order: the header once, then every event of the valid prefix.
+pub trait ScanSink {
+    fn header(&mut self, _header: &Arc<SessionHeader>) -> Result<()> {
+        Ok(())
+    }
+
+    fn event(&mut self, event: SessionEvent) -> Result<()>;
+}
+
+/// Collects a scan into memory.
+#[derive(Debug, Default)]
+pub struct CollectSink {
+    pub events: Vec<SessionEvent>,
+}
+
+impl ScanSink for CollectSink {
+    fn event(&mut self, event: SessionEvent) -> Result<()> {
+        self.events.push(event);
+        Ok(())
+    }
+}
+
+/// Storage for session logs, one log per id.
+pub trait Backend: Send + Sync + fmt::Debug + 'static {
+    /// A short name for messages, such as `jsonl`.
+    fn name(&self) -> &'static str;
+
+    /// Streams the header and the valid stored prefix of `id` into `sink`, in seq order, and
+    /// reports the torn tail if the physical file has one. `Ok(None)` means the id is not stored.
+    /// Checks `cancel` between units of work and returns `Cancelled` once it fires.
+    fn scan(&self, id: &SessionId, cancel: &CancellationToken, sink: &mut dyn ScanSink) -> Result<Option<ScanOutcome>>;
+
+    /// The current revision of `id`'s log without reading the log. `Ok(None)` if not stored.
+    fn revision(&self, id: &SessionId) -> Result<Option<Revision>>;
+
+    /// Durably appends `events`. When `materialized` is false the log does not exist yet and the
+    /// header plus this first batch must appear atomically. Returns only after the data is durable;
+    /// on failure nothing of the batch remains.
+    fn append_batch(&self, header: &SessionHeader, events: &[Arc<SessionEvent>], materialized: bool) -> Result<()>;
+
+    /// Cuts the torn tail (if given), then durably appends `torn.recovered` followed by `closers`
+    /// as one batch. Need not be atomic: an interrupted repair is found and redone by the next scan.
+    fn commit_repair(&self, header: &SessionHeader, torn: Option<&TornTail>, closers: &[SessionEvent]) -> Result<()>;
+
+    /// Every stored header with its revision. Headers are read, logs are not.
+    fn list(&self, cancel: &CancellationToken) -> Result<Vec<StoredHeader>>;
+
+    /// Where `header`'s log lives (or would live), for messages. `None` for backends without files.
+    fn locate(&self, _header: &SessionHeader) -> Option<PathBuf> {
+        None
+    }
+}

@@ -1,0 +1,119 @@
+//! `PersistenceError`: every way a persistence operation can fail.
+
+use std::{fmt, io, path::PathBuf};
+
+use session_core::SessionId;
+
+/// Where a corruption or refusal was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A file, with the 1-based line and/or the byte offset of the defect when known.
+    File { path: PathBuf, line: Option<u64>, byte: Option<u64> },
+    /// A session held by a backend without files.
+    Session { id: SessionId },
+}
+
+impl Location {
+    pub fn file(path: impl Into<PathBuf>) -> Location {
+        Location::File { path: path.into(), line: None, byte: None }
+    }
+
+    pub fn at_line(path: impl Into<PathBuf>, line: u64) -> Location {
+        Location::File { path: path.into(), line: Some(line), byte: None }
+    }
+
+    pub fn at_byte(path: impl Into<PathBuf>, byte: u64) -> Location {
+        Location::File { path: path.into(), line: None, byte: Some(byte) }
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::File { path, line, byte } => {
+                write!(f, "{}", path.display())?;
+                if let Some(line) = line {
+                    write!(f, " line {line}")?;
+                }
+                if let Some(byte) = byte {
+                    write!(f, " byte {byte}")?;
+                }
+                Ok(())
+            }
+            Location::Session { id } => write!(f, "session {id:?}"),
+        }
+    }
+}
+
+/// What kind of damage a `Corrupt` error reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CorruptKind {
+    /// The header line or header frame is missing, unparsable or invalid.
+    Header,
+    /// A committed record does not parse (bad JSON, malformed packed row, bad envelope).
+    Record,
+    /// Seqs are not contiguous inside the committed region.
+    SeqGap,
+    /// A complete zstd frame fails structural or checksum validation.
+    Frame,
+    /// A complete zstd frame ends inside a record.
+    TornRecordInFrame,
+    /// The header names a different session or path than the one it was found under.
+    Identity,
+    /// The decoded events fail session validation (markers, surface, message shape).
+    Validation,
+}
+
+/// The one error type of this crate. Messages keep the reference's wording where it has one.
+#[derive(Debug, thiserror::Error)]
+pub enum PersistenceError {
+    #[error("session \"{id}\" not found")]
+    NotFound { id: SessionId },
+    /// Committed bytes are damaged; `message` says how.
+    #[error("{message} ({location})")]
+    Corrupt { kind: CorruptKind, location: Location, message: String },
+    /// An intact log that this build cannot read: a newer format version, an unknown
+    /// non-ignorable event type, or a pre-identity legacy shape.
+    #[error("{message}")]
+    FormatUnsupported { id: SessionId, message: String, location: Option<Location> },
+    #[error("operation cancelled")]
+    Cancelled,
+    #[error("I/O error on {path}: {source}", path = path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// The caller passed something this operation cannot accept.
+    #[error("{message}")]
+    InvalidInput { message: String },
+    /// Creating or binding a session would clash with another lifetime of the same id.
+    #[error("{message}")]
+    Conflict { id: SessionId, message: String },
+    /// Another process holds the store's write lock.
+    #[error("session store {path} is locked by another process", path = path.display())]
+    Locked { path: PathBuf },
+    /// A failed write could not be rolled back; the writer refuses further appends.
+    #[error("{message}")]
+    Poisoned { message: String },
+}
+
+impl PersistenceError {
+    pub fn io(path: impl Into<PathBuf>, source: io::Error) -> PersistenceError {
+        PersistenceError::Io { path: path.into(), source }
+    }
+
+    pub fn corrupt(kind: CorruptKind, location: Location, message: impl Into<String>) -> PersistenceError {
+        PersistenceError::Corrupt { kind, location, message: message.into() }
+    }
+
+    pub fn invalid_input(message: impl Into<String>) -> PersistenceError {
+        PersistenceError::InvalidInput { message: message.into() }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, PersistenceError::NotFound { .. })
+    }
+}
+
+pub type Result<T, E = PersistenceError> = std::result::Result<T, E>;

@@ -1,0 +1,2 @@
+//! Project automation.
+fn main() {}
