@@ -1,1 +1,3 @@
-//! Shared helpers for the cross-crate end-to-end tests.
+//! Shared helpers for the cross-crate end-to-end tests and benchmarks.
+
+pub mod workload;

@@ -112,8 +112,15 @@ impl SessionEvent {
         self.kind == kind
     }
 
-    /// Checks the surface-marker rules that do not depend on the rest of the log (§2.3).
+    /// Checks the surface-marker rules that do not depend on the rest of the log (§2.3): marker
+    /// eligibility, then the `sourceEventSeqs` rules.
     pub fn check_markers(&self) -> Result<(), String> {
+        self.check_eligibility()?;
+        self.check_sources(&[])
+    }
+
+    /// Surface eligibility: eligible types require a `surfaceOp`, other types carry no marker.
+    pub(crate) fn check_eligibility(&self) -> Result<(), String> {
         let kind = &self.kind;
         if is_surface_eligible(kind) {
             if self.surface_op.is_none() {
@@ -124,49 +131,64 @@ impl SessionEvent {
                 return Err(format!("session event \"{kind}\" is not surface-eligible and cannot carry surfaceOp"));
             }
             if self.source_event_seqs.is_some() {
-                return Err(format!("session event \"{kind}\" cannot carry sourceEventSeqs"));
-            }
-        }
-        if let Some(sources) = &self.source_event_seqs {
-            let seq = self.seq;
-            if sources.is_empty() && kind != "assistant/message" {
                 return Err(format!(
-                    "sourceEventSeqs on event at seq {seq} must not be empty except on assistant/message"
+                    "session event \"{kind}\" is not surface-eligible and cannot carry sourceEventSeqs"
                 ));
-            }
-            let mut seen = std::collections::HashSet::with_capacity(sources.len());
-            for &source in sources.iter() {
-                if source > MAX_SAFE_INTEGER {
-                    return Err(format!(
-                        "sourceEventSeqs on event at seq {seq} must contain non-negative safe integers"
-                    ));
-                }
-                if !seen.insert(source) {
-                    return Err(format!("sourceEventSeqs on event at seq {seq} must not contain duplicates"));
-                }
-                if source >= seq {
-                    return Err(format!(
-                        "sourceEventSeqs must reference earlier events: {source} >= current seq {seq}"
-                    ));
-                }
             }
         }
         Ok(())
     }
 
-    /// Rejects the permanently retired legacy vocabulary (§1.4). `subject` prefixes the message.
+    /// The `sourceEventSeqs` rules, in the reference's order, plus the replace rule that the
+    /// sources cover every `shadowed` surface node.
+    pub(crate) fn check_sources(&self, shadowed: &[u64]) -> Result<(), String> {
+        let seq = self.seq;
+        let sources: &[u64] = self.source_event_seqs.as_deref().unwrap_or(&[]);
+        if let Some(declared) = &self.source_event_seqs {
+            if declared.is_empty() && self.kind != "assistant/message" {
+                return Err("sourceEventSeqs must not be empty except on assistant/message".to_owned());
+            }
+            if declared.iter().any(|&source| source > MAX_SAFE_INTEGER) {
+                return Err(format!(
+                    "session event \"{}\" sourceEventSeqs must densely contain non-negative safe integers",
+                    self.kind
+                ));
+            }
+            let mut seen = std::collections::HashSet::with_capacity(declared.len());
+            if !declared.iter().all(|source| seen.insert(*source)) {
+                return Err("sourceEventSeqs must not contain duplicates".to_owned());
+            }
+            if let Some(source) = declared.iter().find(|&&source| source >= seq) {
+                return Err(format!("sourceEventSeqs must reference earlier events: {source} >= current seq {seq}"));
+            }
+        }
+        let missing: Vec<String> =
+            shadowed.iter().filter(|node| !sources.contains(node)).map(|node| node.to_string()).collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "surface replace: sourceEventSeqs must include every shadowed surface node; missing {}",
+                missing.join(", ")
+            ));
+        }
+        Ok(())
+    }
+
+    /// Rejects the permanently retired legacy vocabulary (§1.4), as `session event "<type>" ...`.
     pub fn check_legacy(&self) -> Result<(), String> {
+        self.check_legacy_at(&format!("session event \"{}\"", self.kind))
+    }
+
+    /// Rejects the permanently retired legacy vocabulary (§1.4); `subject` prefixes the message
+    /// (`seed event at index 3`, `session event "request/header"`).
+    pub fn check_legacy_at(&self, subject: &str) -> Result<(), String> {
         if self.kind == "request/header-delta" {
-            return Err(format!("session event \"{}\" uses unsupported legacy request/header-delta format", self.kind));
+            return Err(format!("{subject} uses unsupported legacy request/header-delta format"));
         }
         if self.kind == "request/header"
             && let Ok(probe) = self.data.parse_borrowed::<ReasonProbe<'_>>()
             && probe.reason.as_deref() == Some("fallback")
         {
-            return Err(format!(
-                "session event \"{}\" uses unsupported legacy request/header reason \"fallback\"",
-                self.kind
-            ));
+            return Err(format!("{subject} uses unsupported legacy request/header reason \"fallback\""));
         }
         Ok(())
     }

@@ -47,6 +47,53 @@ pub fn check_lossless(value: &Value) -> Result<(), LosslessError> {
     Ok(())
 }
 
+/// Checks that already well-formed JSON `text` stays in the lossless domain without building a
+/// tree: no number is `-0` and no number overflows to an infinity when parsed. One pass over the
+/// bytes; strings are skipped.
+pub fn check_lossless_text(text: &str) -> Result<(), LosslessError> {
+    let bytes = text.as_bytes();
+    let mut idx = 0;
+    while idx < bytes.len() {
+        match bytes[idx] {
+            b'"' => {
+                idx += 1;
+                while idx < bytes.len() {
+                    match bytes[idx] {
+                        b'\\' => idx += 2,
+                        b'"' => break,
+                        _ => idx += 1,
+                    }
+                }
+                idx += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = idx;
+                while idx < bytes.len() && matches!(bytes[idx], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
+                    idx += 1;
+                }
+                check_number_lexeme(&text[start..idx])?;
+            }
+            _ => idx += 1,
+        }
+    }
+    Ok(())
+}
+
+fn check_number_lexeme(lexeme: &str) -> Result<(), LosslessError> {
+    let mantissa = lexeme.split(['e', 'E']).next().unwrap_or(lexeme);
+    if lexeme.starts_with('-') && mantissa.bytes().all(|byte| matches!(byte, b'-' | b'.' | b'0')) {
+        return Err(LosslessError::NegativeZero);
+    }
+    // Short plain integers cannot overflow; only parse what might.
+    if lexeme.len() > 15 || lexeme.contains(['e', 'E']) {
+        let parsed: f64 = lexeme.parse().map_err(|_| LosslessError::InvalidText(format!("invalid number {lexeme}")))?;
+        if parsed.is_infinite() {
+            return Err(LosslessError::InvalidText(format!("number {lexeme} is out of range")));
+        }
+    }
+    Ok(())
+}
+
 /// Returns `n` as a safe non-negative integer, if it is one.
 pub fn as_safe_u64(value: &Value) -> Option<u64> {
     let number = value.as_number()?;
@@ -190,6 +237,17 @@ mod tests {
         let value: Value = serde_json::from_str(r#"{"a":[1,{"b":-0.0}]}"#).unwrap();
         assert_eq!(check_lossless(&value), Err(LosslessError::NegativeZero));
         assert!(check_lossless(&json!({"a": [0, 0.5, -1]})).is_ok());
+    }
+
+    #[test]
+    fn lossless_text() {
+        for ok in [r#"{"a":[0,0.5,-1,"-0"],"b":"\"-0"}"#, "-0.5", "1e300", "[-10,-0.01]", r#""-0""#] {
+            assert_eq!(check_lossless_text(ok), Ok(()), "{ok}");
+        }
+        for bad in ["-0", "[1,-0.0]", r#"{"a":-0e5}"#, r#"{"a":"x","b":-0.000}"#] {
+            assert_eq!(check_lossless_text(bad), Err(LosslessError::NegativeZero), "{bad}");
+        }
+        assert!(matches!(check_lossless_text("[1e400]"), Err(LosslessError::InvalidText(_))));
     }
 
     #[test]

@@ -1,0 +1,815 @@
+//! `Coordinator`: the one implementation of [`SessionPersistence`] over any [`Backend`].
+//!
+//! It owns everything that is not bytes: per-id serialization, validation of what is read,
+//! crash repair, the inspection cache, and the live write path that makes a `SessionStore`'s
+//! sessions durable with write-behind batching and a flush barrier.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    fmt,
+    path::PathBuf,
+    sync::{Arc, Weak},
+    time::Duration,
+};
+
+use parking_lot::Mutex;
+use session_core::{Session, SessionEvent, SessionHeader, SessionId, SessionStore, StoreEvent, StoreObserver};
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    backend::{Backend, Revision, ScanOutcome, ScanSink, StoredHeader},
+    error::{PersistenceError, Result},
+    live::LiveWriter,
+    persistence::{Inspection, SessionPersistence, StreamSink, StreamSummary},
+    validate::{KnownTypes, ValidatingSink},
+};
+
+/// Tuning of a [`Coordinator`]. Validated by [`Coordinator::new`].
+#[derive(Debug, Clone)]
+pub struct CoordinatorConfig {
+    /// How long the first buffered event of a live session may wait before its batch is written.
+    pub write_batch_max_delay: Duration,
+    /// How many inspected logs stay cached (at least 1).
+    pub inspect_cache_entries: usize,
+    /// How many bytes of payload the inspection cache may hold in all.
+    pub inspect_cache_bytes: u64,
+    /// The event types a read accepts without `ignorable: true`.
+    pub known_types: KnownTypes,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> CoordinatorConfig {
+        CoordinatorConfig {
+            write_batch_max_delay: Duration::from_millis(200),
+            inspect_cache_entries: 5,
+            inspect_cache_bytes: 64 << 20,
+            known_types: KnownTypes::default(),
+        }
+    }
+}
+
+impl CoordinatorConfig {
+    fn validate(&self) -> Result<()> {
+        if self.inspect_cache_entries == 0 {
+            return Err(PersistenceError::invalid_input("preparedSessionCacheSize must be a positive safe integer"));
+        }
+        let delay_ms = self.write_batch_max_delay.as_millis();
+        if !(1..=2_147_483_647).contains(&delay_ms) {
+            return Err(PersistenceError::invalid_input(
+                "writeBatchMaxDelayMs must be an integer between 1 and 2147483647",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Durable state the coordinator tracks for one id.
+#[derive(Debug, Clone)]
+struct IdState {
+    header: Arc<SessionHeader>,
+    /// The next seq storage expects.
+    cursor: u64,
+    /// Whether the log exists in storage.
+    materialized: bool,
+    /// The live session that writes this log, if any.
+    owner: Option<Weak<Session>>,
+}
+
+impl IdState {
+    fn owner(&self) -> Option<Arc<Session>> {
+        self.owner.as_ref().and_then(Weak::upgrade)
+    }
+}
+
+/// Persists session logs through a [`Backend`]. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct Coordinator {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    backend: Arc<dyn Backend>,
+    pub(crate) config: CoordinatorConfig,
+    pub(crate) runtime: tokio::runtime::Handle,
+    locks: Mutex<HashMap<SessionId, Arc<AsyncMutex<()>>>>,
+    states: Mutex<HashMap<SessionId, IdState>>,
+    live: Mutex<HashMap<SessionId, Arc<LiveWriter>>>,
+    cache: Mutex<InspectCache>,
+}
+
+impl fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Coordinator").field("backend", &self.inner.backend.name()).finish_non_exhaustive()
+    }
+}
+
+impl Coordinator {
+    /// Must be called inside a Tokio runtime: live write-behind timers run on it.
+    pub fn new(backend: Arc<dyn Backend>, config: CoordinatorConfig) -> Result<Coordinator> {
+        config.validate()?;
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| PersistenceError::invalid_input("a Coordinator must be created inside a Tokio runtime"))?;
+        let cache = InspectCache::new(config.inspect_cache_entries, config.inspect_cache_bytes);
+        Ok(Coordinator {
+            inner: Arc::new(Inner {
+                backend,
+                config,
+                runtime,
+                locks: Mutex::new(HashMap::new()),
+                states: Mutex::new(HashMap::new()),
+                live: Mutex::new(HashMap::new()),
+                cache: Mutex::new(cache),
+            }),
+        })
+    }
+
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
+    }
+
+    /// Makes every session of `store` durable: sessions already live are adopted now, later ones
+    /// when they are published. Events are written behind, in batches, and `store.flush(id)` or
+    /// [`SessionPersistence::flush`] waits for them.
+    pub fn attach(&self, store: &Arc<SessionStore>) {
+        let observer = Arc::new(LiveObserver { inner: Arc::downgrade(&self.inner) });
+        store.add_flush_hook(observer.clone());
+        store.add_observer(observer);
+        for session in store.list() {
+            self.inner.live_writer(&session);
+        }
+    }
+
+    /// Drains every live session's buffered events. Errors are collected; the first is returned.
+    pub async fn close(&self) -> Result<()> {
+        let writers: Vec<Arc<LiveWriter>> = self.inner.live.lock().values().cloned().collect();
+        let mut first_error = None;
+        for writer in writers {
+            if let Err(err) = writer.drain(&self.inner).await {
+                tracing::warn!(session = %writer.session().id(), error = %err, "failed to drain a live session at close");
+                first_error.get_or_insert(err);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// The number of cached inspections and the payload bytes they hold.
+    pub fn inspect_cache_usage(&self) -> (usize, u64) {
+        let cache = self.inner.cache.lock();
+        (cache.entries.len(), cache.bytes)
+    }
+}
+
+/// Runs a blocking backend call on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    backend: &Arc<dyn Backend>,
+    call: impl FnOnce(&dyn Backend) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let backend = backend.clone();
+    match tokio::task::spawn_blocking(move || call(&*backend)).await {
+        Ok(result) => result,
+        Err(join_error) => std::panic::resume_unwind(join_error.into_panic()),
+    }
+}
+
+fn check_cancel(cancel: &CancellationToken) -> Result<()> {
+    if cancel.is_cancelled() { Err(PersistenceError::Cancelled) } else { Ok(()) }
+}
+
+/// A scan's collected output, validated and with its closers.
+struct ColdLog {
+    outcome: ScanOutcome,
+    events: Vec<Arc<SessionEvent>>,
+    closers: Vec<SessionEvent>,
+}
+
+#[derive(Default)]
+struct ArcCollect {
+    events: Vec<Arc<SessionEvent>>,
+}
+
+impl ScanSink for ArcCollect {
+    fn event(&mut self, event: SessionEvent) -> Result<()> {
+        self.events.push(Arc::new(event));
+        Ok(())
+    }
+}
+
+impl Inner {
+    async fn lock_id(&self, id: &SessionId) -> OwnedMutexGuard<()> {
+        let lock = self.locks.lock().entry(id.clone()).or_default().clone();
+        lock.lock_owned().await
+    }
+
+    fn live_session(&self, id: &SessionId) -> Option<Arc<Session>> {
+        let states = self.states.lock();
+        states.get(id).and_then(IdState::owner)
+    }
+
+    /// Reads and validates the whole stored log of `id` into memory.
+    async fn read_cold(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<ColdLog>> {
+        let id = id.clone();
+        let known = self.config.known_types.clone();
+        let cancel = cancel.clone();
+        blocking(&self.backend, move |backend| {
+            let mut collect = ArcCollect::default();
+            let mut sink = ValidatingSink::new(id.clone(), backend, &known, &mut collect);
+            let Some(outcome) = backend.scan(&id, &cancel, &mut sink)? else {
+                return Ok(None);
+            };
+            let closers = sink.closers();
+            Ok(Some(ColdLog { outcome, events: collect.events, closers }))
+        })
+        .await
+    }
+
+    /// Adopts a stored log that this coordinator does not track yet: repairs it durably (cut the
+    /// torn tail, append closers) and returns the state positioned after it.
+    async fn adopt_cold(&self, id: &SessionId, cancel: &CancellationToken) -> Result<IdState> {
+        let Some(log) = self.read_cold(id, cancel).await? else {
+            return Err(PersistenceError::NotFound { id: id.clone() });
+        };
+        let header = log.outcome.header.clone();
+        let cursor = log.events.len() as u64 + log.closers.len() as u64;
+        if log.outcome.torn.is_some() || !log.closers.is_empty() {
+            check_cancel(cancel)?;
+            let (torn, closers) = (log.outcome.torn, log.closers);
+            let repair_header = header.clone();
+            blocking(&self.backend, move |backend| backend.commit_repair(&repair_header, torn.as_ref(), &closers))
+                .await?;
+            self.cache.lock().remove(id);
+        }
+        Ok(IdState { header, cursor, materialized: true, owner: None })
+    }
+
+    /// Appends a validated, contiguous batch for a tracked id. The caller holds the id lock.
+    async fn append_tracked(&self, state: &mut IdState, events: Vec<Arc<SessionEvent>>) -> Result<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let id = state.header.id.clone();
+        for (idx, event) in events.iter().enumerate() {
+            let expected = state.cursor + idx as u64;
+            if event.seq != expected {
+                return Err(PersistenceError::invalid_input(format!(
+                    "append seq mismatch for \"{id}\": expected {expected} at index {idx}, got {}",
+                    event.seq
+                )));
+            }
+            event.check_markers().map_err(|err| {
+                PersistenceError::invalid_input(format!(
+                    "cannot append event \"{}\" at seq {} to session \"{id}\": {err}",
+                    event.kind, event.seq
+                ))
+            })?;
+            event.check_legacy().map_err(|err| {
+                PersistenceError::invalid_input(format!(
+                    "cannot append event \"{}\" at seq {} to session \"{id}\": {err}",
+                    event.kind, event.seq
+                ))
+            })?;
+        }
+        let n_events = events.len() as u64;
+        let header = state.header.clone();
+        let materialized = state.materialized;
+        blocking(&self.backend, move |backend| backend.append_batch(&header, &events, materialized)).await?;
+        state.cursor += n_events;
+        state.materialized = true;
+        self.cache.lock().remove(&id);
+        Ok(())
+    }
+
+    pub(crate) fn live_writer(self: &Arc<Self>, session: &Arc<Session>) -> Arc<LiveWriter> {
+        let mut live = self.live.lock();
+        if let Some(writer) = live.get(session.id())
+            && Arc::ptr_eq(writer.session(), session)
+        {
+            return writer.clone();
+        }
+        let writer = Arc::new(LiveWriter::new(session.clone()));
+        // A newer live session under the same id replaces the writer of a retired one; its
+        // initialization decides whether it may own the stored log.
+        live.insert(session.id().clone(), writer.clone());
+        writer
+    }
+
+    /// Binds a live session to its durable log (reference 01 §3.4.5 `onCreated`) and writes the
+    /// part of its log that storage does not have yet.
+    pub(crate) async fn init_live(&self, session: &Arc<Session>) -> Result<()> {
+        let id = session.id().clone();
+        let _guard = self.lock_id(&id).await;
+        let seed = session.events();
+        let existing = self.states.lock().get(&id).cloned();
+        let mut state = match existing {
+            Some(state) => match state.owner() {
+                // A retried initialization: only the unwritten suffix is left to do.
+                Some(owner) if Arc::ptr_eq(&owner, session) => state,
+                Some(_) if state.materialized => {
+                    return Err(PersistenceError::Conflict {
+                        id: id.clone(),
+                        message: format!(
+                            "session \"{id}\" is already bound to a different live session in this backend (id collision)"
+                        ),
+                    });
+                }
+                // An owner that never wrote anything frees its id.
+                Some(_) => self.bind_untracked(session, &seed).await?,
+                None => self.claim_ownerless(session, state, &seed).await?,
+            },
+            None => self.bind_untracked(session, &seed).await?,
+        };
+        state.owner = Some(Arc::downgrade(session));
+        self.states.lock().insert(id.clone(), state.clone());
+        let suffix: Vec<Arc<SessionEvent>> = seed.iter().skip(state.cursor as usize).cloned().collect();
+        let result = self.append_tracked(&mut state, suffix).await;
+        self.states.lock().insert(id, state);
+        result
+    }
+
+    /// A tracked state without an owner (left by `create` or `load`) is claimed by a live
+    /// session whose log reproduces the stored prefix.
+    async fn claim_ownerless(&self, session: &Arc<Session>, state: IdState, seed: &[Arc<SessionEvent>]) -> Result<IdState> {
+        let id = session.id();
+        if state.header.cwd != session.header().cwd {
+            return Err(cwd_collision(id, &state.header, session.header()));
+        }
+        if state.cursor > 0 {
+            let stored = self
+                .read_cold(id, &CancellationToken::new())
+                .await?
+                .map(|log| log.events)
+                .unwrap_or_default();
+            if !covers(seed, &stored) || stored.len() as u64 != state.cursor {
+                return Err(PersistenceError::Conflict {
+                    id: id.clone(),
+                    message: format!(
+                        "session \"{id}\" is already persisted with {} event(s) that do not match this live session (id collision)",
+                        state.cursor
+                    ),
+                });
+            }
+        }
+        Ok(state)
+    }
+
+    /// A live session whose id this coordinator does not track: adopt the stored log if one
+    /// exists (the live log must extend it), or start a new one.
+    async fn bind_untracked(&self, session: &Arc<Session>, seed: &[Arc<SessionEvent>]) -> Result<IdState> {
+        let id = session.id();
+        let Some(stored) = self.read_cold(id, &CancellationToken::new()).await? else {
+            return Ok(IdState {
+                header: session.header().clone(),
+                cursor: 0,
+                materialized: false,
+                owner: None,
+            });
+        };
+        let stored_header = stored.outcome.header.clone();
+        if stored_header.cwd != session.header().cwd {
+            return Err(cwd_collision(id, &stored_header, session.header()));
+        }
+        if !covers(seed, &stored.events) {
+            return Err(PersistenceError::Conflict {
+                id: id.clone(),
+                message: format!(
+                    "session \"{id}\" already has a persisted log on disk that does not match this live session (id collision)"
+                ),
+            });
+        }
+        if let Some(torn) = stored.outcome.torn {
+            // The live session is authoritative: cut the torn bytes but never close its turn.
+            let header = stored_header.clone();
+            blocking(&self.backend, move |backend| backend.commit_repair(&header, Some(&torn), &[])).await?;
+            self.cache.lock().remove(id);
+        }
+        Ok(IdState { header: stored_header, cursor: stored.events.len() as u64, materialized: true, owner: None })
+    }
+
+    /// Writes a batch of a live session's events. Events storage already has are skipped.
+    pub(crate) async fn append_live(&self, session: &Arc<Session>, batch: Vec<Arc<SessionEvent>>) -> Result<()> {
+        let id = session.id().clone();
+        let _guard = self.lock_id(&id).await;
+        let Some(mut state) = self.states.lock().get(&id).cloned() else {
+            return Err(PersistenceError::Conflict {
+                id: id.clone(),
+                message: format!("session \"{id}\" has no durable state bound to this live session"),
+            });
+        };
+        if !state.owner().is_some_and(|owner| Arc::ptr_eq(&owner, session)) {
+            return Err(PersistenceError::Conflict {
+                id: id.clone(),
+                message: format!("session \"{id}\" is already bound to a different live session in this backend (id collision)"),
+            });
+        }
+        let batch: Vec<Arc<SessionEvent>> = batch.into_iter().filter(|event| event.seq >= state.cursor).collect();
+        let result = self.append_tracked(&mut state, batch).await;
+        self.states.lock().insert(id, state);
+        result
+    }
+
+    /// Unbinds a disposed live session after its buffered events are written.
+    pub(crate) async fn retire(self: &Arc<Self>, session: Arc<Session>) {
+        let writer = self.live.lock().get(session.id()).cloned();
+        if let Some(writer) = &writer
+            && Arc::ptr_eq(writer.session(), &session)
+        {
+            if let Err(err) = writer.drain(self).await {
+                tracing::warn!(session = %session.id(), error = %err, "failed to write a disposed session's last events");
+                return;
+            }
+            let mut live = self.live.lock();
+            if live.get(session.id()).is_some_and(|current| Arc::ptr_eq(current, writer)) {
+                live.remove(session.id());
+            }
+        }
+        let _guard = self.lock_id(session.id()).await;
+        let mut states = self.states.lock();
+        if states.get(session.id()).and_then(IdState::owner).is_some_and(|owner| Arc::ptr_eq(&owner, &session)) {
+            states.remove(session.id());
+        }
+    }
+
+    fn live_inspection(session: &Arc<Session>) -> Inspection {
+        Inspection { header: session.header().clone(), events: session.events(), revision: None, live: true }
+    }
+}
+
+/// Whether `seed` starts with exactly the events of `stored` (structural comparison).
+fn covers(seed: &[Arc<SessionEvent>], stored: &[Arc<SessionEvent>]) -> bool {
+    seed.len() >= stored.len() && seed.iter().zip(stored).all(|(live, stored)| live == stored)
+}
+
+fn cwd_collision(id: &SessionId, stored: &SessionHeader, live: &SessionHeader) -> PersistenceError {
+    let show = |cwd: &Option<String>| cwd.clone().unwrap_or_else(|| "(none)".to_owned());
+    PersistenceError::Conflict {
+        id: id.clone(),
+        message: format!(
+            "session \"{id}\" is already persisted at a different cwd (persisted: {}, live: {}) (id collision)",
+            show(&stored.cwd),
+            show(&live.cwd)
+        ),
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionPersistence for Coordinator {
+    async fn create(&self, header: SessionHeader, cancel: &CancellationToken) -> Result<()> {
+        check_cancel(cancel)?;
+        header.validate(&header.id).map_err(|err| PersistenceError::invalid_input(err.message))?;
+        let inner = &self.inner;
+        let id = header.id.clone();
+        let _guard = inner.lock_id(&id).await;
+        if inner.states.lock().contains_key(&id) {
+            return Err(PersistenceError::Conflict {
+                id: id.clone(),
+                message: format!("session \"{id}\" already exists in this backend"),
+            });
+        }
+        let probe = id.clone();
+        if blocking(&inner.backend, move |backend| backend.revision(&probe)).await?.is_some() {
+            return Err(PersistenceError::Conflict {
+                id: id.clone(),
+                message: format!(
+                    "session \"{id}\" already has a persisted log on disk; load/resume it instead of creating"
+                ),
+            });
+        }
+        check_cancel(cancel)?;
+        inner.states.lock().insert(id, IdState { header: Arc::new(header), cursor: 0, materialized: false, owner: None });
+        Ok(())
+    }
+
+    async fn append(&self, id: &SessionId, events: Vec<Arc<SessionEvent>>, cancel: &CancellationToken) -> Result<()> {
+        check_cancel(cancel)?;
+        if events.is_empty() {
+            return Ok(());
+        }
+        let inner = &self.inner;
+        let _guard = inner.lock_id(id).await;
+        let tracked = inner.states.lock().get(id).cloned();
+        let mut state = match tracked {
+            Some(state) => state,
+            None => inner.adopt_cold(id, cancel).await?,
+        };
+        if state.owner().is_some() {
+            inner.states.lock().insert(id.clone(), state);
+            return Err(PersistenceError::Conflict {
+                id: id.clone(),
+                message: format!("session \"{id}\" is written by a live session; append through the session instead"),
+            });
+        }
+        check_cancel(cancel)?;
+        let result = inner.append_tracked(&mut state, events).await;
+        inner.states.lock().insert(id.clone(), state);
+        result
+    }
+
+    async fn list(&self, cancel: &CancellationToken) -> Result<Vec<Arc<SessionHeader>>> {
+        Ok(self.list_snapshots(cancel).await?.into_iter().map(|stored| stored.header).collect())
+    }
+
+    async fn list_snapshots(&self, cancel: &CancellationToken) -> Result<Vec<StoredHeader>> {
+        check_cancel(cancel)?;
+        let token = cancel.clone();
+        let mut listed = blocking(&self.inner.backend, move |backend| backend.list(&token)).await?;
+        check_cancel(cancel)?;
+        listed.sort_by(|a, b| a.header.id.cmp(&b.header.id));
+        Ok(listed)
+    }
+
+    async fn inspect(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Inspection> {
+        check_cancel(cancel)?;
+        let inner = &self.inner;
+        if let Some(session) = inner.live_session(id) {
+            return Ok(Inner::live_inspection(&session));
+        }
+        // Same-id readers queue here, so the second one finds the first one's result cached.
+        let _guard = inner.lock_id(id).await;
+        check_cancel(cancel)?;
+        if let Some(session) = inner.live_session(id) {
+            return Ok(Inner::live_inspection(&session));
+        }
+        if inner.cache.lock().contains(id) {
+            let probe = id.clone();
+            let revision = blocking(&inner.backend, move |backend| backend.revision(&probe)).await?;
+            if let Some(hit) = revision.and_then(|revision| inner.cache.lock().get(id, &revision)) {
+                return Ok(hit);
+            }
+        }
+        let Some(log) = inner.read_cold(id, cancel).await? else {
+            return Err(PersistenceError::NotFound { id: id.clone() });
+        };
+        let mut events = log.events;
+        events.extend(log.closers.into_iter().map(Arc::new));
+        let inspection = Inspection {
+            header: log.outcome.header,
+            events: events.into(),
+            revision: Some(log.outcome.revision),
+            live: false,
+        };
+        inner.cache.lock().insert(id.clone(), inspection.clone());
+        Ok(inspection)
+    }
+
+    async fn inspect_stream(
+        &self,
+        id: &SessionId,
+        cancel: &CancellationToken,
+        mut sink: Box<dyn StreamSink>,
+    ) -> Result<(Box<dyn StreamSink>, StreamSummary)> {
+        check_cancel(cancel)?;
+        let inner = &self.inner;
+        if let Some(session) = inner.live_session(id) {
+            return feed(sink, Inner::live_inspection(&session), 0).await;
+        }
+        let _guard = inner.lock_id(id).await;
+        check_cancel(cancel)?;
+        let cached = inner.cache.lock().peek(id);
+        if let Some(cached) = cached {
+            let probe = id.clone();
+            let revision = blocking(&inner.backend, move |backend| backend.revision(&probe)).await?;
+            if cached.revision == revision {
+                return feed(sink, cached, 0).await;
+            }
+        }
+        let (id, known, token) = (id.clone(), inner.config.known_types.clone(), cancel.clone());
+        blocking(&inner.backend, move |backend| {
+            let mut validating = ValidatingSink::new(id.clone(), backend, &known, &mut *sink);
+            let Some(outcome) = backend.scan(&id, &token, &mut validating)? else {
+                return Err(PersistenceError::NotFound { id });
+            };
+            let closers = validating.closers();
+            let n_closers = closers.len() as u64;
+            for closer in closers {
+                sink.event(closer)?;
+            }
+            let summary = StreamSummary {
+                header: outcome.header,
+                n_events: outcome.n_events + n_closers,
+                n_closers,
+                live: false,
+                revision: Some(outcome.revision),
+            };
+            Ok((sink, summary))
+        })
+        .await
+    }
+
+    async fn read_from(&self, id: &SessionId, from_seq: u64, cancel: &CancellationToken) -> Result<Inspection> {
+        check_cancel(cancel)?;
+        let inner = &self.inner;
+        let _guard = inner.lock_id(id).await;
+        let (id, known, token) = (id.clone(), inner.config.known_types.clone(), cancel.clone());
+        blocking(&inner.backend, move |backend| {
+            let mut suffix = SuffixSink { from_seq, events: Vec::new() };
+            let mut validating = ValidatingSink::new(id.clone(), backend, &known, &mut suffix);
+            let Some(outcome) = backend.scan(&id, &token, &mut validating)? else {
+                return Err(PersistenceError::NotFound { id });
+            };
+            Ok(Inspection {
+                header: outcome.header,
+                events: suffix.events.into(),
+                revision: Some(outcome.revision),
+                live: false,
+            })
+        })
+        .await
+    }
+
+    async fn load(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Inspection> {
+        check_cancel(cancel)?;
+        let inner = &self.inner;
+        if let Some(session) = inner.live_session(id) {
+            if session.open_turn().is_some() {
+                return Err(PersistenceError::Conflict {
+                    id: id.clone(),
+                    message: format!(
+                        "cannot load session \"{id}\" while its live turn is open; use the live Session or wait for the turn to close"
+                    ),
+                });
+            }
+            let snapshot = Inner::live_inspection(&session);
+            self.flush(id, cancel).await?;
+            if snapshot.events.is_empty() {
+                return Err(PersistenceError::NotFound { id: id.clone() });
+            }
+            return Ok(snapshot);
+        }
+        let _guard = inner.lock_id(id).await;
+        check_cancel(cancel)?;
+        let Some(log) = inner.read_cold(id, cancel).await? else {
+            return Err(PersistenceError::NotFound { id: id.clone() });
+        };
+        let header = log.outcome.header.clone();
+        let mut events = log.events;
+        if log.outcome.torn.is_some() || !log.closers.is_empty() {
+            check_cancel(cancel)?;
+            let (torn, closers, repair_header) = (log.outcome.torn.clone(), log.closers.clone(), header.clone());
+            blocking(&inner.backend, move |backend| backend.commit_repair(&repair_header, torn.as_ref(), &closers))
+                .await?;
+            events.extend(log.closers.into_iter().map(Arc::new));
+        }
+        let probe = id.clone();
+        let revision = blocking(&inner.backend, move |backend| backend.revision(&probe)).await?;
+        inner.cache.lock().remove(id);
+        inner.states.lock().insert(
+            id.clone(),
+            IdState { header: header.clone(), cursor: events.len() as u64, materialized: true, owner: None },
+        );
+        Ok(Inspection { header, events: events.into(), revision, live: false })
+    }
+
+    async fn flush(&self, id: &SessionId, cancel: &CancellationToken) -> Result<()> {
+        check_cancel(cancel)?;
+        let writer = self.inner.live.lock().get(id).cloned();
+        match writer {
+            Some(writer) => writer.drain(&self.inner).await,
+            None => Ok(()),
+        }
+    }
+
+    fn locate(&self, header: &SessionHeader) -> Option<PathBuf> {
+        self.inner.backend.locate(header)
+    }
+}
+
+/// Streams an in-memory view into a sink on the blocking pool.
+async fn feed(
+    mut sink: Box<dyn StreamSink>,
+    view: Inspection,
+    n_closers: u64,
+) -> Result<(Box<dyn StreamSink>, StreamSummary)> {
+    let task = tokio::task::spawn_blocking(move || {
+        sink.header(&view.header)?;
+        for event in view.events.iter() {
+            sink.event(SessionEvent::clone(event))?;
+        }
+        let summary = StreamSummary {
+            header: view.header.clone(),
+            n_events: view.events.len() as u64,
+            n_closers,
+            live: view.live,
+            revision: view.revision.clone(),
+        };
+        Ok((sink, summary))
+    });
+    match task.await {
+        Ok(result) => result,
+        Err(join_error) => std::panic::resume_unwind(join_error.into_panic()),
+    }
+}
+
+struct SuffixSink {
+    from_seq: u64,
+    events: Vec<Arc<SessionEvent>>,
+}
+
+impl ScanSink for SuffixSink {
+    fn event(&mut self, event: SessionEvent) -> Result<()> {
+        if event.seq >= self.from_seq {
+            self.events.push(Arc::new(event));
+        }
+        Ok(())
+    }
+}
+
+/// Receives the store's notifications and routes them to the coordinator.
+struct LiveObserver {
+    inner: Weak<Inner>,
+}
+
+impl StoreObserver for LiveObserver {
+    fn notify(&self, event: &StoreEvent<'_>) -> std::result::Result<(), session_core::ObserverError> {
+        let Some(inner) = self.inner.upgrade() else {
+            return Ok(());
+        };
+        match event {
+            StoreEvent::Created(session) => {
+                inner.live_writer(session);
+            }
+            StoreEvent::Event(session, event) => {
+                let writer = inner.live_writer(session);
+                writer.enqueue(&inner, Arc::clone(event));
+            }
+            StoreEvent::Disposed(session) => {
+                let session = Arc::clone(session);
+                let retiring = inner.clone();
+                inner.runtime.spawn(async move { retiring.retire(session).await });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl session_core::FlushHook for LiveObserver {
+    fn flush(
+        &self,
+        session: Arc<Session>,
+    ) -> futures::future::BoxFuture<'static, std::result::Result<(), session_core::ObserverError>> {
+        let inner = self.inner.upgrade();
+        Box::pin(async move {
+            let Some(inner) = inner else {
+                return Ok(());
+            };
+            let writer = inner.live_writer(&session);
+            writer.drain(&inner).await.map_err(|err| Box::new(err) as session_core::ObserverError)
+        })
+    }
+}
+
+/// Recently inspected logs, bounded by entry count and by payload bytes. Most recent at the back.
+struct InspectCache {
+    entries: VecDeque<(SessionId, Inspection, u64)>,
+    max_entries: usize,
+    max_bytes: u64,
+    bytes: u64,
+}
+
+impl InspectCache {
+    fn new(max_entries: usize, max_bytes: u64) -> InspectCache {
+        InspectCache { entries: VecDeque::new(), max_entries, max_bytes, bytes: 0 }
+    }
+
+    fn contains(&self, id: &SessionId) -> bool {
+        self.entries.iter().any(|(entry_id, ..)| entry_id == id)
+    }
+
+    fn peek(&self, id: &SessionId) -> Option<Inspection> {
+        self.entries.iter().find(|(entry_id, ..)| entry_id == id).map(|(_, inspection, _)| inspection.clone())
+    }
+
+    /// Returns the entry if it is still at `revision`, making it most recent; drops it otherwise.
+    fn get(&mut self, id: &SessionId, revision: &Revision) -> Option<Inspection> {
+        let idx = self.entries.iter().position(|(entry_id, ..)| entry_id == id)?;
+        let entry = self.entries.remove(idx)?;
+        if entry.1.revision.as_ref() != Some(revision) {
+            self.bytes -= entry.2;
+            return None;
+        }
+        let hit = entry.1.clone();
+        self.entries.push_back(entry);
+        Some(hit)
+    }
+
+    fn insert(&mut self, id: SessionId, inspection: Inspection) {
+        self.remove(&id);
+        let bytes: u64 = inspection.events.iter().map(|event| event.data.as_str().len() as u64 + 64).sum();
+        if bytes > self.max_bytes {
+            return;
+        }
+        self.bytes += bytes;
+        self.entries.push_back((id, inspection, bytes));
+        while self.entries.len() > self.max_entries || self.bytes > self.max_bytes {
+            let Some((_, _, evicted)) = self.entries.pop_front() else { break };
+            self.bytes -= evicted;
+        }
+    }
+
+    fn remove(&mut self, id: &SessionId) {
+        if let Some(idx) = self.entries.iter().position(|(entry_id, ..)| entry_id == id)
+            && let Some((_, _, bytes)) = self.entries.remove(idx)
+        {
+            self.bytes -= bytes;
+        }
+    }
+}

@@ -1,0 +1,506 @@
+//! The persistence contract (reference 01 §7.1 and §7.2), run identically against every backend.
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use serde_json::{Value, json};
+use session_core::{CreateOptions, HeaderMeta, ManualClock, SessionEvent, SessionHeader, SessionId, SessionStore};
+use session_persistence::{
+    Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, MemoryStore, PersistenceError,
+    SessionPersistence,
+};
+use tokio_util::sync::CancellationToken;
+
+/// One kind of storage, reopenable as a fresh coordinator over the same bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Memory,
+    JsonlRaw,
+    JsonlZstd,
+}
+
+const KINDS: [Kind; 3] = [Kind::Memory, Kind::JsonlRaw, Kind::JsonlZstd];
+
+struct Harness {
+    kind: Kind,
+    memory: Arc<MemoryStore>,
+    dir: tempfile::TempDir,
+}
+
+impl Harness {
+    fn new(kind: Kind) -> Harness {
+        Harness { kind, memory: Arc::new(MemoryStore::new()), dir: tempfile::tempdir().unwrap() }
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
+    /// A fresh coordinator over the same storage. Drop the previous one first: a JSONL store
+    /// holds the root's write lock for as long as it lives.
+    fn open(&self) -> Coordinator {
+        let config = CoordinatorConfig { write_batch_max_delay: Duration::from_millis(20), ..CoordinatorConfig::default() };
+        let backend: Arc<dyn session_persistence::Backend> = match self.kind {
+            Kind::Memory => self.memory.clone(),
+            Kind::JsonlRaw | Kind::JsonlZstd => {
+                let compression = if self.kind == Kind::JsonlRaw { Compression::None } else { Compression::Zstd };
+                Arc::new(JsonlStore::open(JsonlConfig { root: self.root(), compression, pack_chunks: true }).unwrap())
+            }
+        };
+        Coordinator::new(backend, config).unwrap()
+    }
+}
+
+fn cancel() -> CancellationToken {
+    CancellationToken::new()
+}
+
+fn header(id: &str) -> SessionHeader {
+    let mut header = SessionHeader::new(SessionId::from(id), 1_000);
+    header.cwd = Some("/work/project".to_owned());
+    header
+}
+
+fn event(value: Value) -> Arc<SessionEvent> {
+    Arc::new(serde_json::from_value(value).unwrap())
+}
+
+fn user_message(seq: u64, turn: u64) -> Arc<SessionEvent> {
+    event(json!({"type": "user/message", "seq": seq, "time": 10 + seq, "surfaceOp": "append",
+        "data": {"id": format!("m-{seq}"), "role": "user", "source": {"kind": "user"},
+                 "content": [{"type": "text", "text": format!("hello {turn}")}]}}))
+}
+
+fn assistant_message(seq: u64, turn: u64, tool_calls: &[&str]) -> Arc<SessionEvent> {
+    let mut content = vec![json!({"type": "text", "text": "ok"})];
+    for call in tool_calls {
+        content.push(json!({"type": "tool-call", "id": call, "name": "read_file", "arguments": "{}"}));
+    }
+    event(json!({"type": "assistant/message", "seq": seq, "time": 10 + seq, "surfaceOp": "append",
+        "data": {"turn": turn, "step": 1, "message": {"id": format!("a-{seq}"), "role": "assistant",
+                 "source": {"kind": "model", "provider": "p", "model": "m"}, "content": content}}}))
+}
+
+fn plain(kind: &str, seq: u64, data: Value) -> Arc<SessionEvent> {
+    event(json!({"type": kind, "seq": seq, "time": 10 + seq, "data": data}))
+}
+
+/// A complete one-turn log starting at `seq0`: 6 events.
+fn one_turn(seq0: u64, turn: u64) -> Vec<Arc<SessionEvent>> {
+    vec![
+        plain("turn/start", seq0, json!({"turn": turn})),
+        user_message(seq0 + 1, turn),
+        plain("step/start", seq0 + 2, json!({"turn": turn, "step": 1})),
+        assistant_message(seq0 + 3, turn, &[]),
+        plain("step/end", seq0 + 4, json!({"turn": turn, "step": 1})),
+        plain("turn/end", seq0 + 5, json!({"turn": turn, "reason": {"kind": "completed"}})),
+    ]
+}
+
+fn seqs(events: &[Arc<SessionEvent>]) -> Vec<u64> {
+    events.iter().map(|event| event.seq).collect()
+}
+
+fn kinds(events: &[Arc<SessionEvent>]) -> Vec<&str> {
+    events.iter().map(|event| event.kind.as_str()).collect()
+}
+
+fn run<F: AsyncFnMut(&Harness)>(mut test: F) {
+    for kind in KINDS {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let harness = Harness::new(kind);
+        runtime.block_on(test(&harness));
+    }
+}
+
+#[test]
+fn round_trip() {
+    run(async |h| {
+        let persistence = h.open();
+        persistence.create(header("s-1"), &cancel()).await.unwrap();
+        persistence.append(&SessionId::from("s-1"), one_turn(0, 1), &cancel()).await.unwrap();
+        drop(persistence);
+        let persistence = h.open();
+        let loaded = persistence.load(&SessionId::from("s-1"), &cancel()).await.unwrap();
+        assert_eq!(*loaded.header, header("s-1"), "{:?}", h.kind);
+        assert_eq!(loaded.events.to_vec(), one_turn(0, 1), "{:?}", h.kind);
+    });
+}
+
+#[test]
+fn create_validates_the_whole_header_and_reserves_nothing_on_failure() {
+    run(async |h| {
+        let persistence = h.open();
+        let mut bad = header("s-1");
+        bad.cwd = Some("relative/dir".into());
+        let err = persistence.create(bad, &cancel()).await.unwrap_err();
+        assert_eq!(err.to_string(), "session header cwd must be an absolute path, got \"relative/dir\"");
+        persistence.create(header("s-1"), &cancel()).await.unwrap();
+        let err = persistence.create(header("s-1"), &cancel()).await.unwrap_err();
+        assert_eq!(err.to_string(), "session \"s-1\" already exists in this backend");
+    });
+}
+
+/// A log that stops inside step 1 of turn 1 (the process died).
+fn open_step_log() -> Vec<Arc<SessionEvent>> {
+    let mut events = one_turn(0, 1);
+    events.extend([
+        plain("turn/start", 6, json!({"turn": 2})),
+        user_message(7, 2),
+        plain("step/start", 8, json!({"turn": 2, "step": 1})),
+    ]);
+    events
+}
+
+#[test]
+fn crash_recovery_of_an_open_step() {
+    run(async |h| {
+        let id = SessionId::from("s-open");
+        let persistence = h.open();
+        persistence.create(header("s-open"), &cancel()).await.unwrap();
+        persistence.append(&id, open_step_log(), &cancel()).await.unwrap();
+        drop(persistence);
+
+        let persistence = h.open();
+        let before = persistence.list_snapshots(&cancel()).await.unwrap();
+        let inspected = persistence.inspect(&id, &cancel()).await.unwrap();
+        assert_eq!(seqs(&inspected.events), (0..11).collect::<Vec<_>>());
+        assert_eq!(kinds(&inspected.events[9..]), ["step/end", "turn/end"]);
+        assert_eq!(inspected.events[10].data.to_value(), json!({"turn": 2, "reason": {"kind": "interrupted"}}));
+        assert_eq!(persistence.list_snapshots(&cancel()).await.unwrap(), before, "inspect must not write");
+
+        let loaded = persistence.load(&id, &cancel()).await.unwrap();
+        assert_eq!(loaded.events.to_vec(), inspected.events.to_vec());
+        assert_ne!(persistence.list_snapshots(&cancel()).await.unwrap(), before, "load commits the repair");
+
+        persistence.append(&id, vec![plain("turn/start", 11, json!({"turn": 3}))], &cancel()).await.unwrap();
+        drop(persistence);
+        let persistence = h.open();
+        let reloaded = persistence.load(&id, &cancel()).await.unwrap();
+        assert_eq!(seqs(&reloaded.events), (0..13).collect::<Vec<_>>(), "{:?}", h.kind);
+        assert_eq!(kinds(&reloaded.events[11..]), ["turn/start", "turn/end"]);
+    });
+}
+
+#[test]
+fn crash_recovery_of_pending_tool_calls() {
+    run(async |h| {
+        let id = SessionId::from("s-tools");
+        let events = vec![
+            plain("turn/start", 0, json!({"turn": 1})),
+            user_message(1, 1),
+            plain("step/start", 2, json!({"turn": 1, "step": 1})),
+            assistant_message(3, 1, &["call-a", "call-b"]),
+            plain("tool/call", 4, json!({"turn": 1, "step": 1, "callId": "call-a", "name": "read_file", "arguments": "{}"})),
+        ];
+        let persistence = h.open();
+        persistence.create(header("s-tools"), &cancel()).await.unwrap();
+        persistence.append(&id, events, &cancel()).await.unwrap();
+        let inspected = persistence.inspect(&id, &cancel()).await.unwrap();
+        assert_eq!(kinds(&inspected.events[5..]), ["tool/result", "tool/result", "step/end", "turn/end"]);
+        let unknown = inspected.events[5].data.to_value();
+        assert_eq!(unknown["error"], json!({"name": "ToolOutcomeUnknownError", "code": "TOOL_OUTCOME_UNKNOWN"}));
+        assert_eq!(inspected.events[5].source_event_seqs.as_deref(), Some(&[4][..]));
+        let not_started = inspected.events[6].data.to_value();
+        assert_eq!(not_started["error"], json!({"name": "ToolNotStartedError", "code": "TOOL_NOT_STARTED"}));
+        assert_eq!(not_started["message"]["source"]["callId"], "call-b");
+        assert_eq!(inspected.events[6].source_event_seqs, None);
+    });
+}
+
+#[test]
+fn lists_only_written_sessions_and_honours_cancellation() {
+    run(async |h| {
+        let persistence = h.open();
+        assert!(persistence.list_snapshots(&cancel()).await.unwrap().is_empty());
+        persistence.create(header("s-lazy"), &cancel()).await.unwrap();
+        persistence.append(&SessionId::from("s-lazy"), Vec::new(), &cancel()).await.unwrap();
+        persistence.create(header("s-real"), &cancel()).await.unwrap();
+        persistence.append(&SessionId::from("s-real"), one_turn(0, 1), &cancel()).await.unwrap();
+        let listed = persistence.list(&cancel()).await.unwrap();
+        assert_eq!(listed.iter().map(|h| h.id.as_str()).collect::<Vec<_>>(), ["s-real"]);
+
+        let cancelled = CancellationToken::new();
+        cancelled.cancel();
+        let id = SessionId::from("s-real");
+        assert!(matches!(persistence.list(&cancelled).await, Err(PersistenceError::Cancelled)));
+        assert!(matches!(persistence.list_snapshots(&cancelled).await, Err(PersistenceError::Cancelled)));
+        assert!(matches!(persistence.inspect(&id, &cancelled).await, Err(PersistenceError::Cancelled)));
+        assert!(matches!(persistence.read_from(&id, 0, &cancelled).await, Err(PersistenceError::Cancelled)));
+        assert!(matches!(persistence.load(&id, &cancelled).await, Err(PersistenceError::Cancelled)));
+        assert!(matches!(persistence.append(&id, one_turn(6, 2), &cancelled).await, Err(PersistenceError::Cancelled)));
+        assert_eq!(persistence.read_from(&id, 0, &cancel()).await.unwrap().events.len(), 6, "nothing was written");
+    });
+}
+
+#[test]
+fn read_from_serves_stored_suffixes_without_closers() {
+    run(async |h| {
+        let id = SessionId::from("s-read");
+        let persistence = h.open();
+        persistence.create(header("s-read"), &cancel()).await.unwrap();
+        persistence.append(&id, open_step_log(), &cancel()).await.unwrap();
+        let read = |from| {
+            let persistence = persistence.clone();
+            let id = id.clone();
+            async move { seqs(&persistence.read_from(&id, from, &cancel()).await.unwrap().events) }
+        };
+        assert_eq!(read(0).await, (0..9).collect::<Vec<_>>());
+        assert_eq!(read(3).await, (3..9).collect::<Vec<_>>());
+        assert_eq!(read(9).await, Vec::<u64>::new());
+        assert_eq!(read(100).await, Vec::<u64>::new());
+        let missing = persistence.read_from(&SessionId::from("nope"), 0, &cancel()).await.unwrap_err();
+        assert_eq!(missing.to_string(), "session \"nope\" not found");
+    });
+}
+
+#[test]
+fn revisions_are_stable_and_change_on_append() {
+    run(async |h| {
+        let id = SessionId::from("s-rev");
+        let persistence = h.open();
+        persistence.create(header("s-rev"), &cancel()).await.unwrap();
+        persistence.append(&id, one_turn(0, 1), &cancel()).await.unwrap();
+        let first = persistence.list_snapshots(&cancel()).await.unwrap();
+        assert_eq!(persistence.list_snapshots(&cancel()).await.unwrap(), first);
+        persistence.inspect(&id, &cancel()).await.unwrap();
+        assert_eq!(persistence.list_snapshots(&cancel()).await.unwrap(), first);
+        persistence.append(&id, one_turn(6, 2), &cancel()).await.unwrap();
+        assert_ne!(persistence.list_snapshots(&cancel()).await.unwrap()[0].revision, first[0].revision);
+    });
+}
+
+#[test]
+fn append_rejects_stale_and_gapped_batches() {
+    run(async |h| {
+        let id = SessionId::from("s-gap");
+        let persistence = h.open();
+        persistence.create(header("s-gap"), &cancel()).await.unwrap();
+        persistence.append(&id, one_turn(0, 1), &cancel()).await.unwrap();
+        let err = persistence.append(&id, one_turn(0, 1), &cancel()).await.unwrap_err();
+        assert_eq!(err.to_string(), "append seq mismatch for \"s-gap\": expected 6 at index 0, got 0");
+        let mut gapped = one_turn(6, 2);
+        gapped.remove(2);
+        let err = persistence.append(&id, gapped, &cancel()).await.unwrap_err();
+        assert_eq!(err.to_string(), "append seq mismatch for \"s-gap\": expected 8 at index 2, got 9");
+        assert_eq!(persistence.read_from(&id, 0, &cancel()).await.unwrap().events.len(), 6);
+    });
+}
+
+#[test]
+fn missing_sessions_are_not_found_and_duplicates_are_refused() {
+    run(async |h| {
+        let persistence = h.open();
+        let missing = SessionId::from("missing");
+        assert!(persistence.load(&missing, &cancel()).await.unwrap_err().is_not_found());
+        assert!(persistence.inspect(&missing, &cancel()).await.unwrap_err().is_not_found());
+        persistence.create(header("s-dup"), &cancel()).await.unwrap();
+        persistence.append(&SessionId::from("s-dup"), one_turn(0, 1), &cancel()).await.unwrap();
+        drop(persistence);
+        let persistence = h.open();
+        let err = persistence.create(header("s-dup"), &cancel()).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "session \"s-dup\" already has a persisted log on disk; load/resume it instead of creating"
+        );
+    });
+}
+
+#[test]
+fn append_adopts_a_stored_session() {
+    run(async |h| {
+        let id = SessionId::from("s-adopt");
+        let persistence = h.open();
+        persistence.create(header("s-adopt"), &cancel()).await.unwrap();
+        persistence.append(&id, one_turn(0, 1), &cancel()).await.unwrap();
+        drop(persistence);
+        let persistence = h.open();
+        persistence.append(&id, vec![plain("turn/start", 6, json!({"turn": 2}))], &cancel()).await.unwrap();
+        drop(persistence);
+        let persistence = h.open();
+        // The adopted log had no open turn, so nothing was added besides the new event; the
+        // new event opened a turn, which a cold load now closes.
+        let loaded = persistence.load(&id, &cancel()).await.unwrap();
+        assert_eq!(kinds(&loaded.events[6..]), ["turn/start", "turn/end"]);
+    });
+}
+
+#[test]
+fn unknown_event_types_are_refused_unless_ignorable() {
+    run(async |h| {
+        let persistence = h.open();
+        persistence.create(header("s-future"), &cancel()).await.unwrap();
+        let id = SessionId::from("s-future");
+        let mut future = one_turn(0, 1);
+        future.push(plain("future/event", 6, json!({"x": 1})));
+        persistence.append(&id, future, &cancel()).await.unwrap();
+        let err = persistence.inspect(&id, &cancel()).await.unwrap_err();
+        assert!(matches!(err, PersistenceError::FormatUnsupported { .. }), "{err:?}");
+        assert!(err.to_string().contains("contains event type \"future/event\" (seq 6) unknown to this harness"), "{err}");
+
+        persistence.create(header("s-future-ok"), &cancel()).await.unwrap();
+        let id = SessionId::from("s-future-ok");
+        let mut tolerated = one_turn(0, 1);
+        tolerated.push(event(json!({"type": "future/event", "seq": 6, "time": 1, "data": null, "ignorable": true})));
+        persistence.append(&id, tolerated, &cancel()).await.unwrap();
+        let inspected = persistence.inspect(&id, &cancel()).await.unwrap();
+        assert_eq!(inspected.events.len(), 7);
+        assert!(inspected.events[6].ignorable);
+    });
+}
+
+fn store() -> Arc<SessionStore> {
+    Arc::new(SessionStore::new(Arc::new(ManualClock::new(5_000))))
+}
+
+fn meta() -> HeaderMeta {
+    HeaderMeta { cwd: Some("/work/project".into()), ..HeaderMeta::default() }
+}
+
+fn append_turn(session: &session_core::Session, turn: u64) {
+    session.append("turn/start", &json!({"turn": turn}), None).unwrap();
+    session.append("turn/end", &json!({"turn": turn, "reason": {"kind": "completed"}}), None).unwrap();
+}
+
+#[test]
+fn live_sessions_are_written_behind_and_flushed() {
+    run(async |h| {
+        let persistence = h.open();
+        let store = store();
+        persistence.attach(&store);
+        let session = store.create(Some(SessionId::from("s-live")), CreateOptions { seed: None, meta: meta() }).unwrap();
+        append_turn(&session, 1);
+        session.append("turn/start", &json!({"turn": 2}), None).unwrap();
+        persistence.flush(session.id(), &cancel()).await.unwrap();
+
+        let err = persistence.load(session.id(), &cancel()).await.unwrap_err();
+        assert!(err.to_string().starts_with("cannot load session \"s-live\" while its live turn is open"), "{err}");
+        let read = persistence.read_from(session.id(), 0, &cancel()).await.unwrap();
+        assert_eq!(kinds(&read.events), ["turn/start", "turn/end", "turn/start"]);
+
+        session.append("turn/end", &json!({"turn": 2, "reason": {"kind": "completed"}}), None).unwrap();
+        store.detach(session.id());
+        drop(session);
+        // Disposal drains the buffer; a cold load then sees every event.
+        for _ in 0..200 {
+            if persistence.read_from(&SessionId::from("s-live"), 0, &cancel()).await.unwrap().events.len() == 4 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let loaded = persistence.load(&SessionId::from("s-live"), &cancel()).await.unwrap();
+        assert_eq!(seqs(&loaded.events), [0, 1, 2, 3]);
+        assert_eq!(loaded.header.cwd.as_deref(), Some("/work/project"));
+    });
+}
+
+#[test]
+fn store_flush_barrier_persists_everything_appended_before_it() {
+    run(async |h| {
+        let persistence = h.open();
+        let store = store();
+        persistence.attach(&store);
+        let session = store.create(Some(SessionId::from("s-flush")), CreateOptions { seed: None, meta: meta() }).unwrap();
+        append_turn(&session, 1);
+        append_turn(&session, 2);
+        assert!(store.flush(session.id()).await.unwrap());
+        let read = persistence.read_from(session.id(), 0, &cancel()).await.unwrap();
+        assert_eq!(read.events.len(), 4);
+    });
+}
+
+#[test]
+fn an_empty_live_session_is_never_written() {
+    run(async |h| {
+        let persistence = h.open();
+        let store = store();
+        persistence.attach(&store);
+        let session = store.create(Some(SessionId::from("s-empty")), CreateOptions { seed: None, meta: meta() }).unwrap();
+        store.flush(session.id()).await.unwrap();
+        assert!(persistence.load(session.id(), &cancel()).await.unwrap_err().is_not_found());
+        assert!(persistence.list(&cancel()).await.unwrap().is_empty());
+    });
+}
+
+#[test]
+fn fork_seed_is_persisted_exactly_once_with_its_end_seed() {
+    run(async |h| {
+        let persistence = h.open();
+        let store = store();
+        persistence.attach(&store);
+        let parent = store.create(Some(SessionId::from("s-parent")), CreateOptions { seed: None, meta: meta() }).unwrap();
+        append_turn(&parent, 1);
+        let child = store.fork(parent.id(), None, Some(SessionId::from("s-child"))).unwrap();
+        store.flush(child.id()).await.unwrap();
+        store.flush(child.id()).await.unwrap();
+        let read = persistence.read_from(child.id(), 0, &cancel()).await.unwrap();
+        assert_eq!(kinds(&read.events), ["turn/start", "turn/end", "session/end-seed"]);
+        assert_eq!(read.header.seed_length, Some(2));
+        assert_eq!(read.header.parent_session.as_ref().map(SessionId::as_str), Some("s-parent"));
+    });
+}
+
+#[test]
+fn resume_claims_the_loaded_log_without_rewriting_it() {
+    run(async |h| {
+        let id = SessionId::from("s-resume");
+        {
+            let persistence = h.open();
+            let store = store();
+            persistence.attach(&store);
+            let session = store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta() }).unwrap();
+            append_turn(&session, 1);
+            store.flush(&id).await.unwrap();
+            persistence.close().await.unwrap();
+        }
+        let persistence = h.open();
+        let loaded = persistence.load(&id, &cancel()).await.unwrap();
+        let store = store();
+        persistence.attach(&store);
+        let meta = HeaderMeta { created_at: Some(loaded.header.created_at), ..meta() };
+        let session = store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }).unwrap();
+        append_turn(&session, 2);
+        store.flush(&id).await.unwrap();
+        let read = persistence.read_from(&id, 0, &cancel()).await.unwrap();
+        assert_eq!(kinds(&read.events), ["turn/start", "turn/end", "session/end-seed", "turn/start", "turn/end"]);
+    });
+}
+
+#[test]
+fn a_new_live_session_cannot_take_over_a_stored_id() {
+    run(async |h| {
+        let id = SessionId::from("s-taken");
+        let persistence = h.open();
+        persistence.create(header("s-taken"), &cancel()).await.unwrap();
+        persistence.append(&id, one_turn(0, 1), &cancel()).await.unwrap();
+        drop(persistence);
+        let persistence = h.open();
+        let store = store();
+        persistence.attach(&store);
+        let session = store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta() }).unwrap();
+        append_turn(&session, 1);
+        let err = store.flush(&id).await.unwrap_err();
+        assert!(err.to_string().contains("id collision"), "{err}");
+        let read = persistence.read_from(&id, 0, &cancel()).await.unwrap();
+        assert_eq!(read.events.to_vec(), one_turn(0, 1), "the stored log is untouched");
+    });
+}
+
+#[test]
+fn streaming_inspection_matches_the_materialized_view() {
+    run(async |h| {
+        let id = SessionId::from("s-stream");
+        let persistence = h.open();
+        persistence.create(header("s-stream"), &cancel()).await.unwrap();
+        persistence.append(&id, open_step_log(), &cancel()).await.unwrap();
+        drop(persistence);
+        let persistence = h.open();
+        let (sink, summary) =
+            session_persistence::inspect_into(&persistence, &id, &cancel(), session_persistence::CollectSink::default())
+                .await
+                .unwrap();
+        let inspected = persistence.inspect(&id, &cancel()).await.unwrap();
+        let streamed: Vec<Arc<SessionEvent>> = sink.events.into_iter().map(Arc::new).collect();
+        assert_eq!(streamed, inspected.events.to_vec());
+        assert_eq!((summary.n_events, summary.n_closers), (11, 2));
+    });
+}

@@ -1,0 +1,333 @@
+//! Tidy tests: repository-wide rules checked as plain `#[test]`s, so `cargo test` enforces them.
+//!
+//! Each test collects every violation and fails once, naming the file or edge and saying how to
+//! fix it.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use serde_json::Value;
+
+use crate::{cargo, project_root};
+
+/// The heading in `ARCHITECTURE.md` whose first fenced block lists the allowed edges.
+const EDGES_HEADING: &str = "## Allowed dependency edges";
+
+/// Directories whose `.rs` files the source rules apply to.
+const SOURCE_DIRS: &[&str] = &["crates", "xtask", "tests"];
+
+/// `from -> to`: package `from` depends on workspace package `to`.
+type Edge = (String, String);
+
+/// Each edge between workspace members with the manifest tables that declare it.
+type Graph = BTreeMap<Edge, BTreeSet<&'static str>>;
+
+#[derive(Debug)]
+struct Member {
+    name: String,
+    /// The manifest path relative to the workspace root, for messages.
+    manifest: PathBuf,
+}
+
+#[test]
+fn dependency_edges_match_architecture_md() {
+    let (members, actual) = workspace_graph();
+    let text = read(&project_root().join("ARCHITECTURE.md"));
+    let allowed = match parse_allowed_edges(&text) {
+        Ok(allowed) => allowed,
+        Err(message) => panic!("ARCHITECTURE.md: {message}"),
+    };
+
+    let manifest_of = |name: &str| {
+        members.iter().find(|member| member.name == name).map_or_else(
+            || format!("<{name} is not a workspace member>"),
+            |member| member.manifest.display().to_string(),
+        )
+    };
+    let mut problems = Vec::new();
+    for ((from, to), tables) in actual.iter().filter(|(edge, _)| !allowed.contains(edge)) {
+        let tables = tables.iter().copied().collect::<Vec<_>>().join(", ");
+        problems.push(format!(
+            "{}: `{from} -> {to}` (in {tables}) is not an allowed edge.\n    \
+             Remove the dependency, or, if the new direction is intended, add the line `{from} -> {to}` to \
+             the \"{EDGES_HEADING}\" block of ARCHITECTURE.md.",
+            manifest_of(from)
+        ));
+    }
+    for (from, to) in allowed.iter().filter(|edge| !actual.contains_key(edge)) {
+        problems.push(format!(
+            "ARCHITECTURE.md: `{from} -> {to}` is listed as allowed but {} does not depend on {to}.\n    \
+             Delete the line from the \"{EDGES_HEADING}\" block (the list must equal the real graph).",
+            manifest_of(from)
+        ));
+    }
+    let names: BTreeSet<&str> = members.iter().map(|member| member.name.as_str()).collect();
+    for (from, to) in &allowed {
+        for name in [from, to] {
+            if !names.contains(name.as_str()) {
+                problems.push(format!(
+                    "ARCHITECTURE.md: `{from} -> {to}` names `{name}`, which is not a workspace member.\n    \
+                     List only crates that exist; describe planned crates in prose."
+                ));
+            }
+        }
+    }
+    report("dependency edges between workspace crates", problems);
+}
+
+#[test]
+fn every_rs_file_starts_with_a_module_doc_comment() {
+    let mut problems = Vec::new();
+    for path in rust_files() {
+        let text = read(&path);
+        let first_line = text.lines().next().unwrap_or("");
+        if !first_line.starts_with("//!") {
+            problems.push(format!(
+                "{}: the first line is `{first_line}`, not a `//!` comment.\n    \
+                 Start the file with a `//!` line saying what the file is for.",
+                relative(&path)
+            ));
+        }
+    }
+    report("module doc comments", problems);
+}
+
+#[test]
+fn no_ignored_or_should_panic_tests_and_no_stubs() {
+    // Built with concat! so this file does not match its own patterns.
+    let banned: &[(&str, &str)] = &[
+        (concat!("#[", "ignore"), "make the test run (or delete it); a slow test belongs in a benchmark"),
+        (
+            concat!("#[", "should_panic"),
+            "call the code and assert on the returned `Err` instead (bugs panic; failures return `Err`)",
+        ),
+        (concat!("todo", "!("), "finish the code, or return a typed error for the unsupported case"),
+        (concat!("unimplemented", "!("), "finish the code, or return a typed error for the unsupported case"),
+    ];
+    let mut problems = Vec::new();
+    for path in rust_files() {
+        let text = read(&path);
+        for (line_idx, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            for (pattern, fix) in banned {
+                if line.contains(pattern) {
+                    problems.push(format!("{}:{}: contains `{pattern}`; {fix}.", relative(&path), line_idx + 1));
+                }
+            }
+        }
+    }
+    report("banned test attributes and stubs", problems);
+}
+
+#[test]
+fn every_crate_inherits_workspace_lints() {
+    let (members, _) = workspace_graph();
+    let mut problems = Vec::new();
+    for member in &members {
+        let text = read(&project_root().join(&member.manifest));
+        if !inherits_workspace_lints(&text) {
+            problems.push(format!(
+                "{}: no `[lints] workspace = true`.\n    \
+                 Add a `[lints]` table with `workspace = true` so the crate gets the shared lints.",
+                member.manifest.display()
+            ));
+        }
+    }
+    report("workspace lints", problems);
+}
+
+#[test]
+fn parse_allowed_edges_reads_only_the_block_under_the_heading() {
+    let text = "\
+# Architecture
+```text
+ignored -> block
+```
+## Allowed dependency edges
+Prose.
+```text
+# comment
+b -> a
+
+c->a
+```
+```text
+also -> ignored
+```
+";
+    let expected: BTreeSet<Edge> = [("b", "a"), ("c", "a")].map(|(from, to)| (from.to_owned(), to.to_owned())).into();
+    assert_eq!(parse_allowed_edges(text), Ok(expected));
+
+    let malformed = format!("{EDGES_HEADING}\n```\na => b\n```\n");
+    assert!(parse_allowed_edges(&malformed).unwrap_err().contains("line 3"));
+    assert!(parse_allowed_edges("# no heading\n").is_err());
+    assert!(parse_allowed_edges(&format!("{EDGES_HEADING}\n```\na -> b\n")).is_err());
+}
+
+#[test]
+fn inherits_workspace_lints_accepts_both_spellings() {
+    assert!(inherits_workspace_lints("[package]\nname = \"a\"\n\n[lints]\nworkspace = true\n"));
+    assert!(inherits_workspace_lints("[package]\nlints.workspace = true\n"));
+    assert!(!inherits_workspace_lints("[lints]\n\n[dependencies]\nworkspace = true\n"));
+    assert!(!inherits_workspace_lints("[package]\nname = \"a\"\n"));
+}
+
+/// Parses the first fenced block after [`EDGES_HEADING`]: one `from -> to` per line; blank lines
+/// and lines starting with `#` are skipped.
+fn parse_allowed_edges(text: &str) -> Result<BTreeSet<Edge>, String> {
+    let mut lines = text.lines().enumerate().skip_while(|(_, line)| line.trim_end() != EDGES_HEADING);
+    if lines.next().is_none() {
+        return Err(format!("no `{EDGES_HEADING}` heading; add it, followed by a fenced block of `from -> to` lines"));
+    }
+    let mut lines = lines.skip_while(|(_, line)| !line.starts_with("```"));
+    if lines.next().is_none() {
+        return Err(format!("no fenced block after `{EDGES_HEADING}`"));
+    }
+    let mut edges = BTreeSet::new();
+    for (line_idx, line) in lines {
+        let line = line.trim();
+        if line.starts_with("```") {
+            return Ok(edges);
+        }
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match line.split_once("->") {
+            Some((from, to)) if is_package_name(from.trim()) && is_package_name(to.trim()) => {
+                edges.insert((from.trim().to_owned(), to.trim().to_owned()));
+            }
+            _ => {
+                return Err(format!(
+                    "line {}: `{line}` is not an edge; write `from-crate -> to-crate`, one per line",
+                    line_idx + 1
+                ));
+            }
+        }
+    }
+    Err(format!("the fenced block after `{EDGES_HEADING}` is not closed"))
+}
+
+fn is_package_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// True if the manifest has `workspace = true` in its `[lints]` table (or `lints.workspace = true`).
+fn inherits_workspace_lints(manifest: &str) -> bool {
+    let mut table = "";
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            table = line;
+            continue;
+        }
+        let key_value: String = line.chars().filter(|c| !c.is_whitespace()).collect();
+        let inherits = (table == "[lints]" && key_value == "workspace=true")
+            || (table != "[lints]" && key_value == "lints.workspace=true");
+        if inherits {
+            return true;
+        }
+    }
+    false
+}
+
+/// The workspace members and the edges between them, from `cargo metadata --no-deps`.
+/// An edge is any normal, dev or build dependency whose path is another member's directory.
+fn workspace_graph() -> (Vec<Member>, Graph) {
+    let root = project_root();
+    let output = Command::new(cargo())
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(&root)
+        .output()
+        .expect("could not run `cargo metadata`");
+    assert!(
+        output.status.success(),
+        "`cargo metadata` failed ({}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: Value = serde_json::from_slice(&output.stdout).expect("`cargo metadata` printed invalid JSON");
+
+    let workspace_ids: BTreeSet<&str> = metadata["workspace_members"]
+        .as_array()
+        .expect("no workspace_members")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let packages: Vec<&Value> = metadata["packages"]
+        .as_array()
+        .expect("no packages")
+        .iter()
+        .filter(|package| package["id"].as_str().is_some_and(|id| workspace_ids.contains(id)))
+        .collect();
+
+    let manifest_path = |package: &Value| PathBuf::from(package["manifest_path"].as_str().expect("no manifest_path"));
+    let members: Vec<Member> = packages
+        .iter()
+        .map(|package| {
+            let manifest = manifest_path(package);
+            Member {
+                name: package["name"].as_str().expect("no package name").to_owned(),
+                manifest: manifest.strip_prefix(&root).unwrap_or(&manifest).to_owned(),
+            }
+        })
+        .collect();
+
+    let mut edges = Graph::new();
+    for package in &packages {
+        let from = package["name"].as_str().expect("no package name");
+        for dependency in package["dependencies"].as_array().expect("no dependencies") {
+            let Some(dep_dir) = dependency["path"].as_str() else { continue };
+            let target = packages.iter().find(|other| manifest_path(other).parent() == Some(Path::new(dep_dir)));
+            let Some(target) = target else { continue };
+            let table = match dependency["kind"].as_str() {
+                Some("dev") => "[dev-dependencies]",
+                Some("build") => "[build-dependencies]",
+                _ => "[dependencies]",
+            };
+            let to = target["name"].as_str().expect("no package name");
+            edges.entry((from.to_owned(), to.to_owned())).or_default().insert(table);
+        }
+    }
+    (members, edges)
+}
+
+/// Every `.rs` file under [`SOURCE_DIRS`], skipping `target` directories, sorted.
+fn rust_files() -> Vec<PathBuf> {
+    fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
+        let entries = fs::read_dir(dir).unwrap_or_else(|err| panic!("cannot read {}: {err}", dir.display()));
+        for entry in entries {
+            let path = entry.unwrap_or_else(|err| panic!("cannot read {}: {err}", dir.display())).path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|name| name != "target") {
+                    walk(&path, files);
+                }
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    for dir in SOURCE_DIRS {
+        walk(&project_root().join(dir), &mut files);
+    }
+    files.sort();
+    files
+}
+
+fn read(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()))
+}
+
+fn relative(path: &Path) -> String {
+    path.strip_prefix(project_root()).unwrap_or(path).display().to_string()
+}
+
+#[track_caller]
+fn report(rule: &str, problems: Vec<String>) {
+    assert!(problems.is_empty(), "tidy: {} problem(s) with {rule}:\n\n{}\n", problems.len(), problems.join("\n\n"));
+}
