@@ -1,3 +1,4 @@
 //! Shared helpers for the cross-crate end-to-end tests and benchmarks.
 
+pub mod crash;
 pub mod workload;

@@ -175,6 +175,9 @@ impl SessionEvent {
 
     /// Rejects the permanently retired legacy vocabulary (§1.4), as `session event "<type>" ...`.
     pub fn check_legacy(&self) -> Result<(), String> {
+        if !self.kind.starts_with("request/header") {
+            return Ok(());
+        }
         self.check_legacy_at(&format!("session event \"{}\"", self.kind))
     }
 

@@ -52,7 +52,7 @@ pub struct HeaderError {
 }
 
 impl HeaderError {
-    fn new(message: impl Into<String>) -> HeaderError {
+    pub(crate) fn new(message: impl Into<String>) -> HeaderError {
         HeaderError { message: message.into() }
     }
 }

@@ -139,12 +139,16 @@ impl JsonData {
         JsonData::from_value(&value)
     }
 
-    /// Wraps JSON text after checking that it is one well-formed value.
+    /// Wraps JSON text after checking that it is one well-formed value in the lossless domain
+    /// (no `-0`, no number that overflows to an infinity).
     pub fn from_text(text: impl Into<String>) -> Result<JsonData, LosslessError> {
-        RawValue::from_string(text.into()).map(JsonData).map_err(|err| LosslessError::InvalidText(err.to_string()))
+        let raw = RawValue::from_string(text.into()).map_err(|err| LosslessError::InvalidText(err.to_string()))?;
+        check_lossless_text(raw.get())?;
+        Ok(JsonData(raw))
     }
 
-    /// Wraps an already validated raw value (used by decoders).
+    /// Wraps an already validated raw value (used by decoders). Only the syntax is guaranteed; a
+    /// `Session` re-checks the lossless domain of every event it is seeded with.
     pub fn from_raw(raw: Box<RawValue>) -> JsonData {
         JsonData(raw)
     }
@@ -190,7 +194,14 @@ impl JsonData {
 /// Structural equality: object key order does not matter (reference 01 §8.3).
 impl PartialEq for JsonData {
     fn eq(&self, other: &JsonData) -> bool {
-        self.as_str() == other.as_str() || self.to_value() == other.to_value()
+        if self.as_str() == other.as_str() {
+            return true;
+        }
+        // Text built by `from_raw` may hold a number no tree can represent; it equals nothing else.
+        match (serde_json::from_str::<Value>(self.as_str()), serde_json::from_str::<Value>(other.as_str())) {
+            (Ok(left), Ok(right)) => left == right,
+            _ => false,
+        }
     }
 }
 
@@ -248,6 +259,9 @@ mod tests {
             assert_eq!(check_lossless_text(bad), Err(LosslessError::NegativeZero), "{bad}");
         }
         assert!(matches!(check_lossless_text("[1e400]"), Err(LosslessError::InvalidText(_))));
+        assert_eq!(JsonData::from_text("[-0]").unwrap_err(), LosslessError::NegativeZero);
+        assert!(JsonData::from_text("1e400").is_err());
+        assert!(JsonData::from_text("[1,").is_err());
     }
 
     #[test]

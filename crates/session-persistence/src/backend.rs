@@ -67,6 +67,14 @@ pub trait ScanSink {
     }
 
     fn event(&mut self, event: SessionEvent) -> Result<()>;
+
+    /// The log changed on disk while it was being scanned, and the scan is about to start over
+    /// from the header: forget everything received so far and return `true`. A sink that cannot
+    /// forget returns `false` (the default), and the scan then fails with an I/O error instead of
+    /// retrying. Wrapping sinks should forward this call.
+    fn restart(&mut self) -> bool {
+        false
+    }
 }
 
 /// Collects a scan into memory.
@@ -79,6 +87,11 @@ impl ScanSink for CollectSink {
     fn event(&mut self, event: SessionEvent) -> Result<()> {
         self.events.push(event);
         Ok(())
+    }
+
+    fn restart(&mut self) -> bool {
+        self.events.clear();
+        true
     }
 }
 

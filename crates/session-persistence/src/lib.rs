@@ -6,6 +6,8 @@
 mod backend;
 mod coordinator;
 mod error;
+pub mod format;
+mod jsonl;
 mod live;
 mod memory;
 mod persistence;
@@ -15,6 +17,8 @@ pub use crate::{
     backend::{Backend, CollectSink, Revision, ScanOutcome, ScanSink, StoredHeader, TornTail},
     coordinator::{Coordinator, CoordinatorConfig},
     error::{CorruptKind, Location, PersistenceError, Result},
+    format::Compression,
+    jsonl::{HeaderCacheStats, JsonlConfig, JsonlStore, encode_segment, project_key},
     memory::MemoryStore,
     persistence::{Inspection, SessionPersistence, StreamSink, StreamSummary, inspect_into},
     validate::KnownTypes,

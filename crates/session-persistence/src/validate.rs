@@ -110,7 +110,7 @@ impl<'a> ValidatingSink<'a> {
         }
         if let Some(shape) = messages::legacy_shape(event) {
             return Err(self.unsupported(format!(
-                "session \"{id}\" contains a pre-identity legacy {shape} at seq {seq}; this build does not import legacy logs"
+                "session \"{id}\" contains a {shape} event at seq {seq}; this build does not import legacy logs"
             )));
         }
         if !event.ignorable && !self.known.contains(&event.kind) {

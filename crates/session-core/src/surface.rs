@@ -1,0 +1,323 @@
+//! The message surface (reference 01 §2.3): the ordered seqs of the events that make up the
+//! model-visible history, folded incrementally from `surfaceOp` markers.
+//!
+//! Validation is split from mutation: `SurfaceState::plan` checks one candidate event against the
+//! current state without changing it, and `SurfaceState::commit` applies the plan. A session
+//! validates an append with `plan` and commits only after every other check passed.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, value::RawValue};
+
+use crate::{
+    JsonData, SessionEvent, SurfaceOp,
+    view::{BorrowedStr, Entries},
+};
+
+/// How a surface-eligible append joins the surface: the marker plus the seqs of earlier events it
+/// derives from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SurfaceIntent {
+    pub op: SurfaceOp,
+    pub source_event_seqs: Option<Vec<u64>>,
+}
+
+impl SurfaceIntent {
+    pub fn append() -> SurfaceIntent {
+        SurfaceIntent { op: SurfaceOp::Append, source_event_seqs: None }
+    }
+
+    /// Replaces the surface nodes `start..=end` (event seqs). The sources must cover every
+    /// shadowed node; see [`SurfaceIntent::with_sources`].
+    pub fn replace(start: u64, end: u64) -> SurfaceIntent {
+        SurfaceIntent { op: SurfaceOp::Replace { start, end }, source_event_seqs: None }
+    }
+
+    pub fn with_sources(mut self, source_event_seqs: impl Into<Vec<u64>>) -> SurfaceIntent {
+        self.source_event_seqs = Some(source_event_seqs.into());
+        self
+    }
+}
+
+/// One replacement seen while folding: the replacing event, the declared range, and the nodes it
+/// actually removed, in surface order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SurfaceReplacement {
+    pub seq: u64,
+    pub start: u64,
+    pub end: u64,
+    pub shadowed_seqs: Vec<u64>,
+}
+
+/// The result of a full replay: current nodes plus every replacement in event order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SurfaceFold {
+    pub nodes: Vec<u64>,
+    pub replacements: Vec<SurfaceReplacement>,
+}
+
+/// The surface of a log, or of a window of a log that starts at `base_seq`.
+///
+/// The state needs no access to the log: for each current `tool/result` node it keeps a small
+/// canonical key of its payload without the rewritable content, which is all the content-only
+/// replace rule compares. A reader can therefore validate a log while streaming it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SurfaceState {
+    next_seq: u64,
+    nodes: Vec<u64>,
+    /// Parallel to `nodes`.
+    rewrite_keys: Vec<RewriteKey>,
+    replace_generation: u64,
+}
+
+/// What the content-only replace rule needs to know about a current node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum RewriteKey {
+    NotToolResult,
+    /// A `tool/result`, with the canonical JSON of its payload minus `message.content[0].content`
+    /// (`None` when the payload has no message object to compare).
+    ToolResult(Option<Box<str>>),
+}
+
+/// A validated transition that has not been applied yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SurfacePlan {
+    /// The event does not touch the surface.
+    Untouched {
+        seq: u64,
+    },
+    Append {
+        seq: u64,
+        key: RewriteKeyPlan,
+    },
+    Replace {
+        seq: u64,
+        start: u64,
+        end: u64,
+        start_idx: usize,
+        end_idx: usize,
+        key: RewriteKeyPlan,
+    },
+}
+
+/// The rewrite key of a planned node (opaque outside this module).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RewriteKeyPlan(RewriteKey);
+
+const TOOL_RESULT: &str = "tool/result";
+
+impl SurfaceState {
+    pub fn new() -> SurfaceState {
+        SurfaceState::default()
+    }
+
+    /// A surface for a window of a log whose first event has seq `base_seq`. A replace that
+    /// reaches before the window fails, because its start is not found.
+    pub fn with_base(base_seq: u64) -> SurfaceState {
+        SurfaceState { next_seq: base_seq, ..SurfaceState::default() }
+    }
+
+    /// Current surface event seqs in model-visible order. After a replace they are no longer
+    /// sorted: the replacing seq takes the place of the range it shadowed.
+    pub fn nodes(&self) -> &[u64] {
+        &self.nodes
+    }
+
+    /// How many replacements have been applied; derived caches rebuild when it changes.
+    pub fn replace_generation(&self) -> u64 {
+        self.replace_generation
+    }
+
+    /// The seq the next event must have.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Validates and applies the next event of the log. On error the state is unchanged.
+    pub fn apply(&mut self, event: &SessionEvent) -> Result<Option<SurfaceReplacement>, String> {
+        let plan = self.plan(event)?;
+        Ok(self.commit(plan))
+    }
+
+    /// Validates the next event without changing the state, in the reference's order:
+    /// contiguity, marker eligibility, then the append or replace rules.
+    pub(crate) fn plan(&self, event: &SessionEvent) -> Result<SurfacePlan, String> {
+        if event.seq != self.next_seq {
+            return Err(format!("session event seq {} is not contiguous; expected {}", event.seq, self.next_seq));
+        }
+        event.check_eligibility()?;
+        match event.surface_op {
+            None => Ok(SurfacePlan::Untouched { seq: event.seq }),
+            Some(SurfaceOp::Append) => {
+                event.check_sources(&[])?;
+                Ok(SurfacePlan::Append { seq: event.seq, key: RewriteKeyPlan(rewrite_key(event)) })
+            }
+            Some(SurfaceOp::Replace { start, end }) => {
+                let start_idx = self
+                    .position(start)
+                    .ok_or_else(|| format!("surface replace: start seq {start} not found in surface"))?;
+                let end_idx =
+                    self.position(end).ok_or_else(|| format!("surface replace: end seq {end} not found in surface"))?;
+                if start_idx > end_idx {
+                    return Err(format!(
+                        "surface replace: start seq {start} (index {start_idx}) is after end seq {end} (index {end_idx})"
+                    ));
+                }
+                event.check_sources(&self.nodes[start_idx..=end_idx])?;
+                let key = rewrite_key(event);
+                if let RewriteKey::ToolResult(replacement) = &key {
+                    self.check_tool_result_rewrite(start_idx, end_idx, replacement.as_deref())?;
+                }
+                Ok(SurfacePlan::Replace { seq: event.seq, start, end, start_idx, end_idx, key: RewriteKeyPlan(key) })
+            }
+        }
+    }
+
+    /// Applies a plan made by [`SurfaceState::plan`] against this same state.
+    pub(crate) fn commit(&mut self, plan: SurfacePlan) -> Option<SurfaceReplacement> {
+        match plan {
+            SurfacePlan::Untouched { seq } => {
+                self.next_seq = seq + 1;
+                None
+            }
+            SurfacePlan::Append { seq, key } => {
+                self.next_seq = seq + 1;
+                self.nodes.push(seq);
+                self.rewrite_keys.push(key.0);
+                None
+            }
+            SurfacePlan::Replace { seq, start, end, start_idx, end_idx, key } => {
+                assert_eq!(seq, self.next_seq, "a surface plan is committed against the state it was made for");
+                self.next_seq = seq + 1;
+                let shadowed_seqs: Vec<u64> = self.nodes.splice(start_idx..=end_idx, [seq]).collect();
+                self.rewrite_keys.splice(start_idx..=end_idx, [key.0]);
+                self.replace_generation += 1;
+                Some(SurfaceReplacement { seq, start, end, shadowed_seqs })
+            }
+        }
+    }
+
+    fn position(&self, seq: u64) -> Option<usize> {
+        self.nodes.iter().position(|&node| node == seq)
+    }
+
+    /// A `tool/result` replace may only rewrite the content of exactly one current result.
+    fn check_tool_result_rewrite(
+        &self,
+        start_idx: usize,
+        end_idx: usize,
+        replacement: Option<&str>,
+    ) -> Result<(), String> {
+        if start_idx != end_idx {
+            return Err("tool/result surface replacement must rewrite exactly one current node".to_owned());
+        }
+        let RewriteKey::ToolResult(original) = &self.rewrite_keys[start_idx] else {
+            return Err("tool/result surface replacement must target a current tool/result".to_owned());
+        };
+        match (original.as_deref(), replacement) {
+            (Some(original), Some(replacement)) if original == replacement => Ok(()),
+            _ => Err("tool/result surface replacement may change only content".to_owned()),
+        }
+    }
+}
+
+fn rewrite_key(event: &SessionEvent) -> RewriteKey {
+    if event.kind == TOOL_RESULT {
+        RewriteKey::ToolResult(without_result_content(&event.data))
+    } else {
+        RewriteKey::NotToolResult
+    }
+}
+
+/// The canonical JSON (object keys sorted) of `data` with `message.content[0].content` set to
+/// null and any later content blocks dropped, mirroring the reference's
+/// `{...message, content: [{...content[0], content: null}]}`. Two results are a content-only
+/// rewrite of each other exactly when their keys are equal. The rewritable content itself is
+/// skipped as a raw slice and never parsed into a tree. `None` when there is no message object.
+fn without_result_content(data: &JsonData) -> Option<Box<str>> {
+    let data_entries: Vec<(BorrowedStr<'_>, &RawValue)> = entries(data.as_raw())?;
+    let mut rest = Map::new();
+    let mut message = None;
+    for (key, raw) in data_entries {
+        if key.0 == "message" {
+            message = entries(raw);
+        } else {
+            rest.insert(key.0.into_owned(), parse(raw)?);
+        }
+    }
+    let mut message_rest = Map::new();
+    let mut first_block = Map::new();
+    for (key, raw) in message? {
+        if key.0 != "content" {
+            message_rest.insert(key.0.into_owned(), parse(raw)?);
+            continue;
+        }
+        let first = serde_json::from_str::<Vec<&RawValue>>(raw.get()).ok().and_then(|blocks| blocks.first().copied());
+        for (block_key, block_raw) in first.and_then(entries).unwrap_or_default() {
+            if block_key.0 != "content" {
+                first_block.insert(block_key.0.into_owned(), parse(block_raw)?);
+            }
+        }
+    }
+    first_block.insert("content".to_owned(), Value::Null);
+    message_rest.insert("content".to_owned(), Value::Array(vec![Value::Object(first_block)]));
+    rest.insert("message".to_owned(), Value::Object(message_rest));
+    let mut canonical = String::new();
+    write_canonical(&Value::Object(rest), &mut canonical);
+    Some(canonical.into_boxed_str())
+}
+
+/// The entries of a JSON object, borrowed; `None` for anything else.
+fn entries(raw: &RawValue) -> Option<Vec<(BorrowedStr<'_>, &RawValue)>> {
+    if !raw.get().starts_with('{') {
+        return None;
+    }
+    serde_json::from_str::<Entries<'_>>(raw.get()).ok().map(|entries| entries.0)
+}
+
+fn parse(raw: &RawValue) -> Option<Value> {
+    serde_json::from_str(raw.get()).ok()
+}
+
+/// Writes `value` as compact JSON with object keys sorted, so equal structures give equal text.
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (idx, key) in keys.into_iter().enumerate() {
+                if idx > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[key.as_str()], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (idx, item) in items.iter().enumerate() {
+                if idx > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// Replays a complete log (seqs contiguous from 0) through the surface rules.
+pub fn fold_surface(events: &[Arc<SessionEvent>]) -> Result<SurfaceFold, String> {
+    let mut state = SurfaceState::new();
+    let mut replacements = Vec::new();
+    for event in events {
+        if let Some(replacement) = state.apply(event)? {
+            replacements.push(replacement);
+        }
+    }
+    Ok(SurfaceFold { nodes: state.nodes, replacements })
+}

@@ -1,0 +1,380 @@
+//! `SessionStore`: ids, lifecycle, observer containment and veto, re-entrancy, detach, flush
+//! (reference 01 §2.6).
+
+use std::{sync::Arc, thread};
+
+use futures::{FutureExt, channel::oneshot, executor::block_on};
+use parking_lot::Mutex;
+use serde_json::json;
+
+use super::{Recorder, append, clock, describe, detached, id, user_message};
+use crate::{
+    BoxFuture, CreateOptions, HeaderMeta, ObserverError, Session, SessionError, SessionStore, StoreEvent,
+    StoreObserver, SurfaceIntent,
+};
+
+fn lines() -> Arc<Mutex<Vec<String>>> {
+    Arc::new(Mutex::new(Vec::new()))
+}
+
+fn take(lines: &Mutex<Vec<String>>) -> Vec<String> {
+    std::mem::take(&mut *lines.lock())
+}
+
+fn observer(
+    f: impl Fn(&StoreEvent<'_>) -> Result<(), ObserverError> + Send + Sync + 'static,
+) -> Arc<dyn StoreObserver> {
+    Arc::new(f)
+}
+
+#[test]
+fn ids_are_minted_per_store_skipping_live_ones() {
+    let store = store_with_nothing();
+    let first = store.create(None, CreateOptions::default()).unwrap();
+    store.create(Some(id("session-3")), CreateOptions::default()).unwrap();
+    let second = store.create(None, CreateOptions::default()).unwrap();
+    let third = store.create(None, CreateOptions::default()).unwrap();
+    assert_eq!(
+        [first.id().as_str(), second.id().as_str(), third.id().as_str()],
+        ["session-1", "session-2", "session-4"]
+    );
+    assert_eq!(first.header().created_at, super::T0 as u64);
+    assert_eq!(
+        store.list().iter().map(|session| session.id().to_string()).collect::<Vec<_>>(),
+        ["session-1", "session-3", "session-2", "session-4"],
+        "creation order"
+    );
+    let err = store.create(Some(id("session-3")), CreateOptions::default()).unwrap_err();
+    assert_eq!(err.to_string(), "session \"session-3\" already exists");
+    let err = store.prepare(Some(id("session-1")), CreateOptions::default()).unwrap_err();
+    assert_eq!(err.to_string(), "session \"session-1\" already exists");
+    assert!(store.contains(&id("session-4")));
+    assert!(store.get(&id("session-9")).is_none());
+}
+
+fn store_with_nothing() -> SessionStore {
+    super::store()
+}
+
+#[test]
+fn create_validates_meta_and_seed() {
+    let store = store_with_nothing();
+    let meta = HeaderMeta { cwd: Some("relative".into()), ..HeaderMeta::default() };
+    let err = store.create(Some(id("bad")), CreateOptions { seed: None, meta }).unwrap_err();
+    assert_eq!(err.to_string(), "session header cwd must be an absolute path, got \"relative\"");
+    assert!(!store.contains(&id("bad")));
+
+    let negative_clock = SessionStore::new(Arc::new(crate::ManualClock::new(-1)));
+    let err = negative_clock.create(None, CreateOptions::default()).unwrap_err();
+    assert_eq!(err.to_string(), "session header createdAt must be a non-negative safe integer");
+
+    let meta = HeaderMeta { created_at: Some(1000), owner: Some("alice".into()), ..HeaderMeta::default() };
+    let session = store.create(Some(id("meta")), CreateOptions { seed: Some(Vec::new()), meta }).unwrap();
+    assert_eq!((session.header().created_at, session.header().owner.as_deref()), (1000, Some("alice")));
+    assert_eq!(session.len(), 1, "an empty seed still gets session/end-seed");
+}
+
+#[test]
+fn observers_hear_the_lifecycle_in_order() {
+    let store = store_with_nothing();
+    let lines = lines();
+    store.add_observer(Recorder::new("a", &lines));
+    let session =
+        store.create(Some(id("s")), CreateOptions { seed: Some(Vec::new()), meta: HeaderMeta::default() }).unwrap();
+    append(&session, "turn/start", json!({"turn": 1}));
+    assert!(session.is_attached());
+    let detached_session = store.detach(&id("s")).unwrap();
+    assert!(Arc::ptr_eq(&detached_session, &session));
+    assert!(!session.is_attached());
+    append(&session, "turn/end", json!({"turn": 1}));
+    assert_eq!(take(&lines), ["a: created s", "a: event s 1 turn/start", "a: disposed s"]);
+    assert!(store.detach(&id("s")).is_none());
+    assert!(store.list().is_empty());
+
+    // A prepared session is not live and publishes nothing until it is published.
+    let prepared = store.prepare(Some(id("p")), CreateOptions::default()).unwrap();
+    append(&prepared, "turn/start", json!({"turn": 1}));
+    assert!(!store.contains(&id("p")));
+    store.publish(&prepared).unwrap();
+    append(&prepared, "turn/end", json!({"turn": 1}));
+    assert_eq!(take(&lines), ["a: created p", "a: event p 1 turn/end"]);
+}
+
+#[test]
+fn failing_and_panicking_observers_are_contained() {
+    let store = store_with_nothing();
+    let lines = lines();
+    store.add_observer(observer(|event| match event {
+        StoreEvent::Created(_) => Ok(()),
+        _ => Err("observer refused".into()),
+    }));
+    store.add_observer(observer(|event| match event {
+        StoreEvent::Created(_) => Ok(()),
+        _ => panic!("observer exploded"),
+    }));
+    store.add_observer(Recorder::new("c", &lines));
+    let session = store.create(Some(id("s")), CreateOptions::default()).unwrap();
+    let event = session.append("turn/start", &json!({"turn": 1}), None).unwrap();
+    assert_eq!(event.seq, 0);
+    assert_eq!(session.len(), 1);
+    store.detach(&id("s")).unwrap();
+    assert_eq!(take(&lines), ["c: created s", "c: event s 0 turn/start", "c: disposed s"]);
+}
+
+#[test]
+fn a_failing_created_observer_vetoes_and_pairs_disposed() {
+    for (name, fail) in [("err", false), ("panic", true)] {
+        let store = store_with_nothing();
+        let lines = lines();
+        store.add_observer(Recorder::new("before", &lines));
+        let failing_lines = Arc::clone(&lines);
+        store.add_observer(observer(move |event| {
+            failing_lines.lock().push(format!("failing: {}", describe(event)));
+            match event {
+                StoreEvent::Created(_) if fail => panic!("no thanks"),
+                StoreEvent::Created(_) => Err("no thanks".into()),
+                _ => Ok(()),
+            }
+        }));
+        store.add_observer(Recorder::new("after", &lines));
+        let session = store.prepare(Some(id("v")), CreateOptions::default()).unwrap();
+        let err = store.publish(&session).unwrap_err();
+        let expected = if fail {
+            "session \"v\" creation was vetoed by an observer: observer panicked: no thanks"
+        } else {
+            "session \"v\" creation was vetoed by an observer: no thanks"
+        };
+        assert_eq!(err.to_string(), expected, "{name}");
+        assert_eq!(
+            take(&lines),
+            ["before: created v", "failing: created v", "before: disposed v", "failing: disposed v"],
+            "{name}"
+        );
+        assert!(!store.contains(&id("v")));
+        assert!(!session.is_attached());
+        append(&session, "turn/start", json!({"turn": 1}));
+        assert!(take(&lines).is_empty(), "a vetoed session is detached");
+        // The id is free again: a new attempt is vetoed again rather than refused as a duplicate.
+        let again = store.create(Some(id("v")), CreateOptions::default()).unwrap_err();
+        assert!(again.to_string().contains("vetoed"), "{name}: {again}");
+    }
+}
+
+#[test]
+fn publish_twice_and_foreign_attachment_are_rejected() {
+    let store = store_with_nothing();
+    let session = store.create(Some(id("p")), CreateOptions::default()).unwrap();
+    assert_eq!(store.publish(&session).unwrap_err().to_string(), "session \"p\" was already announced");
+    let other_instance = detached("p");
+    assert_eq!(store.publish(&other_instance).unwrap_err().to_string(), "session \"p\" already exists");
+    let other_store = store_with_nothing();
+    assert_eq!(other_store.publish(&session).unwrap_err().to_string(), "session \"p\" is already attached to a store");
+}
+
+#[test]
+fn appends_from_inside_an_observer_are_rejected() {
+    let store = Arc::new(store_with_nothing());
+    let outcomes = lines();
+    let recorded = Arc::clone(&outcomes);
+    let store_in_observer = Arc::downgrade(&store);
+    store.add_observer(observer(move |event| {
+        let session = match event {
+            StoreEvent::Created(session) | StoreEvent::Event(session, _) => session,
+            StoreEvent::Disposed(_) => return Ok(()),
+        };
+        if session.id().as_str() != "main" {
+            return Ok(());
+        }
+        let own = session.append("plugin/echo", &json!({}), None).map(|_| ()).map_err(|err| err.to_string());
+        recorded.lock().push(format!("{}: {own:?}", describe(event)));
+        // Appending to another session from inside the callback is fine.
+        if let Some(store) = store_in_observer.upgrade()
+            && let Some(other) = store.get(&id("other"))
+        {
+            other.append("plugin/echo", &json!({}), None)?;
+        }
+        Ok(())
+    }));
+    let other = store.create(Some(id("other")), CreateOptions::default()).unwrap();
+    let session = store.create(Some(id("main")), CreateOptions::default()).unwrap();
+    append(&session, "turn/start", json!({"turn": 1}));
+    let reentrant = Err::<(), _>(SessionError::Reentrant.to_string());
+    assert_eq!(
+        take(&outcomes),
+        [format!("created main: {reentrant:?}"), format!("event main 0 turn/start: {reentrant:?}")]
+    );
+    assert_eq!(session.len(), 1);
+    assert_eq!(other.len(), 2);
+}
+
+#[test]
+fn detach_inside_a_publication_is_deferred_until_it_unwinds() {
+    let store = Arc::new(store_with_nothing());
+    let lines = lines();
+    let weak_store = Arc::downgrade(&store);
+    let detach_lines = Arc::clone(&lines);
+    store.add_observer(observer(move |event| {
+        detach_lines.lock().push(format!("detacher: {}", describe(event)));
+        if let StoreEvent::Event(session, event) = event
+            && event.kind == "turn/end"
+            && let Some(store) = weak_store.upgrade()
+        {
+            let returned = store.detach(session.id());
+            assert!(returned.is_some(), "the session is returned at once");
+            assert!(store.contains(session.id()), "removal waits for the publication to unwind");
+        }
+        Ok(())
+    }));
+    store.add_observer(Recorder::new("later", &lines));
+    let session = store.create(Some(id("d")), CreateOptions::default()).unwrap();
+    append(&session, "turn/end", json!({"turn": 1}));
+    assert!(!store.contains(&id("d")));
+    assert_eq!(
+        take(&lines),
+        [
+            "detacher: created d",
+            "later: created d",
+            "detacher: event d 0 turn/end",
+            "later: event d 0 turn/end",
+            "detacher: disposed d",
+            "later: disposed d",
+        ]
+    );
+
+    // A detach from a creation observer takes effect once the announcement unwinds.
+    let weak_store = Arc::downgrade(&store);
+    store.add_observer(observer(move |event| {
+        if let StoreEvent::Created(session) = event
+            && session.id().as_str() == "short"
+            && let Some(store) = weak_store.upgrade()
+        {
+            store.detach(session.id());
+        }
+        Ok(())
+    }));
+    let short = store.create(Some(id("short")), CreateOptions::default()).unwrap();
+    assert!(!short.is_attached());
+    assert!(!store.contains(&id("short")));
+    let heard: Vec<String> = take(&lines).into_iter().filter(|line| line.starts_with("later")).collect();
+    assert_eq!(heard, ["later: created short", "later: disposed short"]);
+}
+
+#[test]
+fn concurrent_appenders_publish_in_seq_order() {
+    let store = store_with_nothing();
+    let seqs = Arc::new(Mutex::new(Vec::new()));
+    let recorded = Arc::clone(&seqs);
+    store.add_observer(observer(move |event| {
+        if let StoreEvent::Event(_, event) = event {
+            recorded.lock().push(event.seq);
+        }
+        Ok(())
+    }));
+    let session = store.create(Some(id("busy")), CreateOptions::default()).unwrap();
+    thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                for _ in 0..100 {
+                    session.append("user/message", &user_message("m", "x"), Some(SurfaceIntent::append())).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(*seqs.lock(), (0..400).collect::<Vec<u64>>());
+    assert!(session.events().iter().enumerate().all(|(idx, event)| event.seq == idx as u64));
+}
+
+#[test]
+fn removed_observers_hear_nothing() {
+    let store = store_with_nothing();
+    let lines = lines();
+    let observer_id = store.add_observer(Recorder::new("a", &lines));
+    let session = store.create(Some(id("r")), CreateOptions::default()).unwrap();
+    assert!(store.remove_observer(observer_id));
+    assert!(!store.remove_observer(observer_id));
+    append(&session, "turn/start", json!({"turn": 1}));
+    assert_eq!(take(&lines), ["a: created r"]);
+}
+
+type HookResult = BoxFuture<'static, Result<(), ObserverError>>;
+
+fn hook(f: impl Fn(Arc<Session>) -> HookResult + Send + Sync + 'static) -> Arc<dyn crate::FlushHook> {
+    Arc::new(f)
+}
+
+#[test]
+fn flush_semantics() {
+    let store = store_with_nothing();
+    let err = block_on(store.flush(&id("missing"))).unwrap_err();
+    assert_eq!(err.to_string(), "session \"missing\" is not live in this store");
+    store.create(Some(id("f")), CreateOptions::default()).unwrap();
+    assert!(!block_on(store.flush(&id("f"))).unwrap(), "no hook ran");
+
+    // The first hook waits for a signal that only the second hook sends, so the call completes
+    // only if the hooks run concurrently. The first failure in registration order wins even
+    // though the second hook fails first.
+    let (sender, receiver) = oneshot::channel::<()>();
+    let receiver = Mutex::new(Some(receiver));
+    let sender = Mutex::new(Some(sender));
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let ran_first = Arc::clone(&ran);
+    store.add_flush_hook(hook(move |session| {
+        let receiver = receiver.lock().take();
+        let ran = Arc::clone(&ran_first);
+        async move {
+            if let Some(receiver) = receiver {
+                receiver.await?;
+            }
+            ran.lock().push(format!("first {}", session.id()));
+            Err("first failure".into())
+        }
+        .boxed()
+    }));
+    let ran_second = Arc::clone(&ran);
+    store.add_flush_hook(hook(move |_| {
+        if let Some(sender) = sender.lock().take() {
+            let _ = sender.send(());
+        }
+        ran_second.lock().push("second".to_owned());
+        async { Err("second failure".into()) }.boxed()
+    }));
+    let err = block_on(store.flush(&id("f"))).unwrap_err();
+    assert_eq!(err.to_string(), "flush of session \"f\" failed: first failure");
+    assert_eq!(*ran.lock(), ["second", "first f"]);
+
+    let store = store_with_nothing();
+    store.create(Some(id("g")), CreateOptions::default()).unwrap();
+    store.add_flush_hook(hook(|_| async { Ok(()) }.boxed()));
+    assert!(block_on(store.flush(&id("g"))).unwrap());
+    let panicking = store.add_flush_hook(hook(|_| panic!("hook exploded")));
+    let err = block_on(store.flush(&id("g"))).unwrap_err();
+    assert_eq!(err.to_string(), "flush of session \"g\" failed: flush hook panicked: hook exploded");
+    store.remove_flush_hook(panicking);
+    store.add_flush_hook(hook(|_| async { panic!("poll exploded") }.boxed()));
+    let err = block_on(store.flush(&id("g"))).unwrap_err();
+    assert_eq!(err.to_string(), "flush of session \"g\" failed: flush hook panicked: poll exploded");
+}
+
+#[test]
+fn clock_is_shared_with_sessions() {
+    let clock = clock();
+    let store = SessionStore::new(Arc::clone(&clock) as _);
+    let session = store.create(None, CreateOptions::default()).unwrap();
+    clock.advance(25);
+    let event = append(&session, "turn/start", json!({"turn": 1}));
+    assert_eq!(event.time, super::T0 + 25);
+    assert_eq!(store.clock().now_ms(), super::T0 + 25);
+}
+
+#[test]
+fn sessions_and_stores_cross_threads() {
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+    let store = store_with_nothing();
+    let session = store.create(None, CreateOptions::default()).unwrap();
+    send_sync(&store);
+    send_sync(&session);
+    let flush = store.flush(session.id());
+    send(&flush);
+    assert!(!block_on(flush).unwrap());
+}

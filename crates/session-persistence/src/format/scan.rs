@@ -1,0 +1,301 @@
+//! Scanning a whole log, raw or zstd: header, valid prefix, torn tail (reference 01 §4.3–4.5).
+//!
+//! Memory stays bounded whatever the log's length: bytes are read in chunks, zstd frames are
+//! decoded as streams, and events go to the sink as soon as they are committed.
+
+use std::{io, path::Path, sync::Arc};
+
+use session_core::SessionHeader;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Compression,
+    header::{HeaderLineError, decode},
+    scanner::LineScanner,
+    zstd::{FrameStream, Piece, StreamEnd, read_full, walk_frames},
+};
+use crate::{
+    backend::{ScanSink, TornTail},
+    error::{CorruptKind, Location, PersistenceError, Result},
+};
+
+/// Raw bytes read per call.
+const READ_CHUNK: usize = 256 << 10;
+
+/// The longest header line (or header frame plaintext) a reader accepts.
+pub(crate) const MAX_HEADER_BYTES: usize = 1 << 20;
+
+/// Positioned reads over a log's bytes; a file, or a buffer in tests.
+pub trait ByteSource {
+    /// The number of bytes to read; a scan never reads past it.
+    fn len(&self) -> u64;
+
+    /// Reads at `offset` into `buf`, returning how many bytes were read (0 at the end).
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl ByteSource for [u8] {
+    fn len(&self) -> u64 {
+        <[u8]>::len(self) as u64
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(rest) = usize::try_from(offset).ok().and_then(|offset| self.get(offset..)) else {
+            return Ok(0);
+        };
+        let n = rest.len().min(buf.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        Ok(n)
+    }
+}
+
+/// The result of a scan besides the streamed events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogScan {
+    pub header: Arc<SessionHeader>,
+    /// Events streamed: the valid prefix, recovered events of a torn zstd frame included.
+    pub n_events: u64,
+    pub torn: Option<TornTail>,
+    /// Bytes of log text decoded (decompressed for zstd), header included.
+    pub n_bytes: u64,
+}
+
+/// Scans the log in `source`: hands the header and then each event of the valid prefix to
+/// `sink`, and reports the torn tail. `path` names the log in errors.
+pub fn scan_log(
+    source: &dyn ByteSource,
+    compression: Compression,
+    path: &Path,
+    cancel: &CancellationToken,
+    sink: &mut dyn ScanSink,
+) -> Result<LogScan> {
+    if cancel.is_cancelled() {
+        return Err(PersistenceError::Cancelled);
+    }
+    match compression {
+        Compression::None => scan_raw(source, path, cancel, sink),
+        Compression::Zstd => scan_zstd(source, path, cancel, sink),
+    }
+}
+
+fn corrupt_header(path: &Path, message: &str) -> PersistenceError {
+    PersistenceError::corrupt(CorruptKind::Header, Location::file(path), message)
+}
+
+fn deliver_header(line: &[u8], path: &Path, sink: &mut dyn ScanSink) -> Result<Arc<SessionHeader>> {
+    let header = Arc::new(decode(line).map_err(|error| error.into_error(path))?);
+    sink.header(&header)?;
+    Ok(header)
+}
+
+fn scan_raw(source: &dyn ByteSource, path: &Path, cancel: &CancellationToken, sink: &mut dyn ScanSink) -> Result<LogScan> {
+    let len = source.len();
+    let mut buf = vec![0; READ_CHUNK];
+    let mut header_line = Vec::new();
+    let mut header = None;
+    let mut scanner: Option<LineScanner> = None;
+    let mut offset = 0;
+    while offset < len {
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        let want = usize::try_from(len - offset).unwrap_or(usize::MAX).min(READ_CHUNK);
+        let got = read_full(source, offset, &mut buf[..want]).map_err(|error| PersistenceError::io(path, error))?;
+        if got == 0 {
+            break;
+        }
+        let mut rest = &buf[..got];
+        if scanner.is_none() {
+            let Some(newline) = memchr::memchr(b'\n', rest) else {
+                header_line.extend_from_slice(rest);
+                if header_line.len() > MAX_HEADER_BYTES {
+                    let message = format!("corrupt session log: header line exceeds {MAX_HEADER_BYTES} bytes");
+                    return Err(corrupt_header(path, &message));
+                }
+                offset += got as u64;
+                continue;
+            };
+            header_line.extend_from_slice(&rest[..newline]);
+            header = Some(deliver_header(&header_line, path, sink)?);
+            scanner = Some(LineScanner::new(path, offset + newline as u64 + 1));
+            rest = &rest[newline + 1..];
+        }
+        if let Some(scanner) = scanner.as_mut() {
+            scanner.feed(rest, &mut |event| sink.event(event))?;
+        }
+        offset += got as u64;
+    }
+    let (Some(header), Some(scanner)) = (header, scanner) else {
+        return Err(corrupt_header(path, "empty or header-less session log"));
+    };
+    let committed = scanner.committed();
+    Ok(LogScan {
+        header,
+        n_events: scanner.n_events(),
+        torn: (committed < offset).then(|| TornTail { truncate_to: committed, recovered: Vec::new() }),
+        n_bytes: offset,
+    })
+}
+
+fn scan_zstd(source: &dyn ByteSource, path: &Path, cancel: &CancellationToken, sink: &mut dyn ScanSink) -> Result<LogScan> {
+    let len = source.len();
+    let walk = walk_frames(source, len, path, cancel, None)?;
+    if walk.n_complete == 0 {
+        return Err(corrupt_header(path, "empty or header-less Zstandard session log"));
+    }
+    let mut stream = FrameStream::new(source).map_err(|error| PersistenceError::io(path, error))?;
+    let mut header_text = Vec::new();
+    let mut header: Option<Arc<SessionHeader>> = None;
+    let mut scanner: Option<LineScanner> = None;
+    let mut n_bytes = 0u64;
+    let end = stream.run(0, walk.complete_end, path, cancel, &mut |piece| {
+        match piece {
+            Piece::Plaintext(bytes) => {
+                n_bytes += bytes.len() as u64;
+                match scanner.as_mut() {
+                    Some(scanner) => scanner.feed(bytes, &mut |event| sink.event(event))?,
+                    None if header_text.len() + bytes.len() > MAX_HEADER_BYTES => {
+                        return Err(corrupt_header(
+                            path,
+                            "corrupt Zstandard session log: first frame is not exactly one header line",
+                        ));
+                    }
+                    None => header_text.extend_from_slice(bytes),
+                }
+            }
+            Piece::FrameEnd { end } => match scanner.as_mut() {
+                Some(scanner) => scanner.set_frame_start(end),
+                None => {
+                    let line = header_frame_line(&header_text)
+                        .ok_or_else(|| corrupt_header(path, "corrupt Zstandard session log: first frame is not exactly one header line"))?;
+                    header = Some(deliver_header(line, path, sink)?);
+                    let mut events = LineScanner::new(path, header_text.len() as u64);
+                    events.set_frame_start(end);
+                    scanner = Some(events);
+                }
+            },
+        }
+        Ok(())
+    })?;
+    match end {
+        StreamEnd::Exhausted { frame_start } if frame_start == walk.complete_end => {}
+        StreamEnd::Exhausted { frame_start } | StreamEnd::Failed { frame_start } => {
+            return Err(PersistenceError::corrupt(
+                CorruptKind::Frame,
+                Location::at_byte(path, frame_start),
+                format!("corrupt Zstandard session log: frame at byte {frame_start} failed validation"),
+            ));
+        }
+    }
+    let (Some(header), Some(mut scanner)) = (header, scanner) else {
+        return Err(corrupt_header(path, "empty or header-less Zstandard session log"));
+    };
+    if scanner.committed() != scanner.input() {
+        return Err(PersistenceError::corrupt(
+            CorruptKind::TornRecordInFrame,
+            scanner.issue().map_or_else(|| Location::file(path), |issue| issue.location(path)),
+            "corrupt Zstandard session log: complete frame contains a torn JSONL record",
+        ));
+    }
+    let torn = match walk.torn_start {
+        None => None,
+        Some(torn_start) => {
+            // A torn final frame: decode what is there, without its checksum; complete lines in
+            // it are recovered events. A decoder error only ends the recovery.
+            let mut recovered = Vec::new();
+            scanner.set_frame_start(torn_start);
+            stream.run(torn_start, len, path, cancel, &mut |piece| {
+                if let Piece::Plaintext(bytes) = piece {
+                    n_bytes += bytes.len() as u64;
+                    scanner.feed(bytes, &mut |event| {
+                        recovered.push(event.clone());
+                        sink.event(event)
+                    })?;
+                }
+                Ok(())
+            })?;
+            Some(TornTail { truncate_to: torn_start, recovered })
+        }
+    };
+    Ok(LogScan { header, n_events: scanner.n_events(), torn, n_bytes })
+}
+
+/// The header frame's plaintext must be exactly one newline-terminated line.
+fn header_frame_line(plaintext: &[u8]) -> Option<&[u8]> {
+    let line = plaintext.strip_suffix(b"\n")?;
+    memchr::memchr(b'\n', line).is_none().then_some(line)
+}
+
+/// Reads only the header of a log, for listing. `Ok(None)` means junk to skip silently: an
+/// empty or incomplete first line or frame, or a first line that is not a header. A damaged
+/// header frame, retired fields and I/O failures are errors; a foreign version is listed.
+pub(crate) fn read_header(
+    source: &dyn ByteSource,
+    compression: Compression,
+    path: &Path,
+    cancel: &CancellationToken,
+) -> Result<Option<SessionHeader>> {
+    let line = match compression {
+        Compression::None => read_first_line(source, path, cancel)?,
+        Compression::Zstd => read_header_frame(source, path, cancel)?,
+    };
+    let Some(line) = line else { return Ok(None) };
+    match decode(&line) {
+        Ok(header) => Ok(Some(header)),
+        Err(HeaderLineError::NotJson | HeaderLineError::NotHeader { .. }) => Ok(None),
+        Err(HeaderLineError::Unsupported { header, .. }) => Ok(header),
+        Err(error @ HeaderLineError::Retired) => Err(error.into_error(path)),
+    }
+}
+
+fn read_first_line(source: &dyn ByteSource, path: &Path, cancel: &CancellationToken) -> Result<Option<Vec<u8>>> {
+    const CHUNK: usize = 8 << 10;
+    let mut line = Vec::new();
+    let mut buf = [0u8; CHUNK];
+    let mut offset = 0;
+    while offset < source.len() && line.len() <= MAX_HEADER_BYTES {
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        let got = source.read_at(offset, &mut buf).map_err(|error| PersistenceError::io(path, error))?;
+        if got == 0 {
+            break;
+        }
+        if let Some(newline) = memchr::memchr(b'\n', &buf[..got]) {
+            line.extend_from_slice(&buf[..newline]);
+            return Ok(Some(line));
+        }
+        line.extend_from_slice(&buf[..got]);
+        offset += got as u64;
+    }
+    Ok(None)
+}
+
+fn read_header_frame(source: &dyn ByteSource, path: &Path, cancel: &CancellationToken) -> Result<Option<Vec<u8>>> {
+    let walk = walk_frames(source, source.len(), path, cancel, Some(1))?;
+    if walk.n_complete == 0 {
+        return Ok(None);
+    }
+    let failed = || corrupt_header(path, "corrupt Zstandard session log: header frame failed validation");
+    let mut plaintext = Vec::new();
+    let mut stream = FrameStream::new(source).map_err(|error| PersistenceError::io(path, error))?;
+    let end = stream.run(0, walk.complete_end, path, cancel, &mut |piece| {
+        if let Piece::Plaintext(bytes) = piece {
+            if plaintext.len() + bytes.len() > MAX_HEADER_BYTES {
+                return Err(failed());
+            }
+            plaintext.extend_from_slice(bytes);
+        }
+        Ok(())
+    })?;
+    if end != (StreamEnd::Exhausted { frame_start: walk.complete_end }) {
+        return Err(failed());
+    }
+    let line = header_frame_line(&plaintext)
+        .ok_or_else(|| corrupt_header(path, "corrupt Zstandard session log: first frame is not exactly one header line"))?;
+    Ok(Some(line.to_vec()))
+}

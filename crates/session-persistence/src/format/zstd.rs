@@ -1,0 +1,297 @@
+//! Zstandard framing (reference 01 §4.4): one checksummed frame per durable batch, a structural
+//! frame walker, and a streaming frame decoder.
+
+use std::{io, path::Path};
+
+use tokio_util::sync::CancellationToken;
+use zstd::stream::raw::{CParameter, Decoder, InBuffer, Operation, OutBuffer};
+
+use super::scan::ByteSource;
+use crate::error::{CorruptKind, Location, PersistenceError, Result};
+
+/// The frame magic number; stored little-endian as `28 B5 2F FD`.
+pub const ZSTD_MAGIC: u32 = 0xFD2F_B528;
+
+/// Compressed bytes read per call while decoding.
+const INPUT_CHUNK: usize = 256 << 10;
+
+/// The structural walker reads ahead this much, so small frames cost no extra reads.
+const WALK_WINDOW: usize = 64 << 10;
+
+/// Compresses batches into frames: the default level, with a content checksum.
+pub struct FrameEncoder {
+    compressor: zstd::bulk::Compressor<'static>,
+}
+
+impl std::fmt::Debug for FrameEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FrameEncoder")
+    }
+}
+
+impl FrameEncoder {
+    pub fn new() -> io::Result<FrameEncoder> {
+        let mut compressor = zstd::bulk::Compressor::new(zstd::DEFAULT_COMPRESSION_LEVEL)?;
+        compressor.set_parameter(CParameter::ChecksumFlag(true))?;
+        Ok(FrameEncoder { compressor })
+    }
+
+    /// One complete frame holding `plaintext`.
+    pub fn encode(&mut self, plaintext: &[u8]) -> io::Result<Vec<u8>> {
+        self.compressor.compress(plaintext)
+    }
+}
+
+/// What the structural walk found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FrameWalk {
+    pub(crate) n_complete: u64,
+    /// The end of the last complete frame.
+    pub(crate) complete_end: u64,
+    /// Where an incomplete final frame starts (end of file inside it).
+    pub(crate) torn_start: Option<u64>,
+}
+
+/// A read-ahead window over a source, for walking frame headers.
+struct Window<'s> {
+    source: &'s dyn ByteSource,
+    len: u64,
+    start: u64,
+    bytes: Vec<u8>,
+}
+
+impl Window<'_> {
+    /// The `n` bytes at `offset`, or `None` if the source ends first.
+    fn get(&mut self, offset: u64, n: usize) -> io::Result<Option<&[u8]>> {
+        let Some(end) = offset.checked_add(n as u64).filter(|end| *end <= self.len) else {
+            return Ok(None);
+        };
+        let window_end = self.start + self.bytes.len() as u64;
+        if offset < self.start || end > window_end {
+            let want = usize::try_from(self.len - offset).unwrap_or(usize::MAX).min(WALK_WINDOW.max(n));
+            self.bytes.resize(want, 0);
+            let got = read_full(self.source, offset, &mut self.bytes)?;
+            self.bytes.truncate(got);
+            self.start = offset;
+            if got < n {
+                return Ok(None);
+            }
+        }
+        let at = (offset - self.start) as usize;
+        Ok(Some(&self.bytes[at..at + n]))
+    }
+}
+
+/// Reads until `buf` is full or the source ends; returns the bytes read.
+pub(crate) fn read_full(source: &dyn ByteSource, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match source.read_at(offset + filled as u64, &mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(filled)
+}
+
+fn frame_error(path: &Path, byte: u64, what: &str) -> PersistenceError {
+    PersistenceError::corrupt(
+        CorruptKind::Frame,
+        Location::at_byte(path, byte),
+        format!("corrupt Zstandard session log: {what} at byte {byte}"),
+    )
+}
+
+/// Walks frame structure without decompressing: magic, descriptor, block headers, checksum.
+/// Stops after `max_frames` complete frames when given. End of file inside a frame is a torn
+/// tail; bad magic (with at least 4 bytes left), a reserved descriptor bit or a reserved block
+/// type is corruption.
+pub(crate) fn walk_frames(
+    source: &dyn ByteSource,
+    len: u64,
+    path: &Path,
+    cancel: &CancellationToken,
+    max_frames: Option<u64>,
+) -> Result<FrameWalk> {
+    let mut window = Window { source, len, start: 0, bytes: Vec::new() };
+    let mut walk = FrameWalk { n_complete: 0, complete_end: 0, torn_start: None };
+    let io_error = |error| PersistenceError::io(path, error);
+    while walk.complete_end < len && max_frames.is_none_or(|max| walk.n_complete < max) {
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        let start = walk.complete_end;
+        match walk_frame(&mut window, start, path).map_err(|error| error.map_io(io_error))? {
+            Some(end) => {
+                walk.n_complete += 1;
+                walk.complete_end = end;
+            }
+            None => {
+                walk.torn_start = Some(start);
+                break;
+            }
+        }
+    }
+    Ok(walk)
+}
+
+enum WalkError {
+    Io(io::Error),
+    Corrupt(PersistenceError),
+}
+
+impl WalkError {
+    fn map_io(self, io_error: impl FnOnce(io::Error) -> PersistenceError) -> PersistenceError {
+        match self {
+            WalkError::Io(error) => io_error(error),
+            WalkError::Corrupt(error) => error,
+        }
+    }
+}
+
+impl From<io::Error> for WalkError {
+    fn from(error: io::Error) -> WalkError {
+        WalkError::Io(error)
+    }
+}
+
+/// The end of the frame at `start`, or `None` if the source ends inside it.
+fn walk_frame(window: &mut Window<'_>, start: u64, path: &Path) -> Result<Option<u64>, WalkError> {
+    let Some(magic) = window.get(start, 4)? else { return Ok(None) };
+    if u32::from_le_bytes([magic[0], magic[1], magic[2], magic[3]]) != ZSTD_MAGIC {
+        return Err(WalkError::Corrupt(frame_error(path, start, "invalid frame magic")));
+    }
+    let mut offset = start + 4;
+    let Some(&[descriptor]) = window.get(offset, 1)? else { return Ok(None) };
+    if descriptor & 0x18 != 0 {
+        return Err(WalkError::Corrupt(frame_error(path, offset, "reserved frame-header bit")));
+    }
+    offset += 1;
+    let content_size_flag = descriptor >> 6;
+    let single_segment = descriptor & 0x20 != 0;
+    let checksum = descriptor & 0x04 != 0;
+    let dictionary_bytes = match descriptor & 0x03 {
+        3 => 4,
+        flag => u64::from(flag),
+    };
+    let content_size_bytes = match content_size_flag {
+        0 => u64::from(single_segment),
+        flag => 1 << flag,
+    };
+    offset += u64::from(!single_segment) + dictionary_bytes + content_size_bytes;
+    loop {
+        let Some(header) = window.get(offset, 3)? else { return Ok(None) };
+        let header = u32::from_le_bytes([header[0], header[1], header[2], 0]);
+        let last = header & 1 != 0;
+        let block_type = (header >> 1) & 3;
+        if block_type == 3 {
+            return Err(WalkError::Corrupt(frame_error(path, offset, "reserved block type")));
+        }
+        let payload = if block_type == 1 { 1 } else { u64::from(header >> 3) };
+        offset += 3 + payload;
+        if offset > window.len {
+            return Ok(None);
+        }
+        if last {
+            break;
+        }
+    }
+    if checksum {
+        offset += 4;
+    }
+    Ok((offset <= window.len).then_some(offset))
+}
+
+/// What the stream delivers while decoding.
+pub(crate) enum Piece<'a> {
+    Plaintext(&'a [u8]),
+    /// A frame ended at this file offset.
+    FrameEnd { end: u64 },
+}
+
+/// How a decoding run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamEnd {
+    /// The input ran out; `frame_start` is where the unfinished frame began (`== end` if none).
+    Exhausted { frame_start: u64 },
+    /// The decoder rejected the frame that starts at `frame_start` (bad data or checksum).
+    Failed { frame_start: u64 },
+}
+
+/// Decodes frames from a source with one reused decoder context and bounded buffers.
+pub(crate) struct FrameStream<'s> {
+    source: &'s dyn ByteSource,
+    decoder: Decoder<'static>,
+    input: Vec<u8>,
+    output: Vec<u8>,
+}
+
+impl<'s> FrameStream<'s> {
+    pub(crate) fn new(source: &'s dyn ByteSource) -> io::Result<FrameStream<'s>> {
+        Ok(FrameStream {
+            source,
+            decoder: Decoder::new()?,
+            input: vec![0; INPUT_CHUNK],
+            output: vec![0; zstd::zstd_safe::DCtx::out_size()],
+        })
+    }
+
+    /// Decodes the frames in `[start, end)`, handing plaintext and frame ends to `on_piece`.
+    /// Checksums are verified at each frame end. Cancellation is checked between reads.
+    pub(crate) fn run(
+        &mut self,
+        start: u64,
+        end: u64,
+        path: &Path,
+        cancel: &CancellationToken,
+        on_piece: &mut dyn FnMut(Piece<'_>) -> Result<()>,
+    ) -> Result<StreamEnd> {
+        self.decoder.reinit().map_err(|error| PersistenceError::io(path, error))?;
+        let mut position = start;
+        let mut frame_start = start;
+        while position < end {
+            if cancel.is_cancelled() {
+                return Err(PersistenceError::Cancelled);
+            }
+            let want = usize::try_from(end - position).unwrap_or(usize::MAX).min(self.input.len());
+            let got = read_full(self.source, position, &mut self.input[..want])
+                .map_err(|error| PersistenceError::io(path, error))?;
+            if got == 0 {
+                return Err(PersistenceError::io(
+                    path,
+                    io::Error::new(io::ErrorKind::UnexpectedEof, "the log shrank while it was being read"),
+                ));
+            }
+            let mut input = InBuffer::around(&self.input[..got]);
+            loop {
+                let consumed_before = input.pos();
+                let mut output = OutBuffer::around(&mut self.output[..]);
+                let hint = match self.decoder.run(&mut input, &mut output) {
+                    Ok(hint) => hint,
+                    Err(_) => return Ok(StreamEnd::Failed { frame_start }),
+                };
+                let produced = output.pos();
+                if produced > 0 {
+                    on_piece(Piece::Plaintext(&self.output[..produced]))?;
+                }
+                if hint == 0 {
+                    let frame_end = position + input.pos() as u64;
+                    on_piece(Piece::FrameEnd { end: frame_end })?;
+                    frame_start = frame_end;
+                }
+                let output_full = produced == self.output.len();
+                if input.pos() == got && !output_full {
+                    break;
+                }
+                if input.pos() == consumed_before && produced == 0 {
+                    // No progress with input left and room for output: the data is invalid.
+                    return Ok(StreamEnd::Failed { frame_start });
+                }
+            }
+            position += got as u64;
+        }
+        Ok(StreamEnd::Exhausted { frame_start })
+    }
+}

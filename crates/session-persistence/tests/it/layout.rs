@@ -1,0 +1,200 @@
+//! Directory layout and naming, identity binding, and the refusals of foreign layouts.
+
+use std::fs;
+
+use session_persistence::{Backend, Compression, JsonlStore, PersistenceError, encode_segment, project_key};
+use tokio_util::sync::CancellationToken;
+
+use crate::{arcs, config, header, id, open, scan, scan_ok, turn};
+
+fn check_segment(id: &str, expected: &str) {
+    assert_eq!(encode_segment(id).unwrap(), expected, "{id:?}");
+}
+
+#[test]
+fn segment_encoding() {
+    check_segment("s-parent", "s-parent");
+    check_segment("a/b", "a~002Fb");
+    check_segment(".", "~002E");
+    check_segment("..", "~002E~002E");
+    check_segment("...", "...");
+    check_segment("~", "~007E");
+    check_segment("A.z_9-", "A.z_9-");
+    check_segment("é", "~00E9");
+    check_segment("😀", "~D83D~DE00");
+    check_segment("a b\0", "a~0020b~0000");
+    let error = encode_segment("").unwrap_err();
+    assert_eq!(error.to_string(), "cannot encode an empty path segment");
+}
+
+#[test]
+fn project_keys() {
+    for (cwd, key) in [
+        ("/Users/qyj/work/x", "--Users-qyj-work-x--"),
+        ("C:\\work\\agent", "--C-work-agent--"),
+        ("/", "--root--"),
+        ("/srv/agents/demo", "--srv-agents-demo--"),
+        ("//a//b/", "--a-b---"),
+        ("/a b", "--a~0020b--"),
+    ] {
+        assert_eq!(project_key(cwd).unwrap(), key, "{cwd}");
+    }
+    let long = format!("/{}", "x".repeat(400));
+    let key = project_key(&long).unwrap();
+    assert_eq!(key.len(), 255);
+    assert_eq!(project_key("").unwrap_err().to_string(), "cannot encode an empty project path");
+}
+
+#[test]
+fn too_long_ids_are_refused_clearly() {
+    assert_eq!(encode_segment(&"a".repeat(255)).unwrap().len(), 255);
+    let error = encode_segment(&"a".repeat(256)).unwrap_err();
+    assert!(matches!(error, PersistenceError::InvalidInput { .. }));
+    assert!(error.to_string().contains("256-byte path component, over the 255-byte limit"), "{error}");
+    // 52 escaped units are 260 bytes.
+    assert!(encode_segment(&"é".repeat(52)).is_err());
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), Compression::Zstd);
+    let long = "x".repeat(300);
+    let error = store.append_batch(&header(&long, None), &arcs(&turn(0, 1)), false).unwrap_err();
+    assert!(error.to_string().contains("over the 255-byte limit"), "{error}");
+    assert!(matches!(scan(&store, &long), Err(PersistenceError::InvalidInput { .. })));
+}
+
+#[test]
+fn path_traversal_ids_stay_inside_the_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let store = open(&root, Compression::None);
+    for session in ["../escape", "..", "/etc/passwd", "a/../../b"] {
+        let header = header(session, Some("/../.."));
+        store.append_batch(&header, &arcs(&turn(0, 1)), false).unwrap();
+        let path = store.locate(&header).unwrap();
+        assert!(path.starts_with(&root), "{}", path.display());
+        assert_eq!(scan_ok(&store, session).1.len(), 3);
+    }
+    assert_eq!(store.list(&CancellationToken::new()).unwrap().len(), 4);
+}
+
+#[test]
+fn flat_layout_is_refused() {
+    for compression in crate::ENCODINGS {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path(), compression);
+        store.append_batch(&header("ok", Some("/p")), &arcs(&turn(0, 1)), false).unwrap();
+        fs::write(dir.path().join("--p--").join(format!("old{}", compression.suffix())), b"x").unwrap();
+        let fresh = open_again(dir.path(), compression);
+        let error = fresh.list(&CancellationToken::new()).unwrap_err();
+        assert!(matches!(error, PersistenceError::FormatUnsupported { .. }), "{error:?}");
+        assert!(error.to_string().contains("uses the unsupported flat-file layout"), "{error}");
+    }
+}
+
+/// A second handle on a root that another handle in this process has open: read-only, since the
+/// writer holds the lock.
+fn open_again(root: &std::path::Path, compression: Compression) -> JsonlStore {
+    JsonlStore::open_read_only(config(root, compression)).unwrap()
+}
+
+#[test]
+fn opposite_encoding_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), Compression::Zstd);
+    let header = header("mixed", Some("/p"));
+    store.append_batch(&header, &arcs(&turn(0, 1)), false).unwrap();
+    let raw_twin = store.locate(&header).unwrap().with_file_name("session.jsonl");
+    fs::write(&raw_twin, b"{}\n").unwrap();
+    for error in [
+        scan(&store, "mixed").unwrap_err(),
+        store.list(&CancellationToken::new()).unwrap_err(),
+        store.revision(&id("mixed")).unwrap_err(),
+        store.append_batch(&crate::header("other", Some("/p")), &arcs(&turn(0, 1)), false).unwrap_err(),
+    ] {
+        assert!(
+            error.to_string().contains("uses .jsonl, but this backend is configured for compression \"zstd\""),
+            "{error}"
+        );
+    }
+    let raw = JsonlStore::open_read_only(config(dir.path(), Compression::None)).unwrap();
+    let error = raw.list(&CancellationToken::new()).unwrap_err();
+    assert!(error.to_string().contains("uses .jsonl.zstd, but this backend is configured for compression \"none\""));
+}
+
+#[test]
+fn duplicate_ids_across_projects_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), Compression::None);
+    store.append_batch(&header("dup", Some("/a")), &arcs(&turn(0, 1)), false).unwrap();
+    let copy = dir.path().join("--b--/dup");
+    fs::create_dir_all(&copy).unwrap();
+    fs::copy(dir.path().join("--a--/dup/session.jsonl"), copy.join("session.jsonl")).unwrap();
+    let fresh = open_again(dir.path(), Compression::None);
+    let error = scan(&fresh, "dup").unwrap_err();
+    assert!(matches!(error, PersistenceError::Conflict { .. }));
+    assert!(error.to_string().contains("duplicate JSONL session id \"dup\" appears in multiple project directories"));
+    let error = fresh.list(&CancellationToken::new()).unwrap_err();
+    assert!(error.to_string().contains("\"dup\""), "{error}");
+}
+
+#[test]
+fn identity_binding() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), Compression::None);
+    store.append_batch(&header("real", Some("/a")), &arcs(&turn(0, 1)), false).unwrap();
+    // A log moved under another id's directory.
+    let moved = dir.path().join("--a--/alias");
+    fs::create_dir_all(&moved).unwrap();
+    fs::copy(dir.path().join("--a--/real/session.jsonl"), moved.join("session.jsonl")).unwrap();
+    let error = scan(&store, "alias").unwrap_err();
+    assert!(matches!(error, PersistenceError::Corrupt { kind: session_persistence::CorruptKind::Identity, .. }));
+    assert!(error.to_string().contains("requested id \"alias\" does not match header id \"real\""), "{error}");
+    let error = open_again(dir.path(), Compression::None).list(&CancellationToken::new()).unwrap_err();
+    assert!(error.to_string().contains("header id \"real\" and cwd identify"), "{error}");
+    fs::remove_dir_all(&moved).unwrap();
+
+    // A log moved to another project directory.
+    fs::rename(dir.path().join("--a--"), dir.path().join("--b--")).unwrap();
+    let fresh = open_again(dir.path(), Compression::None);
+    let error = scan(&fresh, "real").unwrap_err();
+    assert!(error.to_string().contains("header id \"real\" and cwd identify"), "{error}");
+
+    // A symlinked alias of the real directory is the same file.
+    std::os::unix::fs::symlink(dir.path().join("--b--"), dir.path().join("--a--")).unwrap();
+    let fresh = open_again(dir.path(), Compression::None);
+    assert_eq!(scan_ok(&fresh, "real").1.len(), 3);
+}
+
+#[test]
+fn missing_and_unusable_roots() {
+    let dir = tempfile::tempdir().unwrap();
+    let absent = dir.path().join("absent");
+    let read_only = JsonlStore::open_read_only(config(&absent, Compression::Zstd)).unwrap();
+    assert!(read_only.list(&CancellationToken::new()).unwrap().is_empty());
+    assert!(scan(&read_only, "x").unwrap().is_none());
+    assert_eq!(read_only.revision(&id("x")).unwrap(), None);
+    let error = read_only.append_batch(&header("x", None), &arcs(&turn(0, 1)), false).unwrap_err();
+    assert!(error.to_string().contains("is open read-only"), "{error}");
+    assert!(!absent.exists(), "a read-only store creates nothing");
+
+    let file = dir.path().join("file");
+    fs::write(&file, b"").unwrap();
+    let error = JsonlStore::open(config(&file, Compression::Zstd)).unwrap_err();
+    assert!(error.to_string().contains("is not a directory"), "{error}");
+    assert!(JsonlStore::open_read_only(config(&file, Compression::Zstd)).is_err());
+}
+
+#[test]
+fn lookups_use_the_index_and_fall_back_to_a_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), Compression::Zstd);
+    store.append_batch(&header("moving", Some("/a")), &arcs(&turn(0, 1)), false).unwrap();
+    let revision = store.revision(&id("moving")).unwrap().unwrap();
+    // Moved by hand to the no-cwd directory (with a matching header, as a fresh write).
+    fs::remove_dir_all(dir.path().join("--a--")).unwrap();
+    assert_eq!(store.revision(&id("moving")).unwrap(), None);
+    store.append_batch(&header("moving", None), &arcs(&turn(0, 2)), false).unwrap();
+    let moved = store.revision(&id("moving")).unwrap().unwrap();
+    assert_ne!(moved, revision);
+    assert_eq!(scan_ok(&store, "moving").1.len(), 4);
+}

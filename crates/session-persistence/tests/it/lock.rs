@@ -1,0 +1,54 @@
+//! The store's advisory write lock.
+
+use std::process::Command;
+
+use session_persistence::{Compression, JsonlStore, PersistenceError};
+
+use crate::{config, open};
+
+const PROBE_ROOT: &str = "SESSION_PERSISTENCE_LOCK_PROBE_ROOT";
+
+#[test]
+fn a_second_writer_in_this_process_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = open(dir.path(), Compression::Zstd);
+    // `flock` locks belong to an open file description, so a second open conflicts even here.
+    let error = JsonlStore::open(config(dir.path(), Compression::Zstd)).unwrap_err();
+    assert!(matches!(&error, PersistenceError::Locked { path } if path.ends_with(".lock")), "{error:?}");
+    assert!(error.to_string().contains("is locked by another process"));
+    // Readers take no lock.
+    JsonlStore::open_read_only(config(dir.path(), Compression::Zstd)).unwrap();
+    drop(first);
+    open(dir.path(), Compression::Zstd);
+}
+
+/// Run as a child: try to open the store named by the environment and report what happened.
+#[test]
+fn lock_probe() {
+    let Some(root) = std::env::var_os(PROBE_ROOT) else { return };
+    match JsonlStore::open(config(std::path::Path::new(&root), Compression::Zstd)) {
+        Ok(_) => println!("PROBE: opened"),
+        Err(PersistenceError::Locked { .. }) => println!("PROBE: locked"),
+        Err(error) => println!("PROBE: error {error}"),
+    }
+}
+
+fn probe(root: &std::path::Path) -> String {
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "lock::lock_probe", "--nocapture", "--test-threads=1"])
+        .env(PROBE_ROOT, root)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    stdout.lines().find_map(|line| line.strip_prefix("PROBE: ")).expect("the probe ran").to_owned()
+}
+
+#[test]
+fn a_second_writer_process_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), Compression::Zstd);
+    assert_eq!(probe(dir.path()), "locked");
+    drop(store);
+    assert_eq!(probe(dir.path()), "opened");
+}

@@ -1,0 +1,56 @@
+//! A child process for the crash test: appends batches to a JSONL store forever, printing
+//! `ack <first_seq> <last_seq> <hash>` after each batch is durable, until it is killed.
+//!
+//! Usage: `crash_writer <root> <zstd|none> <session-id> <seed>`.
+
+use std::{
+    io::Write,
+    path::PathBuf,
+    sync::Arc,
+};
+
+use e2e::{crash, workload::Prng};
+use session_core::{SessionHeader, SessionId};
+use session_persistence::{Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, SessionPersistence};
+use tokio_util::sync::CancellationToken;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, root, compression, id, seed] = &args[..] else {
+        eprintln!("usage: crash_writer <root> <zstd|none> <session-id> <seed>");
+        std::process::exit(2);
+    };
+    let compression = if compression == "none" { Compression::None } else { Compression::Zstd };
+    let seed: u64 = seed.parse().expect("seed is a number");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async move {
+        let store = JsonlStore::open(JsonlConfig { root: PathBuf::from(root), compression, pack_chunks: true })
+            .expect("open store");
+        let persistence = Coordinator::new(Arc::new(store), CoordinatorConfig::default()).expect("coordinator");
+        let id = SessionId::from(id.as_str());
+        let cancel = CancellationToken::new();
+        // Resume: a cold load repairs whatever the previous kill left behind.
+        let (mut next_seq, mut open_turn) = match persistence.load(&id, &cancel).await {
+            Ok(loaded) => (loaded.events.len() as u64, None),
+            Err(err) if err.is_not_found() => {
+                let mut header = SessionHeader::new(id.clone(), 1_000);
+                header.cwd = Some("/crash/test".into());
+                persistence.create(header, &cancel).await.expect("create");
+                (0, None)
+            }
+            Err(err) => panic!("resume failed: {err}"),
+        };
+        let mut turn_no = 1_000 + next_seq;
+        let mut prng = Prng::new(seed);
+        let mut stdout = std::io::stdout().lock();
+        loop {
+            let batch = crash::next_batch(&mut prng, next_seq, &mut open_turn, &mut turn_no);
+            let (first, last) = (batch[0].seq, batch[batch.len() - 1].seq);
+            let hash = crash::batch_hash(&batch);
+            persistence.append(&id, batch, &cancel).await.expect("append");
+            writeln!(stdout, "ack {first} {last} {hash}").expect("stdout");
+            stdout.flush().expect("stdout");
+            next_seq = last + 1;
+        }
+    });
+}

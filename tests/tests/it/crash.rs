@@ -1,0 +1,119 @@
+//! Crash safety: a child process appends to a JSONL store and is killed with SIGKILL at random
+//! moments. After every kill, each acknowledged batch must be intact and the log must load, with
+//! closers where the kill left a turn open.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::Path,
+    process::{Command, Stdio},
+    sync::{Arc, mpsc},
+    time::Duration,
+};
+
+use e2e::{crash::batch_hash, workload::Prng};
+use session_core::{SessionEvent, SessionId};
+use session_persistence::{Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, SessionPersistence};
+use tokio_util::sync::CancellationToken;
+
+/// One acknowledged batch: its seq range and content hash.
+#[derive(Debug, Clone, Copy)]
+struct Ack {
+    first: u64,
+    last: u64,
+    hash: u64,
+}
+
+fn parse_ack(line: &str) -> Option<Ack> {
+    let mut parts = line.strip_prefix("ack ")?.split(' ');
+    Some(Ack { first: parts.next()?.parse().ok()?, last: parts.next()?.parse().ok()?, hash: parts.next()?.parse().ok()? })
+}
+
+/// Runs the writer until a random moment, kills it, and returns what it acknowledged.
+fn run_and_kill(root: &Path, compression: &str, seed: u64, prng: &mut Prng) -> Vec<Ack> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_crash_writer"))
+        .args([root.to_str().unwrap(), compression, "s-crash", &seed.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the crash writer");
+    let stdout = child.stdout.take().unwrap();
+    let (sender, receiver) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(ack) = parse_ack(&line) {
+                if sender.send(ack).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    // Wait for a random number of acknowledgements (possibly none), then a random extra delay,
+    // so kills land before, during and between writes.
+    let mut acks = Vec::new();
+    let wanted = prng.below(4);
+    while (acks.len() as u64) < wanted {
+        match receiver.recv_timeout(Duration::from_secs(20)) {
+            Ok(ack) => acks.push(ack),
+            Err(_) => panic!("the crash writer stopped acknowledging"),
+        }
+    }
+    std::thread::sleep(Duration::from_micros(prng.below(3_000)));
+    child.kill().expect("SIGKILL the writer");
+    child.wait().expect("reap the writer");
+    reader.join().expect("reader thread");
+    acks.extend(receiver.try_iter());
+    acks
+}
+
+fn check_store(root: &Path, compression: Compression, all_acks: &[Ack], runtime: &tokio::runtime::Runtime) -> usize {
+    runtime.block_on(async {
+        let store = JsonlStore::open(JsonlConfig { root: root.to_path_buf(), compression, pack_chunks: true })
+            .expect("the store opens after a kill (the lock died with the writer)");
+        let persistence = Coordinator::new(Arc::new(store), CoordinatorConfig::default()).unwrap();
+        let id = SessionId::from("s-crash");
+        let loaded = match persistence.load(&id, &CancellationToken::new()).await {
+            Ok(loaded) => loaded,
+            Err(err) if err.is_not_found() && all_acks.is_empty() => return 0,
+            Err(err) => panic!("the log must load after a kill: {err}"),
+        };
+        let events: &[Arc<SessionEvent>] = &loaded.events;
+        for (idx, event) in events.iter().enumerate() {
+            assert_eq!(event.seq, idx as u64, "seqs are contiguous");
+        }
+        for ack in all_acks {
+            let range = ack.first as usize..=ack.last as usize;
+            assert!(events.len() > ack.last as usize, "acknowledged batch {ack:?} is missing");
+            assert_eq!(batch_hash(&events[range]), ack.hash, "acknowledged batch {ack:?} changed");
+        }
+        let opened = events.iter().filter(|event| event.kind == "turn/start").count();
+        let closed = events.iter().filter(|event| event.kind == "turn/end").count();
+        assert_eq!(opened, closed, "load closes a turn the kill left open");
+        events.len()
+    })
+}
+
+fn crash_loop(compression: Compression, label: &str, n_kills: u64, seed: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut prng = Prng::new(seed);
+    let mut all_acks: Vec<Ack> = Vec::new();
+    let mut n_events = 0;
+    for kill in 0..n_kills {
+        let acks = run_and_kill(&root, label, seed * 1_000 + kill, &mut prng);
+        all_acks.extend(acks);
+        n_events = check_store(&root, compression, &all_acks, &runtime);
+    }
+    assert!(!all_acks.is_empty() && n_events > 0, "the writer made progress across {n_kills} kills");
+}
+
+#[test]
+fn sigkill_never_loses_an_acknowledged_batch_zstd() {
+    crash_loop(Compression::Zstd, "zstd", 60, 11);
+}
+
+#[test]
+fn sigkill_never_loses_an_acknowledged_batch_raw() {
+    crash_loop(Compression::None, "none", 60, 12);
+}

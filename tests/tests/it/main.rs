@@ -1,0 +1,3 @@
+//! End-to-end tests across the workspace crates.
+
+mod crash;
