@@ -34,8 +34,12 @@ pub fn next_batch(
             push("step/start", json!({"turn": turn, "step": 1}));
             let n_chunks = 1 + prng.below(6);
             for _ in 0..n_chunks {
-                let text = prng.prose(20 + prng.below(400) as usize);
-                push("assistant/chunk", json!({"turn": turn, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": text}}));
+                let n_bytes = 20 + prng.below(400) as usize;
+                let text = prng.prose(n_bytes);
+                push(
+                    "assistant/chunk",
+                    json!({"turn": turn, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": text}}),
+                );
             }
             if prng.below(2) == 0 {
                 *open_turn = Some(turn);

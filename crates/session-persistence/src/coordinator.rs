@@ -193,6 +193,11 @@ impl ScanSink for ArcCollect {
         self.events.push(Arc::new(event));
         Ok(())
     }
+
+    fn restart(&mut self) -> bool {
+        self.events.clear();
+        true
+    }
 }
 
 impl Inner {
@@ -328,17 +333,18 @@ impl Inner {
 
     /// A tracked state without an owner (left by `create` or `load`) is claimed by a live
     /// session whose log reproduces the stored prefix.
-    async fn claim_ownerless(&self, session: &Arc<Session>, state: IdState, seed: &[Arc<SessionEvent>]) -> Result<IdState> {
+    async fn claim_ownerless(
+        &self,
+        session: &Arc<Session>,
+        state: IdState,
+        seed: &[Arc<SessionEvent>],
+    ) -> Result<IdState> {
         let id = session.id();
         if state.header.cwd != session.header().cwd {
             return Err(cwd_collision(id, &state.header, session.header()));
         }
         if state.cursor > 0 {
-            let stored = self
-                .read_cold(id, &CancellationToken::new())
-                .await?
-                .map(|log| log.events)
-                .unwrap_or_default();
+            let stored = self.read_cold(id, &CancellationToken::new()).await?.map(|log| log.events).unwrap_or_default();
             if !covers(seed, &stored) || stored.len() as u64 != state.cursor {
                 return Err(PersistenceError::Conflict {
                     id: id.clone(),
@@ -357,12 +363,7 @@ impl Inner {
     async fn bind_untracked(&self, session: &Arc<Session>, seed: &[Arc<SessionEvent>]) -> Result<IdState> {
         let id = session.id();
         let Some(stored) = self.read_cold(id, &CancellationToken::new()).await? else {
-            return Ok(IdState {
-                header: session.header().clone(),
-                cursor: 0,
-                materialized: false,
-                owner: None,
-            });
+            return Ok(IdState { header: session.header().clone(), cursor: 0, materialized: false, owner: None });
         };
         let stored_header = stored.outcome.header.clone();
         if stored_header.cwd != session.header().cwd {
@@ -398,7 +399,9 @@ impl Inner {
         if !state.owner().is_some_and(|owner| Arc::ptr_eq(&owner, session)) {
             return Err(PersistenceError::Conflict {
                 id: id.clone(),
-                message: format!("session \"{id}\" is already bound to a different live session in this backend (id collision)"),
+                message: format!(
+                    "session \"{id}\" is already bound to a different live session in this backend (id collision)"
+                ),
             });
         }
         let batch: Vec<Arc<SessionEvent>> = batch.into_iter().filter(|event| event.seq >= state.cursor).collect();
@@ -475,7 +478,10 @@ impl SessionPersistence for Coordinator {
             });
         }
         check_cancel(cancel)?;
-        inner.states.lock().insert(id, IdState { header: Arc::new(header), cursor: 0, materialized: false, owner: None });
+        inner
+            .states
+            .lock()
+            .insert(id, IdState { header: Arc::new(header), cursor: 0, materialized: false, owner: None });
         Ok(())
     }
 
@@ -710,6 +716,11 @@ impl ScanSink for SuffixSink {
             self.events.push(Arc::new(event));
         }
         Ok(())
+    }
+
+    fn restart(&mut self) -> bool {
+        self.events.clear();
+        true
     }
 }
 

@@ -58,10 +58,15 @@ impl LiveWriter {
             arm
         };
         if arm {
-            let (writer, inner) = (self.clone(), inner.clone());
+            // The timer holds no strong references: dropping the coordinator (and with it the
+            // backend and its store lock) is never delayed by a pending window.
+            let (writer, weak_inner) = (Arc::downgrade(self), Arc::downgrade(inner));
             let delay = inner.config.write_batch_max_delay;
-            inner.runtime.clone().spawn(async move {
+            inner.runtime.spawn(async move {
                 tokio::time::sleep(delay).await;
+                let (Some(writer), Some(inner)) = (writer.upgrade(), weak_inner.upgrade()) else {
+                    return;
+                };
                 if let Err(err) = writer.drain(&inner).await {
                     tracing::warn!(session = %writer.session.id(), error = %err, "background session write failed; will retry at the next event or flush");
                 }

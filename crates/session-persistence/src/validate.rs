@@ -18,7 +18,7 @@ pub struct KnownTypes(Arc<HashSet<SmolStr>>);
 impl KnownTypes {
     /// The reference vocabulary plus `extra`.
     pub fn with_extra(extra: impl IntoIterator<Item = impl Into<SmolStr>>) -> KnownTypes {
-        let mut set: HashSet<SmolStr> = session_core::KNOWN_SESSION_EVENT_TYPES.iter().map(|t| SmolStr::new(t)).collect();
+        let mut set: HashSet<SmolStr> = session_core::KNOWN_SESSION_EVENT_TYPES.iter().map(SmolStr::new).collect();
         set.extend(extra.into_iter().map(Into::into));
         KnownTypes(Arc::new(set))
     }
@@ -133,12 +133,22 @@ impl ScanSink for ValidatingSink<'_> {
             return Err(PersistenceError::corrupt(
                 CorruptKind::Identity,
                 self.location(),
-                format!("stored session identity mismatch: requested \"{}\", header contains \"{}\"", self.id, header.id),
+                format!(
+                    "stored session identity mismatch: requested \"{}\", header contains \"{}\"",
+                    self.id, header.id
+                ),
             ));
         }
         self.path = self.backend.locate(header);
         header.validate(&self.id).map_err(|err| self.invalid(err.message))?;
         self.inner.header(header)
+    }
+
+    fn restart(&mut self) -> bool {
+        self.surface = SurfaceState::default();
+        self.repair = RepairScan::default();
+        self.last = None;
+        self.inner.restart()
     }
 
     fn event(&mut self, event: SessionEvent) -> Result<()> {

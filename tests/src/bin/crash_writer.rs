@@ -3,11 +3,7 @@
 //!
 //! Usage: `crash_writer <root> <zstd|none> <session-id> <seed>`.
 
-use std::{
-    io::Write,
-    path::PathBuf,
-    sync::Arc,
-};
+use std::{io::Write, path::PathBuf, sync::Arc};
 
 use e2e::{crash, workload::Prng};
 use session_core::{SessionHeader, SessionId};

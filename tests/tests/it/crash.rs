@@ -25,7 +25,11 @@ struct Ack {
 
 fn parse_ack(line: &str) -> Option<Ack> {
     let mut parts = line.strip_prefix("ack ")?.split(' ');
-    Some(Ack { first: parts.next()?.parse().ok()?, last: parts.next()?.parse().ok()?, hash: parts.next()?.parse().ok()? })
+    Some(Ack {
+        first: parts.next()?.parse().ok()?,
+        last: parts.next()?.parse().ok()?,
+        hash: parts.next()?.parse().ok()?,
+    })
 }
 
 /// Runs the writer until a random moment, kills it, and returns what it acknowledged.
@@ -41,10 +45,10 @@ fn run_and_kill(root: &Path, compression: &str, seed: u64, prng: &mut Prng) -> V
     let reader = std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
-            if let Some(ack) = parse_ack(&line) {
-                if sender.send(ack).is_err() {
-                    break;
-                }
+            if let Some(ack) = parse_ack(&line)
+                && sender.send(ack).is_err()
+            {
+                break;
             }
         }
     });
@@ -105,6 +109,10 @@ fn crash_loop(compression: Compression, label: &str, n_kills: u64, seed: u64) {
         all_acks.extend(acks);
         n_events = check_store(&root, compression, &all_acks, &runtime);
     }
+    eprintln!(
+        "{label}: {n_kills} kills, {} acknowledged batches, {n_events} events after the last repair",
+        all_acks.len()
+    );
     assert!(!all_acks.is_empty() && n_events > 0, "the writer made progress across {n_kills} kills");
 }
 

@@ -370,7 +370,9 @@ fn decode_row(kind: ChunkKind, row: &Fields<'_, 4>, out: &mut Vec<SessionEvent>)
         .get(payload_slot)
         .and_then(|raw| parse_raw_array(raw.get()))
         .filter(|members| !members.is_empty() && members.iter().all(|member| is_string(member)))
-        .ok_or_else(|| RecordError::malformed(kind, format!("{} must be a non-empty string array", kind.payload_key())))?;
+        .ok_or_else(|| {
+            RecordError::malformed(kind, format!("{} must be a non-empty string array", kind.payload_key()))
+        })?;
     let dt = fields
         .get(3)
         .and_then(|raw| parse_raw_array(raw.get()))

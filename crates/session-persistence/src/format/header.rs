@@ -30,7 +30,7 @@ pub(crate) enum HeaderLineError {
     Retired,
     /// A well-formed header of another format version. `header` is the listable form when the
     /// version and fields can be represented.
-    Unsupported { id: SessionId, message: String, header: Option<SessionHeader> },
+    Unsupported { id: SessionId, message: String, header: Option<Box<SessionHeader>> },
 }
 
 impl HeaderLineError {
@@ -124,7 +124,9 @@ fn unsupported(record: &Map<String, Value>, version: &serde_json::Number) -> Hea
     // of the header is valid and the version fits the typed field.
     let header = version.as_u64().and_then(|v| u32::try_from(v).ok()).and_then(|v| {
         let text = serde_json::to_string(record).ok()?;
-        if !has_reference_shape(&text, record) || record.contains_key("sandboxMode") || record.contains_key("approvalPolicy")
+        if !has_reference_shape(&text, record)
+            || record.contains_key("sandboxMode")
+            || record.contains_key("approvalPolicy")
         {
             return None;
         }
@@ -132,7 +134,7 @@ fn unsupported(record: &Map<String, Value>, version: &serde_json::Number) -> Hea
         current.insert("version".to_owned(), Value::from(SESSION_FORMAT_VERSION));
         let mut header = SessionHeader::from_json(&Value::Object(current), &SessionId::from(id.as_str())).ok()?;
         header.version = v;
-        Some(header)
+        Some(Box::new(header))
     });
     HeaderLineError::Unsupported { id: SessionId::from(id), message, header }
 }

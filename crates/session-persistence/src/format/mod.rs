@@ -22,7 +22,7 @@ pub use self::{
     scan::{ByteSource, LogScan, scan_log},
     zstd::{FrameEncoder, ZSTD_MAGIC},
 };
-pub(crate) use self::scan::read_header;
+pub(crate) use self::{scan::read_header, zstd::read_full};
 
 /// The largest record (one line, newline excluded) a reader buffers and a writer produces.
 ///

@@ -38,7 +38,7 @@ pub trait ByteSource {
     }
 }
 
-impl ByteSource for [u8] {
+impl ByteSource for &[u8] {
     fn len(&self) -> u64 {
         <[u8]>::len(self) as u64
     }
@@ -50,6 +50,16 @@ impl ByteSource for [u8] {
         let n = rest.len().min(buf.len());
         buf[..n].copy_from_slice(&rest[..n]);
         Ok(n)
+    }
+}
+
+impl ByteSource for Vec<u8> {
+    fn len(&self) -> u64 {
+        self.as_slice().len() as u64
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.as_slice().read_at(offset, buf)
     }
 }
 
@@ -92,9 +102,14 @@ fn deliver_header(line: &[u8], path: &Path, sink: &mut dyn ScanSink) -> Result<A
     Ok(header)
 }
 
-fn scan_raw(source: &dyn ByteSource, path: &Path, cancel: &CancellationToken, sink: &mut dyn ScanSink) -> Result<LogScan> {
+fn scan_raw(
+    source: &dyn ByteSource,
+    path: &Path,
+    cancel: &CancellationToken,
+    sink: &mut dyn ScanSink,
+) -> Result<LogScan> {
     let len = source.len();
-    let mut buf = vec![0; READ_CHUNK];
+    let mut buf = vec![0; usize::try_from(len).unwrap_or(usize::MAX).min(READ_CHUNK)];
     let mut header_line = Vec::new();
     let mut header = None;
     let mut scanner: Option<LineScanner> = None;
@@ -141,13 +156,18 @@ fn scan_raw(source: &dyn ByteSource, path: &Path, cancel: &CancellationToken, si
     })
 }
 
-fn scan_zstd(source: &dyn ByteSource, path: &Path, cancel: &CancellationToken, sink: &mut dyn ScanSink) -> Result<LogScan> {
+fn scan_zstd(
+    source: &dyn ByteSource,
+    path: &Path,
+    cancel: &CancellationToken,
+    sink: &mut dyn ScanSink,
+) -> Result<LogScan> {
     let len = source.len();
     let walk = walk_frames(source, len, path, cancel, None)?;
     if walk.n_complete == 0 {
         return Err(corrupt_header(path, "empty or header-less Zstandard session log"));
     }
-    let mut stream = FrameStream::new(source).map_err(|error| PersistenceError::io(path, error))?;
+    let mut stream = FrameStream::new(source, len).map_err(|error| PersistenceError::io(path, error))?;
     let mut header_text = Vec::new();
     let mut header: Option<Arc<SessionHeader>> = None;
     let mut scanner: Option<LineScanner> = None;
@@ -170,8 +190,12 @@ fn scan_zstd(source: &dyn ByteSource, path: &Path, cancel: &CancellationToken, s
             Piece::FrameEnd { end } => match scanner.as_mut() {
                 Some(scanner) => scanner.set_frame_start(end),
                 None => {
-                    let line = header_frame_line(&header_text)
-                        .ok_or_else(|| corrupt_header(path, "corrupt Zstandard session log: first frame is not exactly one header line"))?;
+                    let line = header_frame_line(&header_text).ok_or_else(|| {
+                        corrupt_header(
+                            path,
+                            "corrupt Zstandard session log: first frame is not exactly one header line",
+                        )
+                    })?;
                     header = Some(deliver_header(line, path, sink)?);
                     let mut events = LineScanner::new(path, header_text.len() as u64);
                     events.set_frame_start(end);
@@ -195,11 +219,12 @@ fn scan_zstd(source: &dyn ByteSource, path: &Path, cancel: &CancellationToken, s
         return Err(corrupt_header(path, "empty or header-less Zstandard session log"));
     };
     if scanner.committed() != scanner.input() {
-        return Err(PersistenceError::corrupt(
-            CorruptKind::TornRecordInFrame,
-            scanner.issue().map_or_else(|| Location::file(path), |issue| issue.location(path)),
-            "corrupt Zstandard session log: complete frame contains a torn JSONL record",
-        ));
+        // Only the final, incomplete frame may hold a torn tail: any defect before is fatal.
+        let message = "corrupt Zstandard session log: complete frame contains a torn JSONL record";
+        return Err(match scanner.issue() {
+            Some(issue) => issue.to_error_with_prefix(path, message),
+            None => PersistenceError::corrupt(CorruptKind::TornRecordInFrame, Location::file(path), message),
+        });
     }
     let torn = match walk.torn_start {
         None => None,
@@ -247,7 +272,7 @@ pub(crate) fn read_header(
     match decode(&line) {
         Ok(header) => Ok(Some(header)),
         Err(HeaderLineError::NotJson | HeaderLineError::NotHeader { .. }) => Ok(None),
-        Err(HeaderLineError::Unsupported { header, .. }) => Ok(header),
+        Err(HeaderLineError::Unsupported { header, .. }) => Ok(header.map(|header| *header)),
         Err(error @ HeaderLineError::Retired) => Err(error.into_error(path)),
     }
 }
@@ -282,7 +307,7 @@ fn read_header_frame(source: &dyn ByteSource, path: &Path, cancel: &Cancellation
     }
     let failed = || corrupt_header(path, "corrupt Zstandard session log: header frame failed validation");
     let mut plaintext = Vec::new();
-    let mut stream = FrameStream::new(source).map_err(|error| PersistenceError::io(path, error))?;
+    let mut stream = FrameStream::new(source, walk.complete_end).map_err(|error| PersistenceError::io(path, error))?;
     let end = stream.run(0, walk.complete_end, path, cancel, &mut |piece| {
         if let Piece::Plaintext(bytes) = piece {
             if plaintext.len() + bytes.len() > MAX_HEADER_BYTES {
@@ -295,7 +320,8 @@ fn read_header_frame(source: &dyn ByteSource, path: &Path, cancel: &Cancellation
     if end != (StreamEnd::Exhausted { frame_start: walk.complete_end }) {
         return Err(failed());
     }
-    let line = header_frame_line(&plaintext)
-        .ok_or_else(|| corrupt_header(path, "corrupt Zstandard session log: first frame is not exactly one header line"))?;
+    let line = header_frame_line(&plaintext).ok_or_else(|| {
+        corrupt_header(path, "corrupt Zstandard session log: first frame is not exactly one header line")
+    })?;
     Ok(Some(line.to_vec()))
 }

@@ -29,6 +29,11 @@ impl Issue {
         PersistenceError::corrupt(self.kind, self.location(path), self.message.clone())
     }
 
+    /// The issue as an error whose message starts with `prefix`.
+    pub(crate) fn to_error_with_prefix(&self, path: &Path, prefix: &str) -> PersistenceError {
+        PersistenceError::corrupt(self.kind, self.location(path), format!("{prefix}: {}", self.message))
+    }
+
     pub(crate) fn location(&self, path: &Path) -> Location {
         Location::at_byte(path, self.byte)
     }

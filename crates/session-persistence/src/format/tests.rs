@@ -1,1 +1,147 @@
-//! Unit tests of the format module.
+//! Unit tests of the format module: the scanner over arbitrary chunking, and zstd framing.
+
+use std::{path::Path, sync::Arc};
+
+use session_core::{JsonData, SessionEvent, SessionHeader, SessionId};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Compression, FrameEncoder, encode_batch, encode_header_line, scan_log,
+    scanner::LineScanner,
+    zstd::{FrameWalk, walk_frames},
+};
+use crate::{CollectSink, PersistenceError};
+
+fn events(n: u64) -> Vec<SessionEvent> {
+    (0..n)
+        .map(|seq| {
+            let data = serde_json::json!({"text": format!("é😀 {seq}"), "turn": 1, "step": 1});
+            SessionEvent::new("note/added", seq, seq as i64, JsonData::from_text(data.to_string()).unwrap())
+        })
+        .collect()
+}
+
+fn log_text(events: &[SessionEvent]) -> Vec<u8> {
+    let mut text = encode_header_line(&SessionHeader::new(SessionId::from("s"), 1)).into_bytes();
+    text.push(b'\n');
+    encode_batch(events, true, &mut text).unwrap();
+    text
+}
+
+#[test]
+fn the_scanner_is_blind_to_chunk_boundaries() {
+    let events = events(6);
+    let text = log_text(&events);
+    let header_len = text.iter().position(|byte| *byte == b'\n').unwrap() + 1;
+    for split in 1..text.len() - header_len {
+        let mut scanner = LineScanner::new(Path::new("log"), header_len as u64);
+        let mut seen = Vec::new();
+        for piece in text[header_len..].chunks(split) {
+            scanner
+                .feed(piece, &mut |event| {
+                    seen.push(event);
+                    Ok(())
+                })
+                .unwrap();
+        }
+        assert_eq!(seen, events, "chunks of {split}");
+        assert_eq!(scanner.committed(), text.len() as u64);
+        assert_eq!(scanner.input(), text.len() as u64);
+    }
+}
+
+#[test]
+fn invalid_utf8_is_a_defect_not_a_panic() {
+    let mut text = log_text(&events(2));
+    let second = text.len() - 3;
+    text[second] = 0xFF;
+    let mut sink = CollectSink::default();
+    let scan = scan_log(&text, Compression::None, Path::new("log"), &CancellationToken::new(), &mut sink).unwrap();
+    assert_eq!(sink.events.len(), 1);
+    assert!(scan.torn.is_some());
+}
+
+fn frames(texts: &[&[u8]]) -> Vec<u8> {
+    let mut encoder = FrameEncoder::new().unwrap();
+    texts.iter().flat_map(|text| encoder.encode(text).unwrap()).collect()
+}
+
+fn walk(bytes: &[u8]) -> Result<FrameWalk, PersistenceError> {
+    walk_frames(&bytes, bytes.len() as u64, Path::new("log"), &CancellationToken::new(), None)
+}
+
+#[test]
+fn the_walker_follows_block_structure() {
+    // Incompressible text makes raw blocks; a long run makes an RLE block; both span blocks.
+    let mut noise = Vec::new();
+    let mut state = 1u32;
+    for _ in 0..300_000 {
+        state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        noise.push(b'a' + (state >> 24) as u8 % 26);
+    }
+    let run = vec![b'x'; 400_000];
+    let bytes = frames(&[b"h\n", &noise, &run]);
+    let walked = walk(&bytes).unwrap();
+    assert_eq!(walked, FrameWalk { n_complete: 3, complete_end: bytes.len() as u64, torn_start: None });
+    let last = bytes.len() as u64 - frames(&[&run]).len() as u64;
+    for cut in [bytes.len() - 1, bytes.len() - 4, last as usize + 2, last as usize + 4] {
+        let torn = walk(&bytes[..cut]).unwrap();
+        assert_eq!(torn.torn_start, Some(last), "cut at {cut}");
+        assert_eq!(torn.n_complete, 2);
+    }
+    // A skippable frame is not accepted.
+    let mut skippable = vec![0x50, 0x2A, 0x4D, 0x18, 4, 0, 0, 0, 1, 2, 3, 4];
+    skippable.extend(frames(&[b"h\n"]));
+    let error = walk(&skippable).unwrap_err();
+    assert!(error.to_string().contains("invalid frame magic at byte 0"), "{error}");
+}
+
+#[test]
+fn frames_without_checksum_still_read() {
+    let text = log_text(&events(3));
+    let newline = text.iter().position(|byte| *byte == b'\n').unwrap() + 1;
+    let mut bytes = zstd::bulk::compress(&text[..newline], 3).unwrap();
+    bytes.extend(zstd::bulk::compress(&text[newline..], 3).unwrap());
+    let mut sink = CollectSink::default();
+    let scan = scan_log(&bytes, Compression::Zstd, Path::new("log"), &CancellationToken::new(), &mut sink).unwrap();
+    assert_eq!(sink.events.len(), 3);
+    assert_eq!(scan.torn, None);
+    assert_eq!(scan.n_bytes, text.len() as u64);
+}
+
+#[test]
+fn a_torn_multi_block_frame_recovers_its_complete_blocks() {
+    let events = events(4000);
+    let text = log_text(&events);
+    let newline = text.iter().position(|byte| *byte == b'\n').unwrap() + 1;
+    let bytes = frames(&[&text[..newline], &text[newline..]]);
+    let header_frame = frames(&[&text[..newline]]).len();
+    let cut = &bytes[..bytes.len() - 100];
+    let mut sink = CollectSink::default();
+    let scan = scan_log(&cut, Compression::Zstd, Path::new("log"), &CancellationToken::new(), &mut sink).unwrap();
+    let torn = scan.torn.unwrap();
+    assert_eq!(torn.truncate_to, header_frame as u64);
+    assert!(!torn.recovered.is_empty() && torn.recovered.len() < events.len(), "{}", torn.recovered.len());
+    assert_eq!(torn.recovered, sink.events);
+    assert_eq!(sink.events[..], events[..sink.events.len()]);
+}
+
+#[test]
+fn scans_stream_into_any_sink() {
+    struct Counting(u64, Option<Arc<SessionHeader>>);
+    impl crate::ScanSink for Counting {
+        fn header(&mut self, header: &Arc<SessionHeader>) -> crate::Result<()> {
+            self.1 = Some(Arc::clone(header));
+            Ok(())
+        }
+        fn event(&mut self, _event: SessionEvent) -> crate::Result<()> {
+            self.0 += 1;
+            Ok(())
+        }
+    }
+    let text = log_text(&events(10));
+    let mut sink = Counting(0, None);
+    let scan = scan_log(&text, Compression::None, Path::new("log"), &CancellationToken::new(), &mut sink).unwrap();
+    assert_eq!((sink.0, scan.n_events), (10, 10));
+    assert_eq!(sink.1.as_deref(), Some(&*scan.header));
+}

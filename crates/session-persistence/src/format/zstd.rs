@@ -208,7 +208,9 @@ fn walk_frame(window: &mut Window<'_>, start: u64, path: &Path) -> Result<Option
 pub(crate) enum Piece<'a> {
     Plaintext(&'a [u8]),
     /// A frame ended at this file offset.
-    FrameEnd { end: u64 },
+    FrameEnd {
+        end: u64,
+    },
 }
 
 /// How a decoding run ended.
@@ -229,13 +231,11 @@ pub(crate) struct FrameStream<'s> {
 }
 
 impl<'s> FrameStream<'s> {
-    pub(crate) fn new(source: &'s dyn ByteSource) -> io::Result<FrameStream<'s>> {
-        Ok(FrameStream {
-            source,
-            decoder: Decoder::new()?,
-            input: vec![0; INPUT_CHUNK],
-            output: vec![0; zstd::zstd_safe::DCtx::out_size()],
-        })
+    /// A stream whose buffers fit `expected` compressed bytes, up to the usual chunk sizes.
+    pub(crate) fn new(source: &'s dyn ByteSource, expected: u64) -> io::Result<FrameStream<'s>> {
+        let input = usize::try_from(expected).unwrap_or(usize::MAX).clamp(1, INPUT_CHUNK);
+        let output = zstd::zstd_safe::DCtx::out_size().min(input.saturating_mul(8).max(4 << 10));
+        Ok(FrameStream { source, decoder: Decoder::new()?, input: vec![0; input], output: vec![0; output] })
     }
 
     /// Decodes the frames in `[start, end)`, handing plaintext and frame ends to `on_piece`.

@@ -28,8 +28,8 @@ use parking_lot::Mutex;
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
 
-pub use self::layout::{encode_segment, project_key};
 use self::layout::project_dir_name;
+pub use self::layout::{encode_segment, project_key};
 use crate::{
     backend::{Backend, Revision, ScanOutcome, ScanSink, StoredHeader},
     error::{CorruptKind, Location, PersistenceError, Result},
@@ -73,8 +73,14 @@ pub struct HeaderCacheStats {
 #[derive(Debug, Clone)]
 struct CachedHeader {
     identity: FileIdentity,
+    /// The file's first bytes, compared on reuse: a file system that reuses inode numbers and
+    /// keeps no birth time could otherwise pass a replaced file off as the cached one.
+    prefix: Box<[u8]>,
     header: Arc<SessionHeader>,
 }
+
+/// How many leading bytes of a log the header cache compares; they cover a typical header.
+const CACHED_PREFIX_BYTES: usize = 256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FileIdentity {
@@ -615,19 +621,29 @@ impl JsonlStore {
         let metadata = file.metadata().map_err(io_error(path))?;
         let identity = FileIdentity::of(&metadata);
         seen.insert(path.to_owned());
-        let cached = self.headers.lock().get(path).filter(|cached| cached.identity == identity).cloned();
+        let source = FileSource { file: &file, len: metadata.len() };
+        let mut prefix = vec![0; CACHED_PREFIX_BYTES.min(usize::try_from(metadata.len()).unwrap_or(usize::MAX))];
+        let got = crate::format::read_full(&source, 0, &mut prefix).map_err(io_error(path))?;
+        prefix.truncate(got);
+        let cached = self
+            .headers
+            .lock()
+            .get(path)
+            .filter(|cached| cached.identity == identity && *cached.prefix == *prefix)
+            .cloned();
         if let Some(cached) = cached {
             self.header_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(Some(StoredHeader { header: cached.header, revision: revision_of(&metadata) }));
         }
         self.header_misses.fetch_add(1, Ordering::Relaxed);
-        let source = FileSource { file: &file, len: metadata.len() };
         let Some(header) = read_header(&source, self.compression, path, cancel)? else {
             return Ok(None);
         };
         self.check_identity(path, &header, None)?;
         let header = Arc::new(header);
-        self.headers.lock().insert(path.to_owned(), CachedHeader { identity, header: Arc::clone(&header) });
+        self.headers
+            .lock()
+            .insert(path.to_owned(), CachedHeader { identity, prefix: prefix.into(), header: Arc::clone(&header) });
         Ok(Some(StoredHeader { header, revision: revision_of(&metadata) }))
     }
 }
@@ -738,8 +754,10 @@ impl Backend for JsonlStore {
     fn scan(&self, id: &SessionId, cancel: &CancellationToken, sink: &mut dyn ScanSink) -> Result<Option<ScanOutcome>> {
         check_cancel(cancel)?;
         self.check_root(cancel)?;
+        let mut last_path = self.root.clone();
         for attempt in 1..=MAX_READ_ATTEMPTS {
             let Some(path) = self.find_log(id, cancel)? else { return Ok(None) };
+            last_path.clone_from(&path);
             let file = match File::open(&path) {
                 Ok(file) => file,
                 Err(error) if error.kind() == io::ErrorKind::NotFound => {
@@ -754,6 +772,8 @@ impl Backend for JsonlStore {
                 let mut bound = BoundSink { store: self, path: &path, id, inner: &mut *sink };
                 scan_log(&source, self.compression, &path, cancel, &mut bound)
             };
+            #[cfg(test)]
+            self.faults.after_read(&path);
             let after = match fs::metadata(&path) {
                 Ok(after) => Some(after),
                 Err(error) if error.kind() == io::ErrorKind::NotFound => None,
@@ -775,17 +795,18 @@ impl Backend for JsonlStore {
             if attempt < MAX_READ_ATTEMPTS && sink.restart() {
                 continue;
             }
-            // An append on the same file leaves the bytes read a consistent (older) state.
-            let appended = after
-                .as_ref()
-                .is_some_and(|after| FileIdentity::of(after) == FileIdentity::of(&before) && after.len() >= before.len());
-            if appended && result.is_ok() {
+            // An append on the same file leaves the bytes read a consistent (older) state, and
+            // whatever the read found in them, event or defect, still stands.
+            let appended = after.as_ref().is_some_and(|after| {
+                FileIdentity::of(after) == FileIdentity::of(&before) && after.len() >= before.len()
+            });
+            if appended {
                 return result.map(|scan| Some(outcome(scan)));
             }
             break;
         }
         Err(PersistenceError::io(
-            self.root.join(encode_segment(id.as_str())?),
+            last_path,
             io::Error::other(format!("the log of session \"{id}\" kept changing while it was being read")),
         ))
     }

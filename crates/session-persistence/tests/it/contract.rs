@@ -38,7 +38,8 @@ impl Harness {
     /// A fresh coordinator over the same storage. Drop the previous one first: a JSONL store
     /// holds the root's write lock for as long as it lives.
     fn open(&self) -> Coordinator {
-        let config = CoordinatorConfig { write_batch_max_delay: Duration::from_millis(20), ..CoordinatorConfig::default() };
+        let config =
+            CoordinatorConfig { write_batch_max_delay: Duration::from_millis(20), ..CoordinatorConfig::default() };
         let backend: Arc<dyn session_persistence::Backend> = match self.kind {
             Kind::Memory => self.memory.clone(),
             Kind::JsonlRaw | Kind::JsonlZstd => {
@@ -190,7 +191,11 @@ fn crash_recovery_of_pending_tool_calls() {
             user_message(1, 1),
             plain("step/start", 2, json!({"turn": 1, "step": 1})),
             assistant_message(3, 1, &["call-a", "call-b"]),
-            plain("tool/call", 4, json!({"turn": 1, "step": 1, "callId": "call-a", "name": "read_file", "arguments": "{}"})),
+            plain(
+                "tool/call",
+                4,
+                json!({"turn": 1, "step": 1, "callId": "call-a", "name": "read_file", "arguments": "{}"}),
+            ),
         ];
         let persistence = h.open();
         persistence.create(header("s-tools"), &cancel()).await.unwrap();
@@ -335,7 +340,10 @@ fn unknown_event_types_are_refused_unless_ignorable() {
         persistence.append(&id, future, &cancel()).await.unwrap();
         let err = persistence.inspect(&id, &cancel()).await.unwrap_err();
         assert!(matches!(err, PersistenceError::FormatUnsupported { .. }), "{err:?}");
-        assert!(err.to_string().contains("contains event type \"future/event\" (seq 6) unknown to this harness"), "{err}");
+        assert!(
+            err.to_string().contains("contains event type \"future/event\" (seq 6) unknown to this harness"),
+            "{err}"
+        );
 
         persistence.create(header("s-future-ok"), &cancel()).await.unwrap();
         let id = SessionId::from("s-future-ok");
@@ -367,7 +375,8 @@ fn live_sessions_are_written_behind_and_flushed() {
         let persistence = h.open();
         let store = store();
         persistence.attach(&store);
-        let session = store.create(Some(SessionId::from("s-live")), CreateOptions { seed: None, meta: meta() }).unwrap();
+        let session =
+            store.create(Some(SessionId::from("s-live")), CreateOptions { seed: None, meta: meta() }).unwrap();
         append_turn(&session, 1);
         session.append("turn/start", &json!({"turn": 2}), None).unwrap();
         persistence.flush(session.id(), &cancel()).await.unwrap();
@@ -399,7 +408,8 @@ fn store_flush_barrier_persists_everything_appended_before_it() {
         let persistence = h.open();
         let store = store();
         persistence.attach(&store);
-        let session = store.create(Some(SessionId::from("s-flush")), CreateOptions { seed: None, meta: meta() }).unwrap();
+        let session =
+            store.create(Some(SessionId::from("s-flush")), CreateOptions { seed: None, meta: meta() }).unwrap();
         append_turn(&session, 1);
         append_turn(&session, 2);
         assert!(store.flush(session.id()).await.unwrap());
@@ -414,7 +424,8 @@ fn an_empty_live_session_is_never_written() {
         let persistence = h.open();
         let store = store();
         persistence.attach(&store);
-        let session = store.create(Some(SessionId::from("s-empty")), CreateOptions { seed: None, meta: meta() }).unwrap();
+        let session =
+            store.create(Some(SessionId::from("s-empty")), CreateOptions { seed: None, meta: meta() }).unwrap();
         store.flush(session.id()).await.unwrap();
         assert!(persistence.load(session.id(), &cancel()).await.unwrap_err().is_not_found());
         assert!(persistence.list(&cancel()).await.unwrap().is_empty());
@@ -427,7 +438,8 @@ fn fork_seed_is_persisted_exactly_once_with_its_end_seed() {
         let persistence = h.open();
         let store = store();
         persistence.attach(&store);
-        let parent = store.create(Some(SessionId::from("s-parent")), CreateOptions { seed: None, meta: meta() }).unwrap();
+        let parent =
+            store.create(Some(SessionId::from("s-parent")), CreateOptions { seed: None, meta: meta() }).unwrap();
         append_turn(&parent, 1);
         let child = store.fork(parent.id(), None, Some(SessionId::from("s-child"))).unwrap();
         store.flush(child.id()).await.unwrap();
@@ -457,7 +469,8 @@ fn resume_claims_the_loaded_log_without_rewriting_it() {
         let store = store();
         persistence.attach(&store);
         let meta = HeaderMeta { created_at: Some(loaded.header.created_at), ..meta() };
-        let session = store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }).unwrap();
+        let session =
+            store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }).unwrap();
         append_turn(&session, 2);
         store.flush(&id).await.unwrap();
         let read = persistence.read_from(&id, 0, &cancel()).await.unwrap();
@@ -494,10 +507,14 @@ fn streaming_inspection_matches_the_materialized_view() {
         persistence.append(&id, open_step_log(), &cancel()).await.unwrap();
         drop(persistence);
         let persistence = h.open();
-        let (sink, summary) =
-            session_persistence::inspect_into(&persistence, &id, &cancel(), session_persistence::CollectSink::default())
-                .await
-                .unwrap();
+        let (sink, summary) = session_persistence::inspect_into(
+            &persistence,
+            &id,
+            &cancel(),
+            session_persistence::CollectSink::default(),
+        )
+        .await
+        .unwrap();
         let inspected = persistence.inspect(&id, &cancel()).await.unwrap();
         let streamed: Vec<Arc<SessionEvent>> = sink.events.into_iter().map(Arc::new).collect();
         assert_eq!(streamed, inspected.events.to_vec());

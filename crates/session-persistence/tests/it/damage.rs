@@ -9,7 +9,10 @@ use session_persistence::{Backend, Compression, CorruptKind, JsonlStore, Persist
 use crate::{arcs, config, event, header, open, scan, scan_ok, turn};
 
 /// Writes a three-batch session and returns the store, its log path and the events.
-fn written(dir: &std::path::Path, compression: Compression) -> (JsonlStore, std::path::PathBuf, Vec<session_core::SessionEvent>) {
+fn written(
+    dir: &std::path::Path,
+    compression: Compression,
+) -> (JsonlStore, std::path::PathBuf, Vec<session_core::SessionEvent>) {
     let store = open(dir, compression);
     let header = header("d", Some("/p"));
     let batches = [turn(0, 4), turn(6, 3), turn(11, 5)];
@@ -151,6 +154,14 @@ fn zstd_defects_in_complete_frames_are_fatal() {
     let mut cut = full[..frames[3].end].to_vec();
     cut.extend(encoder.encode(b"{\"type\":\"turn/start\",\"seq\":17").unwrap());
     check(cut, CorruptKind::TornRecordInFrame, "complete frame contains a torn JSONL record");
+    // An undecodable line inside a complete frame is fatal even with no later turn/end.
+    let mut bad_line = full.clone();
+    bad_line.extend(encoder.encode(b"{bad}\n").unwrap());
+    check(
+        bad_line,
+        CorruptKind::Record,
+        "complete frame contains a torn JSONL record: corrupt session log: unparsable",
+    );
     // A two-line header frame.
     let mut two = encoder.encode(b"{}\n{}\n").unwrap();
     two.extend_from_slice(&full[frames[1].start..]);
@@ -167,7 +178,7 @@ fn zstd_defects_in_complete_frames_are_fatal() {
 #[test]
 fn listing_reads_only_the_header_frame() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, path, _) = written(dir.path(), Compression::Zstd);
+    let (_store, path, _) = written(dir.path(), Compression::Zstd);
     let mut bytes = fs::read(&path).unwrap();
     let frames = frame_ranges(&bytes);
     bytes[frames[2].end - 1] ^= 0xFF;
@@ -188,7 +199,11 @@ fn cancellation_is_observed() {
     assert!(matches!(store.list(&cancel), Err(PersistenceError::Cancelled)));
 }
 
-fn check_damaged(compression: Compression, bytes: &[u8], events: &[session_core::SessionEvent]) -> Result<(), TestCaseError> {
+fn check_damaged(
+    compression: Compression,
+    bytes: &[u8],
+    events: &[session_core::SessionEvent],
+) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
     let reader = JsonlStore::open_read_only(config(dir.path(), compression)).unwrap();
     let session = dir.path().join("--p--/d");
@@ -207,7 +222,9 @@ fn check_damaged(compression: Compression, bytes: &[u8], events: &[session_core:
         }
         Ok(None) => prop_assert!(false, "the log vanished"),
         Err(
-            PersistenceError::Corrupt { .. } | PersistenceError::FormatUnsupported { .. } | PersistenceError::InvalidInput { .. },
+            PersistenceError::Corrupt { .. }
+            | PersistenceError::FormatUnsupported { .. }
+            | PersistenceError::InvalidInput { .. },
         ) => {}
         Err(other) => prop_assert!(false, "unexpected error {:?}", other),
     }

@@ -35,7 +35,7 @@ fn stored_event_counts_match_expected() {
             assert_eq!(outcome.n_events, stored, "{compression:?} {session}");
             assert_eq!(events.len() as u64, stored, "{compression:?} {session}");
             assert!(events.iter().enumerate().all(|(index, event)| event.seq == index as u64));
-            assert_eq!(&*outcome.header.id, session.as_str());
+            assert_eq!(outcome.header.id.as_str(), session.as_str());
             assert_eq!(Some(outcome.revision), store.revision(&id(session)).unwrap());
             if session != "s-torn" {
                 assert_eq!(outcome.torn, None, "{compression:?} {session}");

@@ -1,6 +1,6 @@
 //! Directory layout and naming, identity binding, and the refusals of foreign layouts.
 
-use std::fs;
+use std::{fs, io::Write};
 
 use session_persistence::{Backend, Compression, JsonlStore, PersistenceError, encode_segment, project_key};
 use tokio_util::sync::CancellationToken;
@@ -109,7 +109,12 @@ fn opposite_encoding_is_refused() {
         scan(&store, "mixed").unwrap_err(),
         store.list(&CancellationToken::new()).unwrap_err(),
         store.revision(&id("mixed")).unwrap_err(),
-        store.append_batch(&crate::header("other", Some("/p")), &arcs(&turn(0, 1)), false).unwrap_err(),
+        {
+            let fresh = dir.path().join("--p--/fresh");
+            fs::create_dir_all(&fresh).unwrap();
+            fs::write(fresh.join("session.jsonl"), b"").unwrap();
+            store.append_batch(&crate::header("fresh", Some("/p")), &arcs(&turn(0, 1)), false).unwrap_err()
+        },
     ] {
         assert!(
             error.to_string().contains("uses .jsonl, but this backend is configured for compression \"zstd\""),
@@ -197,4 +202,77 @@ fn lookups_use_the_index_and_fall_back_to_a_scan() {
     let moved = store.revision(&id("moving")).unwrap().unwrap();
     assert_ne!(moved, revision);
     assert_eq!(scan_ok(&store, "moving").1.len(), 4);
+}
+
+#[test]
+fn list_caches_headers_per_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), Compression::Zstd);
+    for session in ["a", "b", "c"] {
+        store.append_batch(&header(session, Some("/p")), &arcs(&turn(0, 1)), false).unwrap();
+    }
+    let cancel = CancellationToken::new();
+    let first = store.list(&cancel).unwrap();
+    assert_eq!(first.iter().map(|stored| stored.header.id.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
+    let stats = store.header_cache_stats();
+    assert_eq!((stats.hits, stats.misses, stats.entries), (0, 3, 3));
+
+    // Appends change revisions but not headers: the second listing reads no header.
+    store.append_batch(&header("b", Some("/p")), &arcs(&turn(3, 1)), true).unwrap();
+    let second = store.list(&cancel).unwrap();
+    let stats = store.header_cache_stats();
+    assert_eq!((stats.hits, stats.misses), (3, 3));
+    assert_eq!(second[0], first[0]);
+    assert_ne!(second[1].revision, first[1].revision);
+    assert_eq!(second[1].header, first[1].header);
+
+    // A replaced file is read again; a deleted one leaves the cache.
+    let path_c = store.locate(&header("c", Some("/p"))).unwrap();
+    let bytes = fs::read(&path_c).unwrap();
+    fs::remove_file(&path_c).unwrap();
+    fs::write(&path_c, &bytes).unwrap();
+    fs::remove_dir_all(dir.path().join("--p--/a")).unwrap();
+    let third = store.list(&cancel).unwrap();
+    assert_eq!(third.len(), 2);
+    let stats = store.header_cache_stats();
+    assert_eq!((stats.hits, stats.misses, stats.entries), (4, 4, 2));
+}
+
+#[test]
+fn list_skips_junk_and_lists_foreign_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), Compression::None);
+    store.append_batch(&header("good", Some("/p")), &arcs(&turn(0, 1)), false).unwrap();
+    let junk = |name: &str, bytes: &[u8]| {
+        let session = dir.path().join("--p--").join(name);
+        fs::create_dir_all(&session).unwrap();
+        fs::write(session.join("session.jsonl"), bytes).unwrap();
+    };
+    junk("empty", b"");
+    junk("partial", br#"{"type":"session","version":0"#);
+    junk("not-json", b"hello\n");
+    junk("not-header", b"{\"type\":\"turn/start\"}\n");
+    fs::create_dir_all(dir.path().join("--p--/no-transcript")).unwrap();
+    junk("future", br#"{"type":"session","version":2,"id":"future","createdAt":1,"cwd":"/p","delegationDepth":0}"#);
+    fs::OpenOptions::new()
+        .append(true)
+        .open(dir.path().join("--p--/future/session.jsonl"))
+        .unwrap()
+        .write_all(b"\n")
+        .unwrap();
+    let listed = store.list(&CancellationToken::new()).unwrap();
+    let ids: Vec<(&str, u32)> =
+        listed.iter().map(|stored| (stored.header.id.as_str(), stored.header.version)).collect();
+    assert_eq!(ids, [("future", 2), ("good", 0)]);
+    let error = scan(&store, "future").unwrap_err();
+    assert!(matches!(error, PersistenceError::FormatUnsupported { .. }));
+    assert!(error.to_string().contains("uses log format v2") && error.to_string().contains("(raw log: "), "{error}");
+
+    junk(
+        "retired",
+        br#"{"type":"session","version":0,"id":"retired","createdAt":1,"delegationDepth":0,"approvalPolicy":"x"}
+"#,
+    );
+    let error = store.list(&CancellationToken::new()).unwrap_err();
+    assert!(error.to_string().contains("retired policy baseline fields"), "{error}");
 }

@@ -41,7 +41,11 @@ fn probe(root: &std::path::Path) -> String {
         .unwrap();
     assert!(output.status.success(), "{output:?}");
     let stdout = String::from_utf8(output.stdout).unwrap();
-    stdout.lines().find_map(|line| line.strip_prefix("PROBE: ")).expect("the probe ran").to_owned()
+    stdout
+        .lines()
+        .find_map(|line| line.split_once("PROBE: ").map(|(_, outcome)| outcome))
+        .expect("the probe ran")
+        .to_owned()
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Integration tests of the JSONL store and its on-disk format.
 
+mod contract;
 mod damage;
 mod golden;
 mod layout;
@@ -14,9 +15,7 @@ use std::{
 };
 
 use session_core::{JsonData, SessionEvent, SessionHeader, SessionId, SurfaceOp};
-use session_persistence::{
-    Backend, CollectSink, Compression, JsonlConfig, JsonlStore, PersistenceError, ScanOutcome, ScanSink,
-};
+use session_persistence::{Backend, CollectSink, Compression, JsonlConfig, JsonlStore, PersistenceError, ScanOutcome};
 use tokio_util::sync::CancellationToken;
 
 /// The golden stores written by the reference implementation. Never written to: tests copy them.
@@ -111,17 +110,4 @@ pub(crate) fn turn(seq0: u64, n_deltas: u64) -> Vec<SessionEvent> {
 
 pub(crate) fn arcs(events: &[SessionEvent]) -> Vec<Arc<SessionEvent>> {
     events.iter().cloned().map(Arc::new).collect()
-}
-
-/// A sink that cannot start over, to check the scan's fallback.
-#[derive(Debug, Default)]
-pub(crate) struct OnceSink {
-    pub(crate) events: Vec<SessionEvent>,
-}
-
-impl ScanSink for OnceSink {
-    fn event(&mut self, event: SessionEvent) -> session_persistence::Result<()> {
-        self.events.push(event);
-        Ok(())
-    }
 }

@@ -6,7 +6,10 @@ use proptest::prelude::*;
 use session_core::{JsonData, SessionEvent, json::MAX_SAFE_INTEGER};
 use session_persistence::{
     PersistenceError,
-    format::{ChunkKind, MIN_RUN, Record, decode_header_line, decode_record, encode_batch, encode_header_line, pack_chunk_runs},
+    format::{
+        ChunkKind, MIN_RUN, Record, decode_header_line, decode_record, encode_batch, encode_header_line,
+        pack_chunk_runs,
+    },
 };
 
 use crate::{event, header, text_delta};
@@ -32,7 +35,9 @@ fn runs_pack_from_three_members() {
         let records = pack_chunk_runs(&events);
         if n as usize >= MIN_RUN {
             assert_eq!(records.len(), 1);
-            assert!(matches!(&records[0], Record::Chunks(row) if row.kind == ChunkKind::Text && row.members.len() == n as usize));
+            assert!(
+                matches!(&records[0], Record::Chunks(row) if row.kind == ChunkKind::Text && row.members.len() == n as usize)
+            );
         } else {
             assert!(records.iter().all(|record| matches!(record, Record::Event(_))));
         }
@@ -164,7 +169,15 @@ fn event_lines_decode_strictly() {
     let mut out = Vec::new();
     decode_record(r#"{"type":"a/b","seq":0,"time":-5,"data":{"k":[1,2]},"ignorable":true}"#, &mut out).unwrap();
     assert!(out[0].ignorable);
-    for line in ["", "   ", "{", "[]", "null", r#"{"type":"a/b","seq":0,"time":0}"#, r#"{"type":"a/b","seq":0,"time":0,"data":1,"x":2}"#] {
+    for line in [
+        "",
+        "   ",
+        "{",
+        "[]",
+        "null",
+        r#"{"type":"a/b","seq":0,"time":0}"#,
+        r#"{"type":"a/b","seq":0,"time":0,"data":1,"x":2}"#,
+    ] {
         assert!(decode_record(line, &mut out).is_err(), "{line:?}");
     }
     assert_eq!(out.len(), 1);
@@ -186,7 +199,10 @@ fn header_lines_encode_in_reference_order() {
     );
     assert_eq!(decode_header_line(line.as_bytes(), Path::new("log")).unwrap(), header);
     let minimal = crate::header("m", None);
-    assert_eq!(encode_header_line(&minimal), r#"{"type":"session","version":0,"id":"m","createdAt":1772442000000,"delegationDepth":0}"#);
+    assert_eq!(
+        encode_header_line(&minimal),
+        r#"{"type":"session","version":0,"id":"m","createdAt":1772442000000,"delegationDepth":0}"#
+    );
 }
 
 fn check_header(line: &str, expected: Result<(), &str>) {
@@ -205,23 +221,47 @@ fn header_line_validation() {
     check_header(&format!(r#"{{"version":0,{base},"futureKey":{{"a":1}}}}"#), Ok(()));
     check_header("not json", Err("corrupt session log: header line is not valid JSON"));
     check_header("[1]", Err("corrupt session log: first line is not a session header"));
-    check_header(r#"{"version":0,"type":"session","id":"x","createdAt":5}"#, Err("corrupt session log: first line is not a session header"));
-    check_header(r#"{"version":0,"type":"session","id":"x","createdAt":-0,"delegationDepth":0}"#, Err("corrupt session log: first line is not a session header"));
-    check_header(r#"{"version":0,"type":"session","id":"x","createdAt":5,"delegationDepth":1.5}"#, Err("corrupt session log: first line is not a session header"));
-    check_header(&format!(r#"{{"version":0,{base},"owner":""}}"#), Err("corrupt session log: first line is not a session header"));
-    check_header(&format!(r#"{{"version":0,{base},"origin":"user"}}"#), Err("corrupt session log: first line is not a session header"));
-    check_header(&format!(r#"{{"version":0,{base},"sandboxMode":"x"}}"#), Err("session header uses retired policy baseline fields"));
+    check_header(
+        r#"{"version":0,"type":"session","id":"x","createdAt":5}"#,
+        Err("corrupt session log: first line is not a session header"),
+    );
+    check_header(
+        r#"{"version":0,"type":"session","id":"x","createdAt":-0,"delegationDepth":0}"#,
+        Err("corrupt session log: first line is not a session header"),
+    );
+    check_header(
+        r#"{"version":0,"type":"session","id":"x","createdAt":5,"delegationDepth":1.5}"#,
+        Err("corrupt session log: first line is not a session header"),
+    );
+    check_header(
+        &format!(r#"{{"version":0,{base},"owner":""}}"#),
+        Err("corrupt session log: first line is not a session header"),
+    );
+    check_header(
+        &format!(r#"{{"version":0,{base},"origin":"user"}}"#),
+        Err("corrupt session log: first line is not a session header"),
+    );
+    check_header(
+        &format!(r#"{{"version":0,{base},"sandboxMode":"x"}}"#),
+        Err("session header uses retired policy baseline fields"),
+    );
     check_header(
         &format!(r#"{{"version":0,{base},"cwd":"relative"}}"#),
-        Err("corrupt session log: first line is not a session header: session header cwd must be an absolute path, got \"relative\""),
+        Err(
+            "corrupt session log: first line is not a session header: session header cwd must be an absolute path, got \"relative\"",
+        ),
     );
     check_header(
         r#"{"version":3,"id":"x"}"#,
-        Err("unsupported: session \"x\" uses log format v3, but this harness reads only v0: the log was written by a newer harness — upgrade the harness to open it (raw log: /logs/x)"),
+        Err(
+            "unsupported: session \"x\" uses log format v3, but this harness reads only v0: the log was written by a newer harness — upgrade the harness to open it (raw log: /logs/x)",
+        ),
     );
     check_header(
         r#"{"version":-1,"id":7}"#,
-        Err("unsupported: session \"7\" uses log format v-1, older than the supported v0, and this build ships no upgrade path for it (raw log: /logs/x)"),
+        Err(
+            "unsupported: session \"7\" uses log format v-1, older than the supported v0, and this build ships no upgrade path for it (raw log: /logs/x)",
+        ),
     );
 }
 
