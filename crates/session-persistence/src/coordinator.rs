@@ -91,7 +91,6 @@ pub struct Coordinator {
 pub(crate) struct Inner {
     backend: Arc<dyn Backend>,
     pub(crate) config: CoordinatorConfig,
-    pub(crate) runtime: tokio::runtime::Handle,
     locks: Mutex<HashMap<SessionId, Arc<AsyncMutex<()>>>>,
     states: Mutex<HashMap<SessionId, IdState>>,
     live: Mutex<HashMap<SessionId, Arc<LiveWriter>>>,
@@ -105,17 +104,13 @@ impl fmt::Debug for Coordinator {
 }
 
 impl Coordinator {
-    /// Must be called inside a Tokio runtime: live write-behind timers run on it.
     pub fn new(backend: Arc<dyn Backend>, config: CoordinatorConfig) -> Result<Coordinator> {
         config.validate()?;
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| PersistenceError::invalid_input("a Coordinator must be created inside a Tokio runtime"))?;
         let cache = InspectCache::new(config.inspect_cache_entries, config.inspect_cache_bytes);
         Ok(Coordinator {
             inner: Arc::new(Inner {
                 backend,
                 config,
-                runtime,
                 locks: Mutex::new(HashMap::new()),
                 states: Mutex::new(HashMap::new()),
                 live: Mutex::new(HashMap::new()),
@@ -131,13 +126,19 @@ impl Coordinator {
     /// Makes every session of `store` durable: sessions already live are adopted now, later ones
     /// when they are published. Events are written behind, in batches, and `store.flush(id)` or
     /// [`SessionPersistence::flush`] waits for them.
-    pub fn attach(&self, store: &Arc<SessionStore>) {
-        let observer = Arc::new(LiveObserver { inner: Arc::downgrade(&self.inner) });
+    ///
+    /// Must be called inside a Tokio runtime: the write-behind timers run on it.
+    pub fn attach(&self, store: &Arc<SessionStore>) -> Result<()> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            PersistenceError::invalid_input("Coordinator::attach must be called inside a Tokio runtime")
+        })?;
+        let observer = Arc::new(LiveObserver { inner: Arc::downgrade(&self.inner), runtime });
         store.add_flush_hook(observer.clone());
         store.add_observer(observer);
         for session in store.list() {
             self.inner.live_writer(&session);
         }
+        Ok(())
     }
 
     /// Drains every live session's buffered events. Errors are collected; the first is returned.
@@ -727,6 +728,7 @@ impl ScanSink for SuffixSink {
 /// Receives the store's notifications and routes them to the coordinator.
 struct LiveObserver {
     inner: Weak<Inner>,
+    runtime: tokio::runtime::Handle,
 }
 
 impl StoreObserver for LiveObserver {
@@ -740,12 +742,12 @@ impl StoreObserver for LiveObserver {
             }
             StoreEvent::Event(session, event) => {
                 let writer = inner.live_writer(session);
-                writer.enqueue(&inner, Arc::clone(event));
+                writer.enqueue(&inner, &self.runtime, Arc::clone(event));
             }
             StoreEvent::Disposed(session) => {
                 let session = Arc::clone(session);
                 let retiring = inner.clone();
-                inner.runtime.spawn(async move { retiring.retire(session).await });
+                self.runtime.spawn(async move { retiring.retire(session).await });
             }
         }
         Ok(())

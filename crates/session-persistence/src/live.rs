@@ -48,7 +48,12 @@ impl LiveWriter {
     }
 
     /// Buffers one event and arms the batch timer if it is not running.
-    pub(crate) fn enqueue(self: &Arc<Self>, inner: &Arc<Inner>, event: Arc<SessionEvent>) {
+    pub(crate) fn enqueue(
+        self: &Arc<Self>,
+        inner: &Arc<Inner>,
+        runtime: &tokio::runtime::Handle,
+        event: Arc<SessionEvent>,
+    ) {
         let arm = {
             let mut pending = self.pending.lock();
             pending.events.push(event);
@@ -62,7 +67,7 @@ impl LiveWriter {
             // backend and its store lock) is never delayed by a pending window.
             let (writer, weak_inner) = (Arc::downgrade(self), Arc::downgrade(inner));
             let delay = inner.config.write_batch_max_delay;
-            inner.runtime.spawn(async move {
+            runtime.spawn(async move {
                 tokio::time::sleep(delay).await;
                 let (Some(writer), Some(inner)) = (writer.upgrade(), weak_inner.upgrade()) else {
                     return;

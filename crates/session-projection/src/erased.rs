@@ -104,6 +104,18 @@ impl<U: ProjectionUnit> ErasedUnit for Erased<U> {
             Err(payload) => return Err(UnitFailure::Encode { message: panic_text(payload.as_ref()) }),
         };
         check_lossless(&value).map_err(|error| UnitFailure::Encode { message: error.to_string() })?;
+        // A state that does not survive the round trip would make a restore from this row
+        // diverge from the live cell; refuse to hand out such a row (reference 02 W17).
+        let round_trip = self.decode(&value).map_err(|message| UnitFailure::Encode {
+            message: format!("the serialized state does not deserialize: {message}"),
+        })?;
+        let again = serde_json::to_value(typed::<U::State>(&round_trip))
+            .map_err(|error| UnitFailure::Encode { message: error.to_string() })?;
+        if again != value {
+            return Err(UnitFailure::Encode {
+                message: "the state does not round-trip through JSON (it deserializes to a different value)".to_owned(),
+            });
+        }
         Ok(value)
     }
 

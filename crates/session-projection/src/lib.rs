@@ -12,6 +12,21 @@
 //!
 //! This crate does no I/O, reads no clock and runs no async runtime: storage of checkpoint rows
 //! belongs to `session-projection-cache`.
+//!
+//! Where this differs from the reference (reference 02 §12):
+//! - W1/W3: a unit's error or panic is caught per unit and per event; the unit's cell stops at its
+//!   last good state and every read reports a [`UnitFailure`] for its key (`Snapshot::failures`,
+//!   `Checkpoint::failures`, `state_of`). Other units and other sessions are unaffected, and a cold
+//!   fold reports the same failure, so live and cold still agree. A listener's panic is contained.
+//! - W2: a session's cells apply an event only at `folded_seq + 1`; a replayed notification is
+//!   skipped, a gap is folded from the session's log, and a read that folded an event before the
+//!   drive saw it does not make the drive drop that event's change-feed entries.
+//! - W4: a client value is computed once per change and shared by the feed and every snapshot.
+//! - W5: a key is shared only by the same unit type with the same visibility.
+//! - W6: `restore` checks that the slice is contiguous from `base_seq`, treats an undecodable row as
+//!   unusable, and over the whole log (`base_seq == 0`) folds from `init` without consulting rows.
+//! - W16: a unit declares the event types it reads; the others never reach its `apply`.
+//! - W17: a checkpoint row is handed out only if the state round-trips through JSON unchanged.
 
 mod cell;
 mod erased;
@@ -20,6 +35,9 @@ mod registry;
 mod restore;
 mod types;
 mod unit;
+
+#[cfg(test)]
+mod tests;
 
 pub use crate::{
     registry::{ChangeListener, ChangeSubscription, ProjectionRegistry, Registration, StoreAttachment},

@@ -285,7 +285,7 @@ impl ProjectionRegistry {
     }
 
     /// The state of unit `key` for `session` as JSON: `None` if `key` is not registered, the
-    /// unit's failure if its fold failed.
+    /// unit's failure if its fold failed or its state cannot be serialized.
     pub fn state_of(&self, session: &Arc<Session>, key: &str) -> Option<Result<Value, UnitFailure>> {
         self.read_cells(session, |plan, cells| {
             let idx = plan.position(key)?;

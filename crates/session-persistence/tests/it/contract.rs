@@ -374,7 +374,7 @@ fn live_sessions_are_written_behind_and_flushed() {
     run(async |h| {
         let persistence = h.open();
         let store = store();
-        persistence.attach(&store);
+        persistence.attach(&store).unwrap();
         let session =
             store.create(Some(SessionId::from("s-live")), CreateOptions { seed: None, meta: meta() }).unwrap();
         append_turn(&session, 1);
@@ -407,7 +407,7 @@ fn store_flush_barrier_persists_everything_appended_before_it() {
     run(async |h| {
         let persistence = h.open();
         let store = store();
-        persistence.attach(&store);
+        persistence.attach(&store).unwrap();
         let session =
             store.create(Some(SessionId::from("s-flush")), CreateOptions { seed: None, meta: meta() }).unwrap();
         append_turn(&session, 1);
@@ -423,7 +423,7 @@ fn an_empty_live_session_is_never_written() {
     run(async |h| {
         let persistence = h.open();
         let store = store();
-        persistence.attach(&store);
+        persistence.attach(&store).unwrap();
         let session =
             store.create(Some(SessionId::from("s-empty")), CreateOptions { seed: None, meta: meta() }).unwrap();
         store.flush(session.id()).await.unwrap();
@@ -437,7 +437,7 @@ fn fork_seed_is_persisted_exactly_once_with_its_end_seed() {
     run(async |h| {
         let persistence = h.open();
         let store = store();
-        persistence.attach(&store);
+        persistence.attach(&store).unwrap();
         let parent =
             store.create(Some(SessionId::from("s-parent")), CreateOptions { seed: None, meta: meta() }).unwrap();
         append_turn(&parent, 1);
@@ -458,7 +458,7 @@ fn resume_claims_the_loaded_log_without_rewriting_it() {
         {
             let persistence = h.open();
             let store = store();
-            persistence.attach(&store);
+            persistence.attach(&store).unwrap();
             let session = store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta() }).unwrap();
             append_turn(&session, 1);
             store.flush(&id).await.unwrap();
@@ -467,7 +467,7 @@ fn resume_claims_the_loaded_log_without_rewriting_it() {
         let persistence = h.open();
         let loaded = persistence.load(&id, &cancel()).await.unwrap();
         let store = store();
-        persistence.attach(&store);
+        persistence.attach(&store).unwrap();
         let meta = HeaderMeta { created_at: Some(loaded.header.created_at), ..meta() };
         let session =
             store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }).unwrap();
@@ -488,7 +488,7 @@ fn a_new_live_session_cannot_take_over_a_stored_id() {
         drop(persistence);
         let persistence = h.open();
         let store = store();
-        persistence.attach(&store);
+        persistence.attach(&store).unwrap();
         let session = store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta() }).unwrap();
         append_turn(&session, 1);
         let err = store.flush(&id).await.unwrap_err();

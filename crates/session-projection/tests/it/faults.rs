@@ -9,7 +9,7 @@ use session_core::{ObserverError, StoreEvent};
 use session_projection::{CheckpointRows, ProjectionRegistry, Snapshot, UnitFailure};
 
 use crate::support::{
-    Count, DELIBERATE, Feed, FragileView, Flaky, Marks, Sum, append, events_of, fixture, mark, other,
+    Count, DELIBERATE, Feed, Flaky, FragileView, Marks, Sum, append, events_of, fixture, mark, other,
     quiet_unit_panics, store,
 };
 
@@ -200,10 +200,7 @@ fn a_reader_running_before_the_drive_neither_double_counts_nor_loses_frames() {
     // ...and each event was applied once, with one frame per change.
     assert_eq!(registry.snapshot(&session).values["test/sum"], json!({ "total": 5, "seqs": [0, 2] }));
     let frames: Vec<(Value, u64)> = feed.take().into_iter().map(|(_, _, value, seq)| (value, seq)).collect();
-    assert_eq!(
-        frames,
-        [(json!({ "total": 2, "seqs": [0] }), 0), (json!({ "total": 5, "seqs": [0, 2] }), 2)]
-    );
+    assert_eq!(frames, [(json!({ "total": 2, "seqs": [0] }), 0), (json!({ "total": 5, "seqs": [0, 2] }), 2)]);
 }
 
 #[test]
@@ -260,4 +257,88 @@ fn disposal_drops_a_sessions_cells() {
     assert!(format!("{:?}", fx.registry).contains("sessions: 0"), "{:?}", fx.registry);
     // A detached session still reads correctly (from its log).
     assert_eq!(fx.registry.snapshot(&session).values["test/sum"]["total"], json!(1));
+}
+
+#[test]
+fn concurrent_readers_never_double_apply_or_lose_frames() {
+    let fx = fixture();
+    let _sum = fx.registry.register(Sum).unwrap();
+    let _count = fx.registry.register_host_only(Count).unwrap();
+    let (feed, _subscription) = Feed::subscribe(&fx.registry);
+    let session = fx.session("threads");
+    let n_events = 300u64;
+
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            let registry = Arc::clone(&fx.registry);
+            let session = Arc::clone(&session);
+            scope.spawn(move || {
+                loop {
+                    let snapshot = registry.snapshot(&session);
+                    let seqs = snapshot.values["test/sum"]["seqs"].as_array().unwrap().len() as i64;
+                    // Every value is exactly the fold of the cut it claims.
+                    assert_eq!(seqs, snapshot.as_of_seq + 1);
+                    if snapshot.as_of_seq + 1 == n_events as i64 {
+                        break;
+                    }
+                }
+            });
+        }
+        for n in 0..n_events {
+            append(&session, "test/add", json!({ "n": n }));
+        }
+    });
+
+    let expected: Vec<u64> = (0..n_events).collect();
+    let sum = fx.registry.snapshot(&session).values["test/sum"].clone();
+    assert_eq!(sum["seqs"], json!(expected));
+    assert_eq!(fx.registry.state_of(&session, "test/count"), Some(Ok(json!(n_events))));
+    let frame_seqs: Vec<u64> = feed.take().into_iter().map(|frame| frame.3).collect();
+    assert_eq!(frame_seqs, expected);
+}
+
+#[test]
+fn a_state_that_does_not_round_trip_has_no_row() {
+    use serde::{Deserialize, Serialize};
+    use session_projection::{ProjectionUnit, UnitError};
+
+    /// Serializes as a string but deserializes only from a number.
+    #[derive(Debug)]
+    struct Lopsided;
+    impl Serialize for Lopsided {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.serialize_str("lopsided")
+        }
+    }
+    impl<'de> Deserialize<'de> for Lopsided {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Lopsided, D::Error> {
+            u8::deserialize(deserializer).map(|_| Lopsided)
+        }
+    }
+    struct Bad;
+    impl ProjectionUnit for Bad {
+        type State = Lopsided;
+        fn key(&self) -> &str {
+            "test/bad-state"
+        }
+        fn state_version(&self) -> u64 {
+            1
+        }
+        fn init(&self) -> Lopsided {
+            Lopsided
+        }
+        fn apply(&self, _: &Lopsided, _: &session_core::SessionEvent) -> Result<Option<Lopsided>, UnitError> {
+            Ok(None)
+        }
+    }
+
+    let fx = fixture();
+    let _bad = fx.registry.register_host_only(Bad).unwrap();
+    let _count = fx.registry.register_host_only(Count).unwrap();
+    let session = fx.session("lopsided");
+    other(&session);
+    let checkpoint = fx.registry.checkpoint(&session);
+    assert!(!checkpoint.rows.contains_key("test/bad-state"));
+    assert!(matches!(checkpoint.failures["test/bad-state"], UnitFailure::Encode { .. }));
+    assert_eq!(checkpoint.rows["test/count"].val, json!(1));
 }

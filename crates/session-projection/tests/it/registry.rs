@@ -200,7 +200,11 @@ fn a_key_is_shared_only_by_the_same_unit_type_and_visibility() {
     assert!(
         matches!(
             error,
-            RegisterError::UnitMismatch { registered_visibility: "client-visible", requested_visibility: "host-only", .. }
+            RegisterError::UnitMismatch {
+                registered_visibility: "client-visible",
+                requested_visibility: "host-only",
+                ..
+            }
         ),
         "{error:?}"
     );
@@ -364,4 +368,18 @@ fn a_snapshot_of_a_built_session_reads_no_event() {
         assert_eq!(snapshot.values["test/descriptor"]["mode"], "continuable");
     }
     assert_eq!(unit.applied(), 1);
+}
+
+#[test]
+fn the_registry_and_its_folds_cross_threads() {
+    // A cold fold lives in a decoder's sink on a blocking pool, which needs `Send + 'static`.
+    fn shared<T: Send + Sync + 'static>() {}
+    fn sent<T: Send + 'static>() {}
+    shared::<ProjectionRegistry>();
+    shared::<session_projection::Snapshot>();
+    shared::<session_projection::Checkpoint>();
+    sent::<session_projection::RestoreFold>();
+    sent::<session_projection::Registration>();
+    sent::<session_projection::ChangeSubscription>();
+    sent::<session_projection::StoreAttachment>();
 }

@@ -71,7 +71,7 @@ fn a_suffix_restore_needs_a_usable_row_for_every_unit() {
     );
 
     // Over the whole log the rows are not needed: every unit refolds from init.
-    let restored = registry.restore(&stored, &log(5), 0).unwrap();
+    let restored = registry.restore(&stored, log(5), 0).unwrap();
     assert_eq!(restored.snapshot.as_of_seq, 4);
     assert_eq!(restored.snapshot.values["test/marks"], json!({ "marks": ["m4"] }));
     assert_eq!(restored.checkpoint.rows["test/count"], row(1, 4, json!(5)));
@@ -83,7 +83,8 @@ fn a_suffix_restore_folds_each_unit_only_past_its_watermark() {
     let (registry, _registrations) = registry_with_marks_and_count();
     // The marks row already covers seq 4 (its value is deliberately not what the log says, to show
     // the events up to its watermark are not applied again); count folds exactly seqs 3 and 4.
-    let stored = rows(&[("test/marks", row(1, 4, json!({ "marks": ["from-row"] }))), ("test/count", row(1, 2, json!(3)))]);
+    let stored =
+        rows(&[("test/marks", row(1, 4, json!({ "marks": ["from-row"] }))), ("test/count", row(1, 2, json!(3)))]);
     let restored = registry.restore(&stored, &log(5)[2..], 2).unwrap();
     assert_eq!(restored.snapshot.as_of_seq, 4);
     assert_eq!(restored.snapshot.values["test/marks"], json!({ "marks": ["from-row"] }));
@@ -125,7 +126,7 @@ fn view_checkpoint_serves_matching_client_rows_only() {
 #[test]
 fn restores_exclude_host_only_values_but_keep_their_rows() {
     let (registry, _registrations) = registry_with_marks_and_count();
-    let restored = registry.restore(&CheckpointRows::new(), &log(3), 0).unwrap();
+    let restored = registry.restore(&CheckpointRows::new(), log(3), 0).unwrap();
     assert_eq!(restored.snapshot.values.keys().collect::<Vec<_>>(), vec!["test/marks"]);
     assert_eq!(restored.checkpoint.rows.keys().collect::<Vec<_>>(), vec!["test/count", "test/marks"]);
     assert_eq!(restored.checkpoint.as_of_seq, 2);
@@ -147,7 +148,7 @@ fn an_undecodable_row_is_unusable() {
         "{error:?}"
     );
     // The authoritative refold does not care.
-    let restored = registry.restore(&stored, &log(3), 0).unwrap();
+    let restored = registry.restore(&stored, log(3), 0).unwrap();
     assert_eq!(restored.snapshot.values["test/marks"], json!({ "marks": ["m2"] }));
 }
 
@@ -169,7 +170,7 @@ fn a_row_beyond_the_supplied_end_needs_a_full_read() {
     );
 
     // The full re-read discards the row and refolds.
-    let restored = registry.restore(&stored, &log(2), 0).unwrap();
+    let restored = registry.restore(&stored, log(2), 0).unwrap();
     assert_eq!(restored.snapshot.as_of_seq, 1);
     assert_eq!(restored.checkpoint.rows["test/count"], row(1, 1, json!(2)));
 }
@@ -198,7 +199,7 @@ fn the_slice_must_be_contiguous_from_base_seq() {
 #[test]
 fn a_registry_without_units_restores_the_cut_only() {
     let registry = ProjectionRegistry::new();
-    let restored = registry.restore(&CheckpointRows::new(), &log(3), 0).unwrap();
+    let restored = registry.restore(&CheckpointRows::new(), log(3), 0).unwrap();
     assert_eq!(restored.snapshot.as_of_seq, 2);
     assert!(restored.snapshot.values.is_empty() && restored.checkpoint.rows.is_empty());
     let empty = registry.restore(&CheckpointRows::new(), Vec::<SessionEvent>::new(), 0).unwrap();
@@ -216,6 +217,6 @@ fn a_fold_can_be_fed_while_the_log_is_decoded() {
     }
     assert_eq!(fold.next_seq(), 4);
     let restored = fold.finish().unwrap();
-    assert_eq!(restored, registry.restore(&CheckpointRows::new(), &log(4), 0).unwrap());
+    assert_eq!(restored, registry.restore(&CheckpointRows::new(), log(4), 0).unwrap());
     assert_eq!(restored.snapshot.values["test/marks"], json!({ "marks": ["m2"] }));
 }
