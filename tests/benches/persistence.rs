@@ -159,7 +159,7 @@ fn cold_inspect(c: &mut Criterion) {
 struct CountSink(u64);
 
 impl session_persistence::ScanSink for CountSink {
-    fn event(&mut self, _event: session_core::SessionEvent) -> session_persistence::Result<()> {
+    fn event(&mut self, _event: Arc<session_core::SessionEvent>) -> session_persistence::Result<()> {
         self.0 += 1;
         Ok(())
     }

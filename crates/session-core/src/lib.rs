@@ -4,6 +4,7 @@
 //! This crate does no I/O and reads no clock: time arrives through the [`Clock`] trait, and
 //! storage lives in `session-persistence`.
 
+mod canonical;
 mod clock;
 mod error;
 mod event;

@@ -79,6 +79,9 @@ pub fn check_message_shape(event: &SessionEvent) -> Result<(), String> {
 /// [`check_message_shape`] with a caller-chosen `subject` starting every message
 /// (`seed tool/result at index 4`).
 pub fn check_message_shape_as(event: &SessionEvent, subject: &str) -> Result<(), String> {
+    if fast::message_is_valid(event) {
+        return Ok(());
+    }
     let kind = event.kind.as_str();
     let is_assistant = kind == "assistant/message";
     let is_tool_result = kind == "tool/result";
@@ -291,5 +294,118 @@ pub fn check_legacy_shape(event: &SessionEvent) -> Result<(), String> {
     match legacy_shape(event) {
         Some(shape) => Err(format!("{shape} at seq {}", event.seq)),
         None => Ok(()),
+    }
+}
+
+/// A one-pass check for the common case: a well-formed message decodes straight into typed
+/// views and passes. Anything unusual (a wrong type anywhere, a missing field) makes this return
+/// `false`, and the field-by-field checks above decide and word the error.
+mod fast {
+    use std::{borrow::Cow, fmt};
+
+    use serde::{
+        Deserialize, Deserializer,
+        de::{IgnoredAny, SeqAccess, Visitor},
+    };
+
+    use crate::SessionEvent;
+
+    #[derive(Deserialize)]
+    struct Wrapped<'a> {
+        #[serde(borrow)]
+        message: Message<'a>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Message<'a> {
+        #[serde(borrow)]
+        id: Cow<'a, str>,
+        #[serde(borrow)]
+        role: Cow<'a, str>,
+        #[serde(borrow)]
+        source: Source<'a>,
+        #[serde(borrow)]
+        content: Vec<Block<'a>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Source<'a> {
+        #[serde(borrow)]
+        kind: Cow<'a, str>,
+        #[serde(default, borrow)]
+        provider: Option<Cow<'a, str>>,
+        #[serde(default, borrow)]
+        model: Option<Cow<'a, str>>,
+        #[serde(default, borrow)]
+        call_id: Option<Cow<'a, str>>,
+    }
+
+    /// A content block: only the fields a tool result's checks read; text is skipped.
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Block<'a> {
+        #[serde(default, borrow, rename = "type")]
+        kind: Option<Cow<'a, str>>,
+        #[serde(default, borrow)]
+        tool_call_id: Option<Cow<'a, str>>,
+        #[serde(default)]
+        content: Option<IsArray>,
+    }
+
+    /// Whether a value is an array; its elements are skipped unparsed.
+    struct IsArray(bool);
+
+    impl<'de> Deserialize<'de> for IsArray {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<IsArray, D::Error> {
+            struct ArrayProbe;
+            impl<'de> Visitor<'de> for ArrayProbe {
+                type Value = IsArray;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("an array")
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<IsArray, A::Error> {
+                    while seq.next_element::<IgnoredAny>()?.is_some() {}
+                    Ok(IsArray(true))
+                }
+            }
+            deserializer.deserialize_seq(ArrayProbe)
+        }
+    }
+
+    fn non_empty(text: &Option<Cow<'_, str>>) -> bool {
+        text.as_deref().is_some_and(|text| !text.is_empty())
+    }
+
+    pub(super) fn message_is_valid(event: &SessionEvent) -> bool {
+        let text = event.data.as_str();
+        let message = match event.kind.as_str() {
+            "user/message" => serde_json::from_str::<Message<'_>>(text),
+            "assistant/message" | "tool/result" => serde_json::from_str::<Wrapped<'_>>(text).map(|data| data.message),
+            _ => return false,
+        };
+        let Ok(message) = message else { return false };
+        if message.id.is_empty() || message.source.kind.is_empty() {
+            return false;
+        }
+        match event.kind.as_str() {
+            "user/message" => message.role == "user",
+            "assistant/message" => {
+                message.role == "assistant"
+                    && message.source.kind == "model"
+                    && non_empty(&message.source.provider)
+                    && non_empty(&message.source.model)
+            }
+            _ => {
+                let [block] = message.content.as_slice() else { return false };
+                message.role == "user"
+                    && message.source.kind == "tool"
+                    && non_empty(&message.source.call_id)
+                    && block.kind.as_deref() == Some("tool-result")
+                    && block.content.as_ref().is_some_and(|content| content.0)
+                    && block.tool_call_id == message.source.call_id
+            }
+        }
     }
 }

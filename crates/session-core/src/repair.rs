@@ -55,13 +55,24 @@ struct PendingCall {
     call_seq: Option<u64>,
 }
 
-/// Incremental state of the closer scan: the open turn, the open step, and the tool calls the
-/// open step's assistant messages requested that have no result yet, in request order.
+/// Incremental state of the closer scan: the open turn, the open step, and the events that
+/// decide which tool calls are pending.
+///
+/// Message payloads are large and matter only if the log ends inside their step, so the scan
+/// keeps the step's `assistant/message`, `tool/call` and `tool/result` events (shared, not
+/// copied) and parses them only when closers are asked for. Memory is bounded by one step.
 #[derive(Debug, Clone)]
 pub struct RepairScan {
     open_turn: Bracket,
     open_step: Bracket,
-    pending: Vec<PendingCall>,
+    /// The call-relevant events since pending calls were last cleared, in log order.
+    window: Vec<Arc<SessionEvent>>,
+}
+
+/// The tool calls requested in the open step that have no result yet, in request order.
+#[derive(Debug, Default)]
+struct Pending {
+    calls: Vec<PendingCall>,
 }
 
 impl Default for RepairScan {
@@ -121,7 +132,7 @@ fn call_label(call_id: &RawValue) -> String {
 
 impl RepairScan {
     pub fn new() -> RepairScan {
-        RepairScan { open_turn: Bracket::Closed, open_step: Bracket::Closed, pending: Vec::new() }
+        RepairScan { open_turn: Bracket::Closed, open_step: Bracket::Closed, window: Vec::new() }
     }
 
     /// Whether the events seen so far leave a turn open.
@@ -130,74 +141,93 @@ impl RepairScan {
     }
 
     /// Feeds the next event of the log. Events of other types are skipped without parsing.
-    pub fn observe(&mut self, event: &SessionEvent) {
-        let kind = event.kind.as_str();
-        if !matches!(
-            kind,
-            "turn/start" | "turn/end" | "step/start" | "step/end" | "assistant/message" | "tool/call" | "tool/result"
-        ) {
-            return;
+    pub fn observe(&mut self, event: &Arc<SessionEvent>) {
+        match event.kind.as_str() {
+            "turn/start" | "turn/end" | "step/start" | "step/end" => {}
+            "assistant/message" | "tool/call" | "tool/result" => {
+                // Pending calls only matter while a turn is open: the next `turn/start` clears them.
+                if self.is_turn_open() {
+                    self.window.push(Arc::clone(event));
+                }
+                return;
+            }
+            _ => return,
         }
         // A payload that is not an object has no fields; the rules then see them all absent.
         let data: DataView<'_> = object(Some(event.data.as_raw())).unwrap_or_default();
-        match kind {
+        match event.kind.as_str() {
             "turn/start" => {
                 self.open_turn = Bracket::from_field(data.turn);
                 self.open_step = Bracket::Closed;
-                self.pending.clear();
+                self.window.clear();
             }
             "turn/end" => {
                 self.open_turn = Bracket::Closed;
                 self.open_step = Bracket::Closed;
-                self.pending.clear();
+                self.window.clear();
             }
             "step/start" => self.open_step = Bracket::from_field(data.step),
-            "step/end" => {
-                self.pending.clear();
+            _ => {
+                self.window.clear();
                 self.open_step = Bracket::Closed;
             }
-            "assistant/message" => {
-                let message: Option<MessageView<'_>> = object(data.message);
-                let blocks = message.and_then(|message| array(message.content)).unwrap_or_default();
-                for block in blocks {
-                    let Some(block) = object::<BlockView<'_>>(Some(block)) else { continue };
-                    let Some(call_id) = block.id.filter(|_| string(block.kind).as_deref() == Some("tool-call")) else {
-                        continue;
-                    };
-                    self.register(call_id, data.step);
-                }
-            }
-            "tool/call" => {
-                if let Some(call_id) = data.call_id {
-                    let key = call_key(call_id);
-                    if let Some(call) = self.pending.iter_mut().find(|call| call.key == key) {
-                        call.call_seq = Some(event.seq);
-                    }
-                }
-            }
-            "tool/result" => {
-                let message: Option<MessageView<'_>> = object(data.message);
-                let source: Option<SourceView<'_>> = message.and_then(|message| object(message.source));
-                if let Some(call_id) = source.and_then(|source| source.call_id) {
-                    let key = call_key(call_id);
-                    self.pending.retain(|call| call.key != key);
-                }
-            }
-            _ => {}
         }
     }
 
+    /// Replays the window's call-relevant events into the pending set.
+    fn pending(&self) -> Pending {
+        let mut pending = Pending::default();
+        for event in &self.window {
+            let data: DataView<'_> = object(Some(event.data.as_raw())).unwrap_or_default();
+            match event.kind.as_str() {
+                "assistant/message" => {
+                    let message: Option<MessageView<'_>> = object(data.message);
+                    let blocks = message.and_then(|message| array(message.content)).unwrap_or_default();
+                    for block in blocks {
+                        let Some(block) = object::<BlockView<'_>>(Some(block)) else { continue };
+                        let Some(call_id) = block.id.filter(|_| string(block.kind).as_deref() == Some("tool-call"))
+                        else {
+                            continue;
+                        };
+                        pending.register(call_id, data.step);
+                    }
+                }
+                "tool/call" => {
+                    if let Some(call_id) = data.call_id {
+                        let key = call_key(call_id);
+                        if let Some(call) = pending.calls.iter_mut().find(|call| call.key == key) {
+                            call.call_seq = Some(event.seq);
+                        }
+                    }
+                }
+                _ => {
+                    let message: Option<MessageView<'_>> = object(data.message);
+                    let source: Option<SourceView<'_>> = message.and_then(|message| object(message.source));
+                    if let Some(call_id) = source.and_then(|source| source.call_id) {
+                        let key = call_key(call_id);
+                        pending.calls.retain(|call| call.key != key);
+                    }
+                }
+            }
+        }
+        pending
+    }
+}
+
+impl Pending {
     /// Registers a requested call. Re-registering an id keeps its place and resets its state,
     /// like a JavaScript `Map.set`.
     fn register(&mut self, call_id: &RawValue, step: Field<'_>) {
         let key = call_key(call_id);
         let call = PendingCall { key, call_id: call_id.to_owned(), step: copy(step), call_seq: None };
-        match self.pending.iter_mut().find(|pending| pending.key == call.key) {
+        match self.calls.iter_mut().find(|pending| pending.key == call.key) {
             Some(pending) => *pending = call,
-            None => self.pending.push(call),
+            None => self.calls.push(call),
         }
     }
+}
 
+impl RepairScan {
     /// The closers to append after the observed log, whose last event has `last_seq` and
     /// `last_time`: a `tool/result` per pending call, a `step/end` if a step is open, and an
     /// interrupted `turn/end`. Empty when no turn is open.
@@ -205,8 +235,9 @@ impl RepairScan {
         let Bracket::Open(turn) = &self.open_turn else { return Vec::new() };
         let turn = turn.as_deref();
         let mut seq = last_seq + 1;
-        let mut closers = Vec::with_capacity(self.pending.len() + 2);
-        for call in &self.pending {
+        let pending = self.pending();
+        let mut closers = Vec::with_capacity(pending.calls.len() + 2);
+        for call in &pending.calls {
             let started = call.call_seq.is_some();
             let data = ToolResultCloser {
                 turn,

@@ -7,12 +7,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value, value::RawValue};
-
-use crate::{
-    JsonData, SessionEvent, SurfaceOp,
-    view::{BorrowedStr, Entries},
-};
+use crate::{SessionEvent, SurfaceOp, canonical::tool_result_shape_hash};
 
 /// How a surface-eligible append joins the surface: the marker plus the seqs of earlier events it
 /// derives from.
@@ -74,9 +69,9 @@ pub struct SurfaceState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum RewriteKey {
     NotToolResult,
-    /// A `tool/result`, with the canonical JSON of its payload minus `message.content[0].content`
+    /// A `tool/result`, with the structural hash of its payload minus `message.content[0].content`
     /// (`None` when the payload has no message object to compare).
-    ToolResult(Option<Box<str>>),
+    ToolResult(Option<u64>),
 }
 
 /// A validated transition that has not been applied yet.
@@ -166,7 +161,7 @@ impl SurfaceState {
                 event.check_sources(&self.nodes[start_idx..=end_idx])?;
                 let key = rewrite_key(event);
                 if let RewriteKey::ToolResult(replacement) = &key {
-                    self.check_tool_result_rewrite(start_idx, end_idx, replacement.as_deref())?;
+                    self.check_tool_result_rewrite(start_idx, end_idx, *replacement)?;
                 }
                 Ok(SurfacePlan::Replace { seq: event.seq, start, end, start_idx, end_idx, key: RewriteKeyPlan(key) })
             }
@@ -206,7 +201,7 @@ impl SurfaceState {
         &self,
         start_idx: usize,
         end_idx: usize,
-        replacement: Option<&str>,
+        replacement: Option<u64>,
     ) -> Result<(), String> {
         if start_idx != end_idx {
             return Err("tool/result surface replacement must rewrite exactly one current node".to_owned());
@@ -214,7 +209,7 @@ impl SurfaceState {
         let RewriteKey::ToolResult(original) = &self.rewrite_keys[start_idx] else {
             return Err("tool/result surface replacement must target a current tool/result".to_owned());
         };
-        match (original.as_deref(), replacement) {
+        match (*original, replacement) {
             (Some(original), Some(replacement)) if original == replacement => Ok(()),
             _ => Err("tool/result surface replacement may change only content".to_owned()),
         }
@@ -223,90 +218,9 @@ impl SurfaceState {
 
 fn rewrite_key(event: &SessionEvent) -> RewriteKey {
     if event.kind == TOOL_RESULT {
-        RewriteKey::ToolResult(without_result_content(&event.data))
+        RewriteKey::ToolResult(tool_result_shape_hash(&event.data))
     } else {
         RewriteKey::NotToolResult
-    }
-}
-
-/// The canonical JSON (object keys sorted) of `data` with `message.content[0].content` set to
-/// null and any later content blocks dropped, mirroring the reference's
-/// `{...message, content: [{...content[0], content: null}]}`. Two results are a content-only
-/// rewrite of each other exactly when their keys are equal. The rewritable content itself is
-/// skipped as a raw slice and never parsed into a tree. `None` when there is no message object.
-fn without_result_content(data: &JsonData) -> Option<Box<str>> {
-    let data_entries: Vec<(BorrowedStr<'_>, &RawValue)> = entries(data.as_raw())?;
-    let mut rest = Map::new();
-    let mut message = None;
-    for (key, raw) in data_entries {
-        if key.0 == "message" {
-            message = entries(raw);
-        } else {
-            rest.insert(key.0.into_owned(), parse(raw)?);
-        }
-    }
-    let mut message_rest = Map::new();
-    let mut first_block = Map::new();
-    for (key, raw) in message? {
-        if key.0 != "content" {
-            message_rest.insert(key.0.into_owned(), parse(raw)?);
-            continue;
-        }
-        let first = serde_json::from_str::<Vec<&RawValue>>(raw.get()).ok().and_then(|blocks| blocks.first().copied());
-        for (block_key, block_raw) in first.and_then(entries).unwrap_or_default() {
-            if block_key.0 != "content" {
-                first_block.insert(block_key.0.into_owned(), parse(block_raw)?);
-            }
-        }
-    }
-    first_block.insert("content".to_owned(), Value::Null);
-    message_rest.insert("content".to_owned(), Value::Array(vec![Value::Object(first_block)]));
-    rest.insert("message".to_owned(), Value::Object(message_rest));
-    let mut canonical = String::new();
-    write_canonical(&Value::Object(rest), &mut canonical);
-    Some(canonical.into_boxed_str())
-}
-
-/// The entries of a JSON object, borrowed; `None` for anything else.
-fn entries(raw: &RawValue) -> Option<Vec<(BorrowedStr<'_>, &RawValue)>> {
-    if !raw.get().starts_with('{') {
-        return None;
-    }
-    serde_json::from_str::<Entries<'_>>(raw.get()).ok().map(|entries| entries.0)
-}
-
-fn parse(raw: &RawValue) -> Option<Value> {
-    serde_json::from_str(raw.get()).ok()
-}
-
-/// Writes `value` as compact JSON with object keys sorted, so equal structures give equal text.
-fn write_canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (idx, key) in keys.into_iter().enumerate() {
-                if idx > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                write_canonical(&map[key.as_str()], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (idx, item) in items.iter().enumerate() {
-                if idx > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
     }
 }
 

@@ -66,7 +66,7 @@ pub trait ScanSink {
         Ok(())
     }
 
-    fn event(&mut self, event: SessionEvent) -> Result<()>;
+    fn event(&mut self, event: Arc<SessionEvent>) -> Result<()>;
 
     /// The log changed on disk while it was being scanned, and the scan is about to start over
     /// from the header: forget everything received so far and return `true`. A sink that cannot
@@ -84,8 +84,8 @@ pub struct CollectSink {
 }
 
 impl ScanSink for CollectSink {
-    fn event(&mut self, event: SessionEvent) -> Result<()> {
-        self.events.push(event);
+    fn event(&mut self, event: Arc<SessionEvent>) -> Result<()> {
+        self.events.push(Arc::unwrap_or_clone(event));
         Ok(())
     }
 

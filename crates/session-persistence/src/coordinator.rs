@@ -190,8 +190,8 @@ struct ArcCollect {
 }
 
 impl ScanSink for ArcCollect {
-    fn event(&mut self, event: SessionEvent) -> Result<()> {
-        self.events.push(Arc::new(event));
+    fn event(&mut self, event: Arc<SessionEvent>) -> Result<()> {
+        self.events.push(event);
         Ok(())
     }
 
@@ -588,7 +588,7 @@ impl SessionPersistence for Coordinator {
             let closers = validating.closers();
             let n_closers = closers.len() as u64;
             for closer in closers {
-                sink.event(closer)?;
+                sink.event(Arc::new(closer))?;
             }
             let summary = StreamSummary {
                 header: outcome.header,
@@ -689,7 +689,7 @@ async fn feed(
     let task = tokio::task::spawn_blocking(move || {
         sink.header(&view.header)?;
         for event in view.events.iter() {
-            sink.event(SessionEvent::clone(event))?;
+            sink.event(Arc::clone(event))?;
         }
         let summary = StreamSummary {
             header: view.header.clone(),
@@ -712,9 +712,9 @@ struct SuffixSink {
 }
 
 impl ScanSink for SuffixSink {
-    fn event(&mut self, event: SessionEvent) -> Result<()> {
+    fn event(&mut self, event: Arc<SessionEvent>) -> Result<()> {
         if event.seq >= self.from_seq {
-            self.events.push(Arc::new(event));
+            self.events.push(event);
         }
         Ok(())
     }

@@ -72,7 +72,7 @@ impl Backend for MemoryStore {
             if idx % 4096 == 0 && cancel.is_cancelled() {
                 return Err(PersistenceError::Cancelled);
             }
-            sink.event(SessionEvent::clone(event))?;
+            sink.event(Arc::clone(event))?;
         }
         Ok(Some(ScanOutcome {
             revision: log.revision(self.store_no),

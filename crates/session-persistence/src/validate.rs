@@ -88,6 +88,13 @@ impl<'a> ValidatingSink<'a> {
         )
     }
 
+    fn legacy(&self, shape: &str, seq: u64) -> PersistenceError {
+        self.unsupported(format!(
+            "session \"{}\" contains a {shape} event at seq {seq}; this build does not import legacy logs",
+            self.id
+        ))
+    }
+
     /// The closers that balance what streamed past, continuing its seqs.
     pub(crate) fn closers(&self) -> Vec<SessionEvent> {
         match self.last {
@@ -108,10 +115,12 @@ impl<'a> ValidatingSink<'a> {
             }
             _ => {}
         }
-        if let Some(shape) = messages::legacy_shape(event) {
-            return Err(self.unsupported(format!(
-                "session \"{id}\" contains a {shape} event at seq {seq}; this build does not import legacy logs"
-            )));
+        // A legacy shape is refused as unsupported rather than reported as corrupt. Messages in the
+        // current shape are never legacy, so their payloads are only examined for legacy shapes
+        // when the current checks fail; other kinds carry small payloads.
+        let is_message = session_core::is_surface_eligible(&event.kind);
+        if !is_message && let Some(shape) = messages::legacy_shape(event) {
+            return Err(self.legacy(shape, seq));
         }
         if !event.ignorable && !self.known.contains(&event.kind) {
             return Err(self.unsupported(format!(
@@ -119,9 +128,14 @@ impl<'a> ValidatingSink<'a> {
                 event.kind
             )));
         }
+        if let Err(err) = messages::check_message_shape(event) {
+            return Err(match messages::legacy_shape(event) {
+                Some(shape) => self.legacy(shape, seq),
+                None => self.invalid(err),
+            });
+        }
         event.check_markers().map_err(|err| self.invalid(err))?;
         event.check_legacy().map_err(|err| self.invalid(err))?;
-        messages::check_message_shape(event).map_err(|err| self.invalid(err))?;
         self.surface.apply(event).map_err(|err| self.invalid(err))?;
         Ok(())
     }
@@ -151,7 +165,7 @@ impl ScanSink for ValidatingSink<'_> {
         self.inner.restart()
     }
 
-    fn event(&mut self, event: SessionEvent) -> Result<()> {
+    fn event(&mut self, event: Arc<SessionEvent>) -> Result<()> {
         self.check(&event)?;
         self.repair.observe(&event);
         self.last = Some((event.seq, event.time));

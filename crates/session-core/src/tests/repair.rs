@@ -203,7 +203,7 @@ fn scan_reference_log(name: &str) -> (RepairScan, u64, i64) {
                 );
             }
             _ => {
-                let event: SessionEvent = serde_json::from_str(line).unwrap();
+                let event: Arc<SessionEvent> = Arc::new(serde_json::from_str(line).unwrap());
                 scan.observe(&event);
                 last = (event.seq, event.time);
             }

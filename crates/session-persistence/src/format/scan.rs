@@ -140,7 +140,7 @@ fn scan_raw(
             rest = &rest[newline + 1..];
         }
         if let Some(scanner) = scanner.as_mut() {
-            scanner.feed(rest, &mut |event| sink.event(event))?;
+            scanner.feed(rest, &mut |event| sink.event(Arc::new(event)))?;
         }
         offset += got as u64;
     }
@@ -177,7 +177,7 @@ fn scan_zstd(
             Piece::Plaintext(bytes) => {
                 n_bytes += bytes.len() as u64;
                 match scanner.as_mut() {
-                    Some(scanner) => scanner.feed(bytes, &mut |event| sink.event(event))?,
+                    Some(scanner) => scanner.feed(bytes, &mut |event| sink.event(Arc::new(event)))?,
                     None if header_text.len() + bytes.len() > MAX_HEADER_BYTES => {
                         return Err(corrupt_header(
                             path,
@@ -238,7 +238,7 @@ fn scan_zstd(
                     n_bytes += bytes.len() as u64;
                     scanner.feed(bytes, &mut |event| {
                         recovered.push(event.clone());
-                        sink.event(event)
+                        sink.event(Arc::new(event))
                     })?;
                 }
                 Ok(())

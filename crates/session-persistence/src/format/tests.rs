@@ -134,7 +134,7 @@ fn scans_stream_into_any_sink() {
             self.1 = Some(Arc::clone(header));
             Ok(())
         }
-        fn event(&mut self, _event: SessionEvent) -> crate::Result<()> {
+        fn event(&mut self, _event: std::sync::Arc<SessionEvent>) -> crate::Result<()> {
             self.0 += 1;
             Ok(())
         }

@@ -201,7 +201,7 @@ impl ScanSink for BoundSink<'_> {
         self.inner.header(header)
     }
 
-    fn event(&mut self, event: SessionEvent) -> Result<()> {
+    fn event(&mut self, event: Arc<SessionEvent>) -> Result<()> {
         self.inner.event(event)
     }
 

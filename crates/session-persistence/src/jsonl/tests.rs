@@ -142,8 +142,8 @@ struct OnceSink {
 }
 
 impl ScanSink for OnceSink {
-    fn event(&mut self, event: SessionEvent) -> crate::Result<()> {
-        self.events.push(event);
+    fn event(&mut self, event: Arc<SessionEvent>) -> crate::Result<()> {
+        self.events.push(Arc::unwrap_or_clone(event));
         Ok(())
     }
 }

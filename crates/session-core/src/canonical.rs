@@ -1,0 +1,341 @@
+//! Structural hashing of JSON payloads: equal structures hash equal whatever their key order,
+//! computed in one streaming pass that allocates nothing.
+//!
+//! The surface's content-only replace rule compares `tool/result` payloads with their
+//! rewritable content masked out. Hashing that shape while the payload is decoded lets a reader
+//! check the rule without keeping past payloads and without parsing the (large) content at all:
+//! it is skipped as it streams past.
+
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+use crate::JsonData;
+
+const NULL: u64 = 0x6e75_6c6c;
+const OBJECT: u64 = 0x6f62_6a65_6374;
+const ARRAY: u64 = 0x6172_7261_79;
+
+/// SplitMix64's finalizer: a cheap, well-distributed 64-bit mix.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn hash_bytes(tag: u64, bytes: &[u8]) -> u64 {
+    // FNV-1a, then mixed: payload strings outside the masked content are short.
+    let mut hash = 0xcbf2_9ce4_8422_2325 ^ tag;
+    for &byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    mix(hash)
+}
+
+fn entry_hash(key: &str, value: u64) -> u64 {
+    mix(hash_bytes(1, key.as_bytes()) ^ value.rotate_left(17))
+}
+
+fn object_hash(entries_sum: u64) -> u64 {
+    mix(OBJECT ^ entries_sum)
+}
+
+fn array_push(state: u64, element: u64) -> u64 {
+    mix(state.rotate_left(5) ^ element)
+}
+
+/// The structural hash of `data` with `message.content[0].content` masked (as `null`) and every
+/// later content block dropped; `None` when `data` or `data.message` is not an object. Two
+/// `tool/result` payloads differ only in rewritable content exactly when their hashes are equal
+/// (up to a 2^-64 collision).
+pub(crate) fn tool_result_shape_hash(data: &JsonData) -> Option<u64> {
+    let mut deserializer = serde_json::Deserializer::from_str(data.as_str());
+    DataSeed.deserialize(&mut deserializer).ok().flatten()
+}
+
+/// Any value, hashed structurally.
+struct PlainSeed;
+
+impl<'de> DeserializeSeed<'de> for PlainSeed {
+    type Value = u64;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<u64, D::Error> {
+        deserializer.deserialize_any(PlainVisitor)
+    }
+}
+
+struct PlainVisitor;
+
+impl<'de> Visitor<'de> for PlainVisitor {
+    type Value = u64;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<u64, E> {
+        Ok(mix(NULL))
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<u64, E> {
+        Ok(mix(2 + u64::from(value)))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<u64, E> {
+        Ok(hash_bytes(3, &value.to_le_bytes()))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<u64, E> {
+        Ok(hash_bytes(4, &value.to_le_bytes()))
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<u64, E> {
+        Ok(hash_bytes(5, &value.to_bits().to_le_bytes()))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<u64, E> {
+        Ok(hash_bytes(6, value.as_bytes()))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<u64, A::Error> {
+        let mut state = ARRAY;
+        while let Some(element) = seq.next_element_seed(PlainSeed)? {
+            state = array_push(state, element);
+        }
+        Ok(mix(state))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<u64, A::Error> {
+        let mut sum = 0u64;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            let value = map.next_value_seed(PlainSeed)?;
+            sum = sum.wrapping_add(entry_hash(&key, value));
+        }
+        Ok(object_hash(sum))
+    }
+}
+
+/// Consumes any value and reports `None`: used where the shape requires an object.
+fn skip_to_none<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<Option<u64>, A::Error> {
+    while seq.next_element::<IgnoredAny>()?.is_some() {}
+    Ok(None)
+}
+
+/// Implements the scalar visits of a visitor whose value is `$value` for every non-container.
+macro_rules! scalars_give {
+    ($value:expr) => {
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+    };
+}
+
+/// The payload: an object whose `message` is masked.
+struct DataSeed;
+
+impl<'de> DeserializeSeed<'de> for DataSeed {
+    type Value = Option<u64>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<u64>, D::Error> {
+        deserializer.deserialize_any(DataVisitor)
+    }
+}
+
+struct DataVisitor;
+
+impl<'de> Visitor<'de> for DataVisitor {
+    type Value = Option<u64>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a tool/result payload")
+    }
+
+    scalars_give!(None);
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Option<u64>, A::Error> {
+        skip_to_none(seq)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<u64>, A::Error> {
+        let mut sum = 0u64;
+        let mut message = None;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == "message" {
+                message = map.next_value_seed(MessageSeed)?;
+                if let Some(hash) = message {
+                    sum = sum.wrapping_add(entry_hash("message", hash));
+                }
+            } else {
+                let value = map.next_value_seed(PlainSeed)?;
+                sum = sum.wrapping_add(entry_hash(&key, value));
+            }
+        }
+        Ok(message.map(|_| object_hash(sum)))
+    }
+}
+
+/// `data.message`: an object whose `content` becomes `[{...content[0], content: null}]`.
+struct MessageSeed;
+
+impl<'de> DeserializeSeed<'de> for MessageSeed {
+    type Value = Option<u64>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<u64>, D::Error> {
+        deserializer.deserialize_any(MessageVisitor)
+    }
+}
+
+struct MessageVisitor;
+
+impl<'de> Visitor<'de> for MessageVisitor {
+    type Value = Option<u64>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a message object")
+    }
+
+    scalars_give!(None);
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Option<u64>, A::Error> {
+        skip_to_none(seq)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<u64>, A::Error> {
+        let mut sum = 0u64;
+        let mut first_block = 0u64;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == "content" {
+                first_block = map.next_value_seed(ContentSeed)?;
+            } else {
+                let value = map.next_value_seed(PlainSeed)?;
+                sum = sum.wrapping_add(entry_hash(&key, value));
+            }
+        }
+        let block = object_hash(first_block.wrapping_add(entry_hash("content", mix(NULL))));
+        let content = mix(array_push(ARRAY, block));
+        Ok(Some(object_hash(sum.wrapping_add(entry_hash("content", content)))))
+    }
+}
+
+/// `message.content`: the entries sum of its first block without `content`; later blocks and
+/// anything that is not an array of objects contribute nothing.
+struct ContentSeed;
+
+impl<'de> DeserializeSeed<'de> for ContentSeed {
+    type Value = u64;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<u64, D::Error> {
+        deserializer.deserialize_any(ContentVisitor)
+    }
+}
+
+struct ContentVisitor;
+
+impl<'de> Visitor<'de> for ContentVisitor {
+    type Value = u64;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("message content")
+    }
+
+    scalars_give!(0);
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<u64, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(0)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<u64, A::Error> {
+        let first = seq.next_element_seed(FirstBlockSeed)?.unwrap_or(0);
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(first)
+    }
+}
+
+/// `content[0]`: the entries sum without its own `content`, which is skipped unparsed.
+struct FirstBlockSeed;
+
+impl<'de> DeserializeSeed<'de> for FirstBlockSeed {
+    type Value = u64;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<u64, D::Error> {
+        deserializer.deserialize_any(FirstBlockVisitor)
+    }
+}
+
+struct FirstBlockVisitor;
+
+impl<'de> Visitor<'de> for FirstBlockVisitor {
+    type Value = u64;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a content block")
+    }
+
+    scalars_give!(0);
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<u64, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(0)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<u64, A::Error> {
+        let mut sum = 0u64;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == "content" {
+                map.next_value::<IgnoredAny>()?;
+            } else {
+                let value = map.next_value_seed(PlainSeed)?;
+                sum = sum.wrapping_add(entry_hash(&key, value));
+            }
+        }
+        Ok(sum)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash(text: &str) -> Option<u64> {
+        tool_result_shape_hash(&JsonData::from_text(text).unwrap())
+    }
+
+    #[test]
+    fn masks_only_the_first_blocks_content() {
+        let a = r#"{"turn":1,"message":{"id":"m","content":[{"type":"tool-result","content":[{"text":"a"}]}]}}"#;
+        let b = r#"{"message":{"content":[{"content":"anything","type":"tool-result"}],"id":"m"},"turn":1}"#;
+        assert_eq!(hash(a), hash(b));
+        assert!(hash(a).is_some());
+        let other_id = r#"{"turn":1,"message":{"id":"n","content":[{"type":"tool-result","content":[]}]}}"#;
+        assert_ne!(hash(a), hash(other_id));
+        let other_type = r#"{"turn":1,"message":{"id":"m","content":[{"type":"text","content":[]}]}}"#;
+        assert_ne!(hash(a), hash(other_type));
+        let more_blocks = r#"{"turn":1,"message":{"id":"m","content":[{"type":"tool-result","content":1},{"x":1}]}}"#;
+        assert_eq!(hash(a), hash(more_blocks), "later blocks are dropped, as the reference does");
+    }
+
+    #[test]
+    fn requires_a_message_object() {
+        assert_eq!(hash(r#"{"turn":1}"#), None);
+        assert_eq!(hash(r#"{"message":null}"#), None);
+        assert_eq!(hash(r#"[1]"#), None);
+        assert_eq!(hash(r#"{"message":{}}"#), hash(r#"{"message":{"content":[]}}"#));
+    }
+}
