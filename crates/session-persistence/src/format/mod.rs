@@ -15,6 +15,7 @@ mod zstd;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use self::scan::read_header;
 pub use self::{
     batch::encode_batch,
     chunk_rows::{ChunkKind, ChunkRow, MIN_RUN, Record, RecordError, decode_record, pack_chunk_runs},
@@ -22,7 +23,6 @@ pub use self::{
     scan::{ByteSource, LogScan, scan_log},
     zstd::{FrameEncoder, ZSTD_MAGIC},
 };
-pub(crate) use self::{scan::read_header, zstd::read_full};
 
 /// The largest record (one line, newline excluded) a reader buffers and a writer produces.
 ///

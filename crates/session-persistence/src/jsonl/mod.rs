@@ -73,25 +73,29 @@ pub struct HeaderCacheStats {
 #[derive(Debug, Clone)]
 struct CachedHeader {
     identity: FileIdentity,
-    /// The file's first bytes, compared on reuse: a file system that reuses inode numbers and
-    /// keeps no birth time could otherwise pass a replaced file off as the cached one.
-    prefix: Box<[u8]>,
     header: Arc<SessionHeader>,
 }
 
-/// How many leading bytes of a log the header cache compares; they cover a typical header.
-const CACHED_PREFIX_BYTES: usize = 256;
-
+/// What tells one log file from another at the same path. Headers are never rewritten, so a file
+/// with the same identity has the same header. Where the file system records no birth time, the
+/// change time stands in: it moves on every append, which only costs a re-read, while inode reuse
+/// could otherwise pass a replaced file off as the cached one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FileIdentity {
     dev: u64,
     ino: u64,
     created: Option<SystemTime>,
+    ctime_ns: Option<i128>,
 }
 
 impl FileIdentity {
     fn of(metadata: &Metadata) -> FileIdentity {
-        FileIdentity { dev: metadata.dev(), ino: metadata.ino(), created: metadata.created().ok() }
+        let created = metadata.created().ok();
+        let ctime_ns = match created {
+            Some(_) => None,
+            None => Some(i128::from(metadata.ctime()) * 1_000_000_000 + i128::from(metadata.ctime_nsec())),
+        };
+        FileIdentity { dev: metadata.dev(), ino: metadata.ino(), created, ctime_ns }
     }
 }
 
@@ -607,12 +611,34 @@ impl JsonlStore {
     }
 
     /// Reads the header of one listed transcript, through the cache.
+    /// The header of the log at `path` (`None` if there is none). A repeated listing costs one
+    /// `stat` per log: a header whose file kept its identity is served from the cache.
     fn listed_header(
         &self,
         path: &Path,
         cancel: &CancellationToken,
         seen: &mut HashSet<PathBuf>,
     ) -> Result<Option<StoredHeader>> {
+        let metadata = match fs::metadata(path) {
+            Ok(metadata) => Some(metadata),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => None,
+            Err(error) => return Err(PersistenceError::io(path, error)),
+        };
+        if let Some(metadata) = &metadata {
+            let identity = FileIdentity::of(metadata);
+            let cached = self.headers.lock().get(path).filter(|cached| cached.identity == identity).cloned();
+            if let Some(cached) = cached {
+                seen.insert(path.to_owned());
+                self.header_hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(Some(StoredHeader { header: cached.header, revision: revision_of(metadata) }));
+            }
+        }
+        if let Some(session_dir) = path.parent() {
+            self.reject_opposite(session_dir)?;
+        }
+        if metadata.is_none() {
+            return Ok(None);
+        }
         let file = match File::open(path) {
             Ok(file) => file,
             Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -622,28 +648,13 @@ impl JsonlStore {
         let identity = FileIdentity::of(&metadata);
         seen.insert(path.to_owned());
         let source = FileSource { file: &file, len: metadata.len() };
-        let mut prefix = vec![0; CACHED_PREFIX_BYTES.min(usize::try_from(metadata.len()).unwrap_or(usize::MAX))];
-        let got = crate::format::read_full(&source, 0, &mut prefix).map_err(io_error(path))?;
-        prefix.truncate(got);
-        let cached = self
-            .headers
-            .lock()
-            .get(path)
-            .filter(|cached| cached.identity == identity && *cached.prefix == *prefix)
-            .cloned();
-        if let Some(cached) = cached {
-            self.header_hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(Some(StoredHeader { header: cached.header, revision: revision_of(&metadata) }));
-        }
         self.header_misses.fetch_add(1, Ordering::Relaxed);
         let Some(header) = read_header(&source, self.compression, path, cancel)? else {
             return Ok(None);
         };
         self.check_identity(path, &header, None)?;
         let header = Arc::new(header);
-        self.headers
-            .lock()
-            .insert(path.to_owned(), CachedHeader { identity, prefix: prefix.into(), header: Arc::clone(&header) });
+        self.headers.lock().insert(path.to_owned(), CachedHeader { identity, header: Arc::clone(&header) });
         Ok(Some(StoredHeader { header, revision: revision_of(&metadata) }))
     }
 }
@@ -889,7 +900,6 @@ impl Backend for JsonlStore {
             check_cancel(cancel)?;
             for dir in self.session_dirs(&project)? {
                 check_cancel(cancel)?;
-                self.reject_opposite(&dir)?;
                 let path = dir.join(self.compression.file_name());
                 let Some(stored) = self.listed_header(&path, cancel, &mut seen)? else { continue };
                 if paths.insert(stored.header.id.clone(), path).is_some() {
