@@ -74,6 +74,8 @@ pub struct HeaderCacheStats {
 struct CachedHeader {
     identity: FileIdentity,
     header: Arc<SessionHeader>,
+    /// The listing that last saw this file; entries no listing saw are dropped.
+    listing: u64,
 }
 
 /// What tells one log file from another at the same path. Headers are never rewritten, so a file
@@ -111,6 +113,8 @@ pub struct JsonlStore {
     index: Mutex<HashMap<SessionId, PathBuf>>,
     headers: Mutex<HashMap<PathBuf, CachedHeader>>,
     header_hits: AtomicU64,
+    /// Counts listings, to tell which cached headers the last one saw.
+    listings: AtomicU64,
     header_misses: AtomicU64,
     /// Sessions whose writer failed in a way that leaves the file untrustworthy.
     poisoned: Mutex<HashMap<SessionId, String>>,
@@ -268,6 +272,7 @@ impl JsonlStore {
             index: Mutex::default(),
             headers: Mutex::default(),
             header_hits: AtomicU64::new(0),
+            listings: AtomicU64::new(0),
             header_misses: AtomicU64::new(0),
             poisoned: Mutex::default(),
             encoders: Mutex::default(),
@@ -354,7 +359,6 @@ impl JsonlStore {
                 dirs.push(entry.path());
             }
         }
-        dirs.sort();
         Ok(dirs)
     }
 
@@ -613,12 +617,7 @@ impl JsonlStore {
     /// Reads the header of one listed transcript, through the cache.
     /// The header of the log at `path` (`None` if there is none). A repeated listing costs one
     /// `stat` per log: a header whose file kept its identity is served from the cache.
-    fn listed_header(
-        &self,
-        path: &Path,
-        cancel: &CancellationToken,
-        seen: &mut HashSet<PathBuf>,
-    ) -> Result<Option<StoredHeader>> {
+    fn listed_header(&self, path: &Path, cancel: &CancellationToken, listing: u64) -> Result<Option<StoredHeader>> {
         let metadata = match fs::metadata(path) {
             Ok(metadata) => Some(metadata),
             Err(error) if error.kind() == io::ErrorKind::NotFound => None,
@@ -626,11 +625,13 @@ impl JsonlStore {
         };
         if let Some(metadata) = &metadata {
             let identity = FileIdentity::of(metadata);
-            let cached = self.headers.lock().get(path).filter(|cached| cached.identity == identity).cloned();
-            if let Some(cached) = cached {
-                seen.insert(path.to_owned());
+            let cached = self.headers.lock().get_mut(path).filter(|cached| cached.identity == identity).map(|cached| {
+                cached.listing = listing;
+                Arc::clone(&cached.header)
+            });
+            if let Some(header) = cached {
                 self.header_hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(Some(StoredHeader { header: cached.header, revision: revision_of(metadata) }));
+                return Ok(Some(StoredHeader { header, revision: revision_of(metadata) }));
             }
         }
         if let Some(session_dir) = path.parent() {
@@ -646,7 +647,6 @@ impl JsonlStore {
         };
         let metadata = file.metadata().map_err(io_error(path))?;
         let identity = FileIdentity::of(&metadata);
-        seen.insert(path.to_owned());
         let source = FileSource { file: &file, len: metadata.len() };
         self.header_misses.fetch_add(1, Ordering::Relaxed);
         let Some(header) = read_header(&source, self.compression, path, cancel)? else {
@@ -654,7 +654,8 @@ impl JsonlStore {
         };
         self.check_identity(path, &header, None)?;
         let header = Arc::new(header);
-        self.headers.lock().insert(path.to_owned(), CachedHeader { identity, header: Arc::clone(&header) });
+        self.headers.lock().insert(path.to_owned(), CachedHeader { identity, header: Arc::clone(&header), listing });
+        self.index.lock().insert(header.id.clone(), path.to_owned());
         Ok(Some(StoredHeader { header, revision: revision_of(&metadata) }))
     }
 }
@@ -894,23 +895,22 @@ impl Backend for JsonlStore {
         check_cancel(cancel)?;
         self.check_root(cancel)?;
         let mut listed: Vec<StoredHeader> = Vec::new();
-        let mut paths: HashMap<SessionId, PathBuf> = HashMap::new();
-        let mut seen = HashSet::new();
+        let mut ids: HashSet<SessionId> = HashSet::new();
+        let listing = self.listings.fetch_add(1, Ordering::Relaxed) + 1;
         for project in self.project_dirs()? {
             check_cancel(cancel)?;
             for dir in self.session_dirs(&project)? {
                 check_cancel(cancel)?;
                 let path = dir.join(self.compression.file_name());
-                let Some(stored) = self.listed_header(&path, cancel, &mut seen)? else { continue };
-                if paths.insert(stored.header.id.clone(), path).is_some() {
+                let Some(stored) = self.listed_header(&path, cancel, listing)? else { continue };
+                if !ids.insert(stored.header.id.clone()) {
                     return Err(duplicate(&stored.header.id));
                 }
                 listed.push(stored);
             }
         }
         check_cancel(cancel)?;
-        self.headers.lock().retain(|path, _| seen.contains(path));
-        self.index.lock().extend(paths);
+        self.headers.lock().retain(|_, cached| cached.listing == listing);
         listed.sort_by(|a, b| a.header.id.cmp(&b.header.id));
         Ok(listed)
     }
