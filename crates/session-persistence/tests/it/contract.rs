@@ -521,3 +521,28 @@ fn streaming_inspection_matches_the_materialized_view() {
         assert_eq!((summary.n_events, summary.n_closers), (11, 2));
     });
 }
+
+#[test]
+fn pre_identity_legacy_logs_are_refused_as_unsupported() {
+    run(async |h| {
+        let persistence = h.open();
+        persistence.create(header("s-legacy"), &cancel()).await.unwrap();
+        let id = SessionId::from("s-legacy");
+        let legacy = event(json!({"type": "user/message", "seq": 1, "time": 1, "surfaceOp": "append",
+            "data": {"content": [{"type": "text", "text": "hi"}], "source": {"kind": "user"}}}));
+        persistence.append(&id, vec![plain("turn/start", 0, json!({"turn": 1})), legacy], &cancel()).await.unwrap();
+        let err = persistence.inspect(&id, &cancel()).await.unwrap_err();
+        let PersistenceError::FormatUnsupported { message, .. } = &err else { panic!("{err:?}") };
+        assert!(message.contains("pre-identity user/message") && message.contains("at seq 1"), "{message}");
+
+        // A current-shape message with a wrong role is corrupt, not legacy.
+        persistence.create(header("s-bad-role"), &cancel()).await.unwrap();
+        let id = SessionId::from("s-bad-role");
+        let bad = event(json!({"type": "user/message", "seq": 0, "time": 1, "surfaceOp": "append",
+            "data": {"id": "m", "role": "assistant", "source": {"kind": "user"}, "content": []}}));
+        persistence.append(&id, vec![bad], &cancel()).await.unwrap();
+        let err = persistence.inspect(&id, &cancel()).await.unwrap_err();
+        assert!(matches!(err, PersistenceError::Corrupt { .. }), "{err:?}");
+        assert!(err.to_string().contains("message must have role \"user\""), "{err}");
+    });
+}

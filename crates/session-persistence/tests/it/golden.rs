@@ -134,3 +134,51 @@ fn open_turn_fixture_is_whole_and_untorn() {
         assert!(events.last().unwrap().is("tool/call"));
     }
 }
+
+/// The coordinator's answers are the reference's: `inspect` balances every fixture in memory
+/// with exactly the reference's closers and writes nothing; `load` commits the same repair.
+#[test]
+fn coordinator_inspect_and_load_match_the_reference() {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let expected = expected();
+    for compression in ENCODINGS {
+        let (_guard, root) = fixture_copy(compression);
+        runtime.block_on(async {
+            let store: std::sync::Arc<dyn Backend> = std::sync::Arc::new(open(&root, compression));
+            let coordinator = session_persistence::Coordinator::new(store, Default::default()).unwrap();
+            let cancel = CancellationToken::new();
+            use session_persistence::SessionPersistence;
+            let before = coordinator.list_snapshots(&cancel).await.unwrap();
+            let inspect = expected[compression.as_str()]["inspect"].as_object().unwrap();
+            for (session, answer) in inspect {
+                let inspection = coordinator.inspect(&id(session), &cancel).await.unwrap();
+                let n_events = answer["events"].as_u64().unwrap();
+                assert_eq!(inspection.events.len() as u64, n_events, "{compression:?} {session}");
+                let n_closers = answer["closers"].as_u64().unwrap() as usize;
+                let synthesized: Vec<SessionEvent> = inspection.events[inspection.events.len() - n_closers..]
+                    .iter()
+                    .map(|event| SessionEvent::clone(event))
+                    .collect();
+                if n_closers > 0 {
+                    assert_eq!(synthesized, closers(compression, session), "{compression:?} {session}");
+                }
+            }
+            assert_eq!(coordinator.list_snapshots(&cancel).await.unwrap(), before, "inspect writes nothing");
+
+            for session in ["s-open-turn", "s-torn"] {
+                let loaded = coordinator.load(&id(session), &cancel).await.unwrap();
+                let n_events = inspect[session]["events"].as_u64().unwrap();
+                assert_eq!(loaded.events.len() as u64, n_events, "{compression:?} {session}");
+            }
+            assert_ne!(coordinator.list_snapshots(&cancel).await.unwrap(), before, "load commits the repairs");
+            // A fresh coordinator reads the repaired logs as whole: nothing left to close.
+            drop(coordinator);
+            let store: std::sync::Arc<dyn Backend> = std::sync::Arc::new(open(&root, compression));
+            let coordinator = session_persistence::Coordinator::new(store, Default::default()).unwrap();
+            for session in ["s-open-turn", "s-torn"] {
+                let read = coordinator.read_from(&id(session), 0, &cancel).await.unwrap();
+                assert_eq!(read.events.len() as u64, inspect[session]["events"].as_u64().unwrap());
+            }
+        });
+    }
+}
