@@ -207,7 +207,12 @@ impl Inner {
         lock.lock_owned().await
     }
 
+    /// The live session of `id`: one published in an attached store (even before its first write
+    /// reached storage), or the owner of the durable state.
     fn live_session(&self, id: &SessionId) -> Option<Arc<Session>> {
+        if let Some(writer) = self.live.lock().get(id) {
+            return Some(writer.session().clone());
+        }
         let states = self.states.lock();
         states.get(id).and_then(IdState::owner)
     }
@@ -493,18 +498,17 @@ impl SessionPersistence for Coordinator {
         }
         let inner = &self.inner;
         let _guard = inner.lock_id(id).await;
-        let tracked = inner.states.lock().get(id).cloned();
-        let mut state = match tracked {
-            Some(state) => state,
-            None => inner.adopt_cold(id, cancel).await?,
-        };
-        if state.owner().is_some() {
-            inner.states.lock().insert(id.clone(), state);
+        if inner.live_session(id).is_some() {
             return Err(PersistenceError::Conflict {
                 id: id.clone(),
                 message: format!("session \"{id}\" is written by a live session; append through the session instead"),
             });
         }
+        let tracked = inner.states.lock().get(id).cloned();
+        let mut state = match tracked {
+            Some(state) => state,
+            None => inner.adopt_cold(id, cancel).await?,
+        };
         check_cancel(cancel)?;
         let result = inner.append_tracked(&mut state, events).await;
         inner.states.lock().insert(id.clone(), state);

@@ -546,3 +546,21 @@ fn pre_identity_legacy_logs_are_refused_as_unsupported() {
         assert!(err.to_string().contains("message must have role \"user\""), "{err}");
     });
 }
+
+#[test]
+fn a_live_session_is_inspected_live_before_its_first_write() {
+    run(async |h| {
+        let persistence = h.open();
+        let store = store();
+        persistence.attach(&store).unwrap();
+        let session =
+            store.create(Some(SessionId::from("s-fresh")), CreateOptions { seed: None, meta: meta() }).unwrap();
+        session.append("turn/start", &json!({"turn": 1}), None).unwrap();
+        // No flush yet: storage has nothing, but the session is live.
+        let inspected = persistence.inspect(session.id(), &cancel()).await.unwrap();
+        assert!(inspected.live);
+        assert_eq!(kinds(&inspected.events), ["turn/start"], "a live snapshot keeps its open turn");
+        let err = persistence.append(session.id(), vec![plain("turn/end", 1, json!({"turn": 1}))], &cancel()).await;
+        assert!(matches!(err, Err(PersistenceError::Conflict { .. })), "{err:?}");
+    });
+}
