@@ -1,6 +1,7 @@
 //! Integration tests of the JSONL store and its on-disk format.
 
 mod contract;
+mod coordinator;
 mod damage;
 mod golden;
 mod layout;

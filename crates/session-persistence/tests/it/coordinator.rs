@@ -1,0 +1,235 @@
+//! Coordinator mechanics that the contract suite does not see: write-behind batching, failure
+//! retention, and the inspection cache, observed through an instrumented backend.
+
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use serde_json::json;
+use session_core::{CreateOptions, HeaderMeta, ManualClock, SessionEvent, SessionHeader, SessionId, SessionStore};
+use session_persistence::{
+    Backend, Coordinator, CoordinatorConfig, MemoryStore, PersistenceError, Revision, ScanOutcome, ScanSink,
+    SessionPersistence, StoredHeader, TornTail,
+};
+use tokio_util::sync::CancellationToken;
+
+/// A memory backend that counts calls and can be told to fail writes.
+#[derive(Debug, Default)]
+struct Instrumented {
+    inner: MemoryStore,
+    scans: AtomicUsize,
+    appends: AtomicUsize,
+    fail_writes: AtomicBool,
+}
+
+impl Backend for Instrumented {
+    fn name(&self) -> &'static str {
+        "instrumented"
+    }
+
+    fn scan(
+        &self,
+        id: &SessionId,
+        cancel: &CancellationToken,
+        sink: &mut dyn ScanSink,
+    ) -> session_persistence::Result<Option<ScanOutcome>> {
+        self.scans.fetch_add(1, Ordering::SeqCst);
+        self.inner.scan(id, cancel, sink)
+    }
+
+    fn revision(&self, id: &SessionId) -> session_persistence::Result<Option<Revision>> {
+        self.inner.revision(id)
+    }
+
+    fn append_batch(
+        &self,
+        header: &SessionHeader,
+        events: &[Arc<SessionEvent>],
+        materialized: bool,
+    ) -> session_persistence::Result<()> {
+        if self.fail_writes.load(Ordering::SeqCst) {
+            return Err(PersistenceError::io(
+                PathBuf::from("/instrumented"),
+                std::io::Error::other("injected write failure"),
+            ));
+        }
+        self.appends.fetch_add(1, Ordering::SeqCst);
+        self.inner.append_batch(header, events, materialized)
+    }
+
+    fn commit_repair(
+        &self,
+        header: &SessionHeader,
+        torn: Option<&TornTail>,
+        closers: &[SessionEvent],
+    ) -> session_persistence::Result<()> {
+        self.inner.commit_repair(header, torn, closers)
+    }
+
+    fn list(&self, cancel: &CancellationToken) -> session_persistence::Result<Vec<StoredHeader>> {
+        self.inner.list(cancel)
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+fn live_store(persistence: &Coordinator) -> Arc<SessionStore> {
+    let store = Arc::new(SessionStore::new(Arc::new(ManualClock::new(1_000))));
+    persistence.attach(&store).unwrap();
+    store
+}
+
+fn meta() -> HeaderMeta {
+    HeaderMeta { cwd: Some("/work".into()), ..HeaderMeta::default() }
+}
+
+#[test]
+fn events_inside_one_window_are_written_as_one_batch() {
+    runtime().block_on(async {
+        let backend = Arc::new(Instrumented::default());
+        let config =
+            CoordinatorConfig { write_batch_max_delay: Duration::from_millis(50), ..CoordinatorConfig::default() };
+        let persistence = Coordinator::new(backend.clone(), config).unwrap();
+        let store = live_store(&persistence);
+        let session =
+            store.create(Some(SessionId::from("s-batch")), CreateOptions { seed: None, meta: meta() }).unwrap();
+        for turn in 1..=10 {
+            session.append("turn/start", &json!({"turn": turn}), None).unwrap();
+            session.append("turn/end", &json!({"turn": turn, "reason": {"kind": "completed"}}), None).unwrap();
+        }
+        // Wait for the window to close on its own (bounded), then check it wrote once.
+        for _ in 0..400 {
+            if backend.appends.load(Ordering::SeqCst) > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        persistence.flush(session.id(), &CancellationToken::new()).await.unwrap();
+        assert_eq!(backend.appends.load(Ordering::SeqCst), 1, "20 events in one window make one batch");
+        let read = persistence.read_from(session.id(), 0, &CancellationToken::new()).await.unwrap();
+        assert_eq!(read.events.len(), 20);
+    });
+}
+
+#[test]
+fn a_failed_write_keeps_the_batch_in_order_and_the_next_flush_writes_it() {
+    runtime().block_on(async {
+        let backend = Arc::new(Instrumented::default());
+        let persistence = Coordinator::new(backend.clone(), CoordinatorConfig::default()).unwrap();
+        let store = live_store(&persistence);
+        let session =
+            store.create(Some(SessionId::from("s-retry")), CreateOptions { seed: None, meta: meta() }).unwrap();
+        backend.fail_writes.store(true, Ordering::SeqCst);
+        session.append("turn/start", &json!({"turn": 1}), None).unwrap();
+        let err = store.flush(session.id()).await.unwrap_err();
+        assert!(
+            err.to_string().contains("injected write failure") || format!("{err:?}").contains("injected"),
+            "{err:?}"
+        );
+        session.append("turn/end", &json!({"turn": 1, "reason": {"kind": "completed"}}), None).unwrap();
+        backend.fail_writes.store(false, Ordering::SeqCst);
+        store.flush(session.id()).await.unwrap();
+        let read = persistence.read_from(session.id(), 0, &CancellationToken::new()).await.unwrap();
+        let kinds: Vec<&str> = read.events.iter().map(|event| event.kind.as_str()).collect();
+        assert_eq!(kinds, ["turn/start", "turn/end"]);
+    });
+}
+
+fn turn(seq0: u64) -> Vec<Arc<SessionEvent>> {
+    ["turn/start", "turn/end"]
+        .iter()
+        .enumerate()
+        .map(|(offset, kind)| {
+            let data = if *kind == "turn/start" {
+                json!({"turn": 1})
+            } else {
+                json!({"turn": 1, "reason": {"kind": "completed"}})
+            };
+            Arc::new(
+                serde_json::from_value(json!({"type": kind, "seq": seq0 + offset as u64, "time": 1, "data": data}))
+                    .unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn inspections_are_cached_until_the_log_changes() {
+    runtime().block_on(async {
+        let backend = Arc::new(Instrumented::default());
+        let persistence = Coordinator::new(backend.clone(), CoordinatorConfig::default()).unwrap();
+        let cancel = CancellationToken::new();
+        let id = SessionId::from("s-cache");
+        let mut header = SessionHeader::new(id.clone(), 1);
+        header.cwd = Some("/work".into());
+        persistence.create(header, &cancel).await.unwrap();
+        persistence.append(&id, turn(0), &cancel).await.unwrap();
+        let scans = || backend.scans.load(Ordering::SeqCst);
+        let first = persistence.inspect(&id, &cancel).await.unwrap();
+        let after_first = scans();
+        let second = persistence.inspect(&id, &cancel).await.unwrap();
+        assert_eq!(scans(), after_first, "an unchanged log is served from the cache");
+        assert!(Arc::ptr_eq(&first.events, &second.events));
+        persistence.append(&id, turn(2), &cancel).await.unwrap();
+        let third = persistence.inspect(&id, &cancel).await.unwrap();
+        assert_eq!(scans(), after_first + 1, "an append invalidates the entry");
+        assert_eq!(third.events.len(), 4);
+        // Concurrent readers of one id share one read.
+        let before = scans();
+        persistence.append(&id, turn(4), &cancel).await.unwrap();
+        let reads = futures::future::join_all((0..4).map(|_| persistence.inspect(&id, &cancel))).await;
+        assert!(reads.iter().all(|read| read.as_ref().is_ok_and(|read| read.events.len() == 6)));
+        assert_eq!(scans(), before + 1);
+    });
+}
+
+#[test]
+fn the_inspection_cache_is_bounded_by_entries_and_bytes() {
+    runtime().block_on(async {
+        let backend = Arc::new(Instrumented::default());
+        let config = CoordinatorConfig {
+            inspect_cache_entries: 2,
+            inspect_cache_bytes: 1 << 20,
+            ..CoordinatorConfig::default()
+        };
+        let persistence = Coordinator::new(backend.clone(), config).unwrap();
+        let cancel = CancellationToken::new();
+        for n in 0..4 {
+            let id = SessionId::from(format!("s-{n}"));
+            persistence.create(SessionHeader::new(id.clone(), 1), &cancel).await.unwrap();
+            persistence.append(&id, turn(0), &cancel).await.unwrap();
+            persistence.inspect(&id, &cancel).await.unwrap();
+        }
+        assert_eq!(persistence.inspect_cache_usage().0, 2, "at most two entries");
+
+        let small = CoordinatorConfig { inspect_cache_bytes: 200, ..CoordinatorConfig::default() };
+        let persistence = Coordinator::new(backend.clone(), small).unwrap();
+        for n in 0..4 {
+            persistence.inspect(&SessionId::from(format!("s-{n}")), &cancel).await.unwrap();
+            let (_, bytes) = persistence.inspect_cache_usage();
+            assert!(bytes <= 200, "the byte bound holds: {bytes}");
+        }
+    });
+}
+
+#[test]
+fn invalid_configuration_is_rejected_with_the_reference_messages() {
+    let backend: Arc<dyn Backend> = Arc::new(MemoryStore::new());
+    let zero = CoordinatorConfig { inspect_cache_entries: 0, ..CoordinatorConfig::default() };
+    assert_eq!(
+        Coordinator::new(backend.clone(), zero).unwrap_err().to_string(),
+        "preparedSessionCacheSize must be a positive safe integer"
+    );
+    let no_delay = CoordinatorConfig { write_batch_max_delay: Duration::ZERO, ..CoordinatorConfig::default() };
+    assert_eq!(
+        Coordinator::new(backend, no_delay).unwrap_err().to_string(),
+        "writeBatchMaxDelayMs must be an integer between 1 and 2147483647"
+    );
+}
