@@ -14,7 +14,7 @@ use crate::JsonData;
 
 const NULL: u64 = 0x6e75_6c6c;
 const OBJECT: u64 = 0x6f62_6a65_6374;
-const ARRAY: u64 = 0x6172_7261_79;
+const ARRAY: u64 = 0x0061_7272_6179;
 
 /// SplitMix64's finalizer: a cheap, well-distributed 64-bit mix.
 fn mix(mut z: u64) -> u64 {

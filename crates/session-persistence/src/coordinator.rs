@@ -439,7 +439,13 @@ impl Inner {
     }
 
     fn live_inspection(session: &Arc<Session>) -> Inspection {
-        Inspection { header: session.header().clone(), events: session.events(), revision: None, live: true }
+        Inspection {
+            header: session.header().clone(),
+            events: session.events(),
+            revision: None,
+            live: true,
+            n_closers: 0,
+        }
     }
 }
 
@@ -551,12 +557,14 @@ impl SessionPersistence for Coordinator {
             return Err(PersistenceError::NotFound { id: id.clone() });
         };
         let mut events = log.events;
+        let n_closers = log.closers.len() as u64;
         events.extend(log.closers.into_iter().map(Arc::new));
         let inspection = Inspection {
             header: log.outcome.header,
             events: events.into(),
             revision: Some(log.outcome.revision),
             live: false,
+            n_closers,
         };
         inner.cache.lock().insert(id.clone(), inspection.clone());
         Ok(inspection)
@@ -571,7 +579,7 @@ impl SessionPersistence for Coordinator {
         check_cancel(cancel)?;
         let inner = &self.inner;
         if let Some(session) = inner.live_session(id) {
-            return feed(sink, Inner::live_inspection(&session), 0).await;
+            return feed(sink, Inner::live_inspection(&session)).await;
         }
         let _guard = inner.lock_id(id).await;
         check_cancel(cancel)?;
@@ -580,7 +588,7 @@ impl SessionPersistence for Coordinator {
             let probe = id.clone();
             let revision = blocking(&inner.backend, move |backend| backend.revision(&probe)).await?;
             if cached.revision == revision {
-                return feed(sink, cached, 0).await;
+                return feed(sink, cached).await;
             }
         }
         let (id, known, token) = (id.clone(), inner.config.known_types.clone(), cancel.clone());
@@ -622,6 +630,7 @@ impl SessionPersistence for Coordinator {
                 events: suffix.events.into(),
                 revision: Some(outcome.revision),
                 live: false,
+                n_closers: 0,
             })
         })
         .await
@@ -667,7 +676,8 @@ impl SessionPersistence for Coordinator {
             id.clone(),
             IdState { header: header.clone(), cursor: events.len() as u64, materialized: true, owner: None },
         );
-        Ok(Inspection { header, events: events.into(), revision, live: false })
+        // The closers are durable now: the view is all stored events.
+        Ok(Inspection { header, events: events.into(), revision, live: false, n_closers: 0 })
     }
 
     async fn flush(&self, id: &SessionId, cancel: &CancellationToken) -> Result<()> {
@@ -685,11 +695,7 @@ impl SessionPersistence for Coordinator {
 }
 
 /// Streams an in-memory view into a sink on the blocking pool.
-async fn feed(
-    mut sink: Box<dyn StreamSink>,
-    view: Inspection,
-    n_closers: u64,
-) -> Result<(Box<dyn StreamSink>, StreamSummary)> {
+async fn feed(mut sink: Box<dyn StreamSink>, view: Inspection) -> Result<(Box<dyn StreamSink>, StreamSummary)> {
     let task = tokio::task::spawn_blocking(move || {
         sink.header(&view.header)?;
         for event in view.events.iter() {
@@ -698,7 +704,7 @@ async fn feed(
         let summary = StreamSummary {
             header: view.header.clone(),
             n_events: view.events.len() as u64,
-            n_closers,
+            n_closers: view.n_closers,
             live: view.live,
             revision: view.revision.clone(),
         };

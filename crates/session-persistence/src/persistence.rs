@@ -19,6 +19,8 @@ pub struct Inspection {
     pub revision: Option<Revision>,
     /// Whether the view is a snapshot of a live session (which may end inside an open turn).
     pub live: bool,
+    /// How many events at the end are crash closers synthesized in memory (not stored).
+    pub n_closers: u64,
 }
 
 /// What a streaming inspection delivered besides its events.

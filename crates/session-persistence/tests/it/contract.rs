@@ -519,6 +519,17 @@ fn streaming_inspection_matches_the_materialized_view() {
         let streamed: Vec<Arc<SessionEvent>> = sink.events.into_iter().map(Arc::new).collect();
         assert_eq!(streamed, inspected.events.to_vec());
         assert_eq!((summary.n_events, summary.n_closers), (11, 2));
+        assert_eq!(inspected.n_closers, 2);
+        // Served again, now from the inspection cache: the summary still counts the closers.
+        let (_, cached) = session_persistence::inspect_into(
+            &persistence,
+            &id,
+            &cancel(),
+            session_persistence::CollectSink::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!((cached.n_events, cached.n_closers), (11, 2));
     });
 }
 

@@ -1,0 +1,63 @@
+//! `CacheError`: every way a projection cache operation can fail.
+
+use std::{io, path::PathBuf, sync::Arc};
+
+use session_persistence::PersistenceError;
+use session_projection::RestoreError;
+
+/// The one error type of this crate. It is `Clone` (sources are shared) because callers that share
+/// one cold read all receive its outcome.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CacheError {
+    /// The write-policy configuration is invalid; the message names the field (reference 02 §8.1).
+    #[error("{message}")]
+    InvalidConfig { message: String },
+    /// A unit state cannot be stored as lossless JSON (reference 02 §7.4). `key` names the unit.
+    #[error(
+        "projection checkpoint is not losslessly JSON-serializable (a unit state violates the plain-JSON contract)"
+    )]
+    NotLossless { key: String, message: String },
+    /// Reading or flushing the session log failed (`session "<id>" not found` among others).
+    #[error(transparent)]
+    Persistence(Arc<PersistenceError>),
+    /// The stored log could not be folded (its events do not continue from seq 0).
+    #[error(transparent)]
+    Restore(#[from] RestoreError),
+    #[error("operation cancelled")]
+    Cancelled,
+    /// The on-disk checkpoint store failed.
+    #[error("I/O error on {path}: {source}", path = path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: Arc<io::Error>,
+    },
+    /// A checkpoint store without files failed; `message` says how.
+    #[error("{message}")]
+    Storage { message: String },
+    /// The caller passed something this operation cannot accept.
+    #[error("{message}")]
+    InvalidInput { message: String },
+}
+
+impl CacheError {
+    pub fn io(path: impl Into<PathBuf>, source: io::Error) -> CacheError {
+        CacheError::Io { path: path.into(), source: Arc::new(source) }
+    }
+
+    /// Whether the session log does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, CacheError::Persistence(source) if source.is_not_found())
+    }
+}
+
+impl From<PersistenceError> for CacheError {
+    fn from(error: PersistenceError) -> CacheError {
+        match error {
+            PersistenceError::Cancelled => CacheError::Cancelled,
+            other => CacheError::Persistence(Arc::new(other)),
+        }
+    }
+}
+
+pub type Result<T, E = CacheError> = std::result::Result<T, E>;

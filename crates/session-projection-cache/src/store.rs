@@ -1,0 +1,71 @@
+//! `CheckpointStore`: where checkpoint records live, one record per session, and the in-memory
+//! implementation.
+
+use std::{collections::BTreeMap, fmt};
+
+use parking_lot::Mutex;
+use session_core::SessionId;
+
+use crate::{error::Result, record::CheckpointRecord};
+
+/// Durable storage of checkpoint records, one per session id.
+///
+/// Calls are synchronous and may block on I/O: the cache runs `put` and `remove` (and the `get`
+/// of a cold read) on the blocking pool. `cached_snapshot` calls `get` inline, so `get` should
+/// cost one small read at most.
+///
+/// Contract:
+/// - `put` replaces the whole record of `id` atomically: a concurrent `get` sees the old record
+///   or the new one, never a mix, and a crash leaves one of the two.
+/// - `get` returns `Ok(None)` for a record it cannot trust (damaged, written by another format
+///   version, or belonging to another id), after logging a warning: the cache is derived data,
+///   so such a record is discarded, never an error. `Err` means the storage itself failed.
+/// - Records of different ids are independent: writing one never rewrites another.
+pub trait CheckpointStore: Send + Sync + fmt::Debug + 'static {
+    fn get(&self, id: &SessionId) -> Result<Option<CheckpointRecord>>;
+
+    fn put(&self, id: &SessionId, record: &CheckpointRecord) -> Result<()>;
+
+    /// Deletes the record of `id`; returns whether there was one.
+    fn remove(&self, id: &SessionId) -> Result<bool>;
+}
+
+/// Records in process memory, for tests and hosts without a disk.
+#[derive(Debug, Default)]
+pub struct MemoryCheckpointStore {
+    records: Mutex<BTreeMap<SessionId, CheckpointRecord>>,
+}
+
+impl MemoryCheckpointStore {
+    pub fn new() -> MemoryCheckpointStore {
+        MemoryCheckpointStore::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.lock().is_empty()
+    }
+
+    /// The ids that have a record, in id order.
+    pub fn ids(&self) -> Vec<SessionId> {
+        self.records.lock().keys().cloned().collect()
+    }
+}
+
+impl CheckpointStore for MemoryCheckpointStore {
+    fn get(&self, id: &SessionId) -> Result<Option<CheckpointRecord>> {
+        Ok(self.records.lock().get(id).cloned())
+    }
+
+    fn put(&self, id: &SessionId, record: &CheckpointRecord) -> Result<()> {
+        self.records.lock().insert(id.clone(), record.clone());
+        Ok(())
+    }
+
+    fn remove(&self, id: &SessionId) -> Result<bool> {
+        Ok(self.records.lock().remove(id).is_some())
+    }
+}
