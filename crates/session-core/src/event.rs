@@ -154,8 +154,7 @@ impl SessionEvent {
                     self.kind
                 ));
             }
-            let mut seen = std::collections::HashSet::with_capacity(declared.len());
-            if !declared.iter().all(|source| seen.insert(*source)) {
+            if has_duplicates(declared) {
                 return Err("sourceEventSeqs must not contain duplicates".to_owned());
             }
             if let Some(source) = declared.iter().find(|&&source| source >= seq) {
@@ -265,6 +264,16 @@ impl Serialize for SessionEvent {
         }
         map.end()
     }
+}
+
+/// Whether `seqs` repeats a value. Source lists are short, so small ones are compared pairwise
+/// rather than hashed (this runs for every message read from a log).
+fn has_duplicates(seqs: &[u64]) -> bool {
+    if seqs.len() <= 16 {
+        return seqs.iter().enumerate().any(|(idx, seq)| seqs[idx + 1..].contains(seq));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(seqs.len());
+    !seqs.iter().all(|seq| seen.insert(*seq))
 }
 
 /// The message every malformed envelope gets, whatever the defect.

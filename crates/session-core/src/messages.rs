@@ -246,8 +246,16 @@ pub fn legacy_shape(event: &SessionEvent) -> Option<&'static str> {
     if kind == "steering/message" {
         return Some("pre-react-loop steering/message");
     }
-    if !matches!(kind, "turn/start" | "turn/end" | "user/message" | "assistant/message" | "tool/result") {
-        return None;
+    // Cheap textual filters first: every legacy shape of these kinds names the key or value that
+    // makes it legacy, and nearly every event of a long log is not legacy.
+    let text = event.data.as_str();
+    match kind {
+        "turn/start" if !text.contains("\"trigger\"") => return None,
+        "turn/end" if !["\"aborted\"", "\"disposed\"", "\"error\""].iter().any(|word| text.contains(word)) => {
+            return None;
+        }
+        "turn/start" | "turn/end" | "user/message" | "assistant/message" | "tool/result" => {}
+        _ => return None,
     }
     let view = object::<LegacyView<'_>>(Some(event.data.as_raw()))?;
     match kind {

@@ -134,7 +134,7 @@ impl<'a> ValidatingSink<'a> {
                 None => self.invalid(err),
             });
         }
-        event.check_markers().map_err(|err| self.invalid(err))?;
+        // The surface rules include the marker rules (`check_markers`).
         event.check_legacy().map_err(|err| self.invalid(err))?;
         self.surface.apply(event).map_err(|err| self.invalid(err))?;
         Ok(())

@@ -1,0 +1,71 @@
+//! `ProxyConfig`: everything a gateway is tuned by, with the defaults of `apiproxy serve`.
+
+use std::time::Duration;
+
+/// How a gateway runs.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// Reported by `host.describe`.
+    pub version: String,
+    /// The `cwd` of sessions created without one, and `host.describe`'s `cwd`. Must be absolute.
+    pub default_cwd: String,
+    /// Requests whose body is larger get HTTP 413.
+    pub max_body_bytes: usize,
+    /// Frames one WebSocket connection may have waiting; a connection that falls this far behind
+    /// is sent `stream/error` and closed.
+    pub push_queue_frames: usize,
+    /// How long one WebSocket send may block before the connection is dropped.
+    pub push_send_timeout: Duration,
+    pub access: AccessConfig,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> ProxyConfig {
+        let default_cwd = std::env::current_dir()
+            .ok()
+            .and_then(|dir| dir.to_str().map(str::to_owned))
+            .filter(|dir| session_core::is_absolute_path(dir))
+            .unwrap_or_else(|| "/".to_owned());
+        ProxyConfig {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            default_cwd,
+            max_body_bytes: 16 << 20,
+            push_queue_frames: 1024,
+            push_send_timeout: Duration::from_secs(30),
+            access: AccessConfig::default(),
+        }
+    }
+}
+
+/// Who may reach the gateway, and as which owner (see `docs/wire.md`, "Access").
+#[derive(Debug, Clone, Default)]
+pub struct AccessConfig {
+    /// Operator tokens: a request bearing one sees every session, or acts as the owner named by
+    /// its `x-dsh-owner` header.
+    pub operator_tokens: Vec<String>,
+    /// Owner tokens: a request bearing one is pinned to that owner.
+    pub owner_tokens: Vec<OwnerToken>,
+    /// Extra `Host` authorities the trust fence accepts besides loopback ones: `host:port`, or a
+    /// bare host for any port.
+    pub allowed_hosts: Vec<String>,
+}
+
+/// A bearer token bound to one owner partition.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OwnerToken {
+    pub owner: String,
+    pub token: String,
+}
+
+impl std::fmt::Debug for OwnerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnerToken").field("owner", &self.owner).finish_non_exhaustive()
+    }
+}
+
+impl AccessConfig {
+    /// Whether any bearer token is configured (and therefore required on every request).
+    pub fn requires_token(&self) -> bool {
+        !self.operator_tokens.is_empty() || !self.owner_tokens.is_empty()
+    }
+}

@@ -1,0 +1,242 @@
+//! The event hub: fans the store's lifecycle and append feed and the projection change feed out to
+//! every WebSocket connection, filtered by the connection's owner, through bounded queues.
+//!
+//! All state lives under one lock, taken by the store observer (on the appending thread, in seq
+//! order per session), by the projection listener, and by `subscribe`. A connection's baseline
+//! (`session/subscribed {lastSeq}` per visible live session) is computed and its queue registered
+//! under that lock, from the hub's own record of the last seq it fanned out, so there is neither a
+//! gap nor a duplicate between `lastSeq` and the first live `session/event`.
+
+use std::{collections::HashMap, fmt, sync::Arc};
+
+use parking_lot::Mutex;
+use session_core::{ObserverError, SessionHeader, SessionId, SessionStore, StoreEvent, StoreObserver};
+use session_projection::ProjectionChange;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    access::sees,
+    wire::{Frame, RpcError},
+};
+
+/// Which downlink a connection is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamKind {
+    /// `events.mux`: session events, subscriptions and projection pushes.
+    Mux,
+    /// `events.host`: session lifecycle and running status.
+    Host,
+}
+
+pub(crate) struct Hub {
+    state: Mutex<HubState>,
+    queue_frames: usize,
+}
+
+#[derive(Default)]
+struct HubState {
+    subscribers: Vec<Subscriber>,
+    live: HashMap<SessionId, LiveSession>,
+    next_id: u64,
+}
+
+struct Subscriber {
+    id: u64,
+    kind: StreamKind,
+    owner: Option<String>,
+    tx: mpsc::Sender<Arc<Frame>>,
+    /// Cancelled when the queue overflowed: the connection must send `stream/error` and close.
+    overflow: CancellationToken,
+}
+
+struct LiveSession {
+    header: Arc<SessionHeader>,
+    /// The last seq fanned out (or present at publication); `-1` for an empty log.
+    last_seq: i64,
+    running: bool,
+}
+
+/// A registered connection: its queue and overflow signal. Dropping it unsubscribes.
+pub(crate) struct Subscription {
+    hub: Arc<Hub>,
+    id: u64,
+    pub(crate) frames: mpsc::Receiver<Arc<Frame>>,
+    pub(crate) overflow: CancellationToken,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.hub.state.lock().subscribers.retain(|subscriber| subscriber.id != self.id);
+    }
+}
+
+impl fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscription").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for Hub {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.state.lock();
+        f.debug_struct("Hub")
+            .field("subscribers", &state.subscribers.len())
+            .field("live", &state.live.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The error a connection that fell behind receives.
+pub(crate) fn overflow_error() -> RpcError {
+    RpcError::internal("push queue overflow: the client is not reading fast enough")
+}
+
+impl Hub {
+    pub(crate) fn new(queue_frames: usize) -> Arc<Hub> {
+        Arc::new(Hub { state: Mutex::new(HubState::default()), queue_frames: queue_frames.max(1) })
+    }
+
+    /// Registers the hub as an observer of `store` and records the sessions already live.
+    pub(crate) fn attach(self: &Arc<Self>, store: &SessionStore) -> session_core::ObserverId {
+        let id = store.add_observer(Arc::clone(self) as Arc<dyn StoreObserver>);
+        let mut state = self.state.lock();
+        for session in store.list() {
+            state.live.entry(session.id().clone()).or_insert_with(|| LiveSession {
+                header: Arc::clone(session.header()),
+                last_seq: session.len() as i64 - 1,
+                running: session.has_open_turn(),
+            });
+        }
+        id
+    }
+
+    /// Registers a connection and queues its baseline in the same step.
+    pub(crate) fn subscribe(self: &Arc<Self>, kind: StreamKind, owner: Option<String>) -> Subscription {
+        let mut state = self.state.lock();
+        let baseline: Vec<Arc<Frame>> = match kind {
+            StreamKind::Host => Vec::new(),
+            StreamKind::Mux => {
+                let mut visible: Vec<(&SessionId, &LiveSession)> = state
+                    .live
+                    .iter()
+                    .filter(|(_, live)| sees(owner.as_deref(), live.header.owner.as_deref()))
+                    .collect();
+                visible.sort_by_key(|(_, live)| (live.header.created_at, live.header.id.clone()));
+                visible
+                    .into_iter()
+                    .map(|(id, live)| Arc::new(Frame::session_subscribed(id.as_str(), live.last_seq)))
+                    .collect()
+            }
+        };
+        let (tx, frames) = mpsc::channel(self.queue_frames + baseline.len());
+        for frame in baseline {
+            // The channel was sized for the baseline, so this cannot fail.
+            let _ = tx.try_send(frame);
+        }
+        let id = state.next_id;
+        state.next_id += 1;
+        let overflow = CancellationToken::new();
+        state.subscribers.push(Subscriber { id, kind, owner, tx, overflow: overflow.clone() });
+        Subscription { hub: Arc::clone(self), id, frames, overflow }
+    }
+
+    /// The number of registered connections.
+    pub(crate) fn n_subscribers(&self) -> usize {
+        self.state.lock().subscribers.len()
+    }
+
+    /// Fans out the projection change feed (`session/projection`, with the causing seq).
+    pub(crate) fn on_projection(&self, change: &ProjectionChange<'_>) {
+        let mut state = self.state.lock();
+        let owner = change.session.header().owner.clone();
+        let session_id = change.session.id().as_str();
+        fan_out(&mut state, StreamKind::Mux, owner.as_deref(), || {
+            Frame::session_projection(session_id, change.key, change.value, change.seq)
+        });
+    }
+}
+
+/// Queues a frame (built once, only if someone sees it) for every visible connection of `kind`;
+/// a connection whose queue is full is dropped and told so through its overflow token.
+fn fan_out(state: &mut HubState, kind: StreamKind, session_owner: Option<&str>, frame: impl FnOnce() -> Frame) {
+    let mut frame = Some(frame);
+    let mut built: Option<Arc<Frame>> = None;
+    state.subscribers.retain(|subscriber| {
+        if subscriber.kind != kind || !sees(subscriber.owner.as_deref(), session_owner) {
+            return true;
+        }
+        let frame = match &built {
+            Some(frame) => Arc::clone(frame),
+            None => {
+                let made = Arc::new((frame.take().expect("a frame is built at most once"))());
+                built = Some(Arc::clone(&made));
+                made
+            }
+        };
+        match subscriber.tx.try_send(frame) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(subscriber = subscriber.id, "a WebSocket client fell behind; closing it");
+                subscriber.overflow.cancel();
+                false
+            }
+            // The connection is gone; its subscription is being dropped.
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    });
+}
+
+impl StoreObserver for Hub {
+    fn notify(&self, event: &StoreEvent<'_>) -> Result<(), ObserverError> {
+        let mut state = self.state.lock();
+        match event {
+            StoreEvent::Created(session) => {
+                let header = Arc::clone(session.header());
+                let last_seq = session.len() as i64 - 1;
+                let running = session.has_open_turn();
+                state
+                    .live
+                    .insert(session.id().clone(), LiveSession { header: Arc::clone(&header), last_seq, running });
+                let id = session.id().as_str();
+                fan_out(&mut state, StreamKind::Mux, header.owner.as_deref(), || Frame::session_subscribed(id, last_seq));
+                let blank = !session.events().iter().any(|event| event.kind == "turn/start");
+                fan_out(&mut state, StreamKind::Host, header.owner.as_deref(), || Frame::host_session_added(&header, blank));
+            }
+            StoreEvent::Event(session, event) => {
+                let Some(live) = state.live.get_mut(session.id()) else { return Ok(()) };
+                let seq = event.seq as i64;
+                // Already covered by a baseline taken between the commit and this notification.
+                if seq <= live.last_seq {
+                    return Ok(());
+                }
+                live.last_seq = seq;
+                let status = match event.kind.as_str() {
+                    "turn/start" if !live.running => Some(true),
+                    "turn/end" if live.running => Some(false),
+                    _ => None,
+                };
+                if let Some(running) = status {
+                    live.running = running;
+                }
+                let owner = live.header.owner.clone();
+                let id = session.id().as_str();
+                fan_out(&mut state, StreamKind::Mux, owner.as_deref(), || Frame::session_event(id, event));
+                if let Some(running) = status {
+                    fan_out(&mut state, StreamKind::Host, owner.as_deref(), || Frame::host_session_status(id, running));
+                }
+            }
+            StoreEvent::Disposed(session) => {
+                // A newer instance of the same id may already be live; only this one leaves.
+                let current = state.live.get(session.id()).is_some_and(|live| Arc::ptr_eq(&live.header, session.header()));
+                if current && let Some(live) = state.live.remove(session.id()) {
+                    let id = session.id().as_str();
+                    fan_out(&mut state, StreamKind::Host, live.header.owner.as_deref(), || {
+                        Frame::host_session_removed(id)
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,423 @@
+//! The `session.*` methods: list, history, create (with explicit-id adoption and cold resume),
+//! fork, and the out-of-process runtime's append and release.
+
+use std::{collections::HashSet, sync::Arc, time::Duration};
+
+use serde_json::{Value, json};
+use session_core::{
+    CreateOptions, HeaderMeta, JsonData, Session, SessionEvent, SessionHeader, SessionId, StoreError, messages,
+};
+use session_persistence::{KnownTypes, PersistenceError};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    access::Caller,
+    history::{self, ReadError},
+    proxy::Shared,
+    units::{LIST_METADATA_KEY, ListMetadata},
+    wire::{
+        ErrorKind, Issue, PathSegment, ProjectionsBlock, RpcError, SessionSummary,
+        payload::{AppendRequest, CreateRequest, ForkRequest, HistoryRequest, NewEvent, ReleaseRequest},
+    },
+};
+
+fn to_value<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).expect("wire values serialize")
+}
+
+/// The subagent ownership fence (reference 04 §5.2, decided by `header.origin` alone): a child is
+/// driven through subagent routing, so a generic control must name the child's parent.
+pub(super) fn fence(header: &SessionHeader, named_parent: Option<&str>) -> Result<(), RpcError> {
+    if header.is_subagent() && named_parent != header.parent_session.as_ref().map(SessionId::as_str) {
+        return Err(RpcError::owned_by_subagent_routing(header.id.as_str()));
+    }
+    Ok(())
+}
+
+/// A live session's row: folded from the live log through the `sessionListMetadata` unit.
+pub(super) fn live_summary(shared: &Shared, session: &Arc<Session>) -> SessionSummary {
+    let header = session.header();
+    let snapshot = shared.registry.snapshot(session);
+    let metadata = snapshot
+        .values
+        .get(LIST_METADATA_KEY)
+        .and_then(|value| serde_json::from_value::<ListMetadata>(value.clone()).ok());
+    let blank = match &metadata {
+        Some(metadata) => metadata.blank,
+        None => !session.events().iter().any(|event| event.kind == "turn/start"),
+    };
+    let created_at = header.created_at as i64;
+    let updated_at = metadata.and_then(|metadata| metadata.last_prompt_at).map_or(created_at, |at| at.max(created_at));
+    let mut row = SessionSummary::from_header(header, updated_at, session.has_open_turn(), blank);
+    if !snapshot.values.is_empty() {
+        row.projections = Some(ProjectionsBlock { as_of_seq: snapshot.as_of_seq, values: snapshot.values });
+    }
+    row
+}
+
+/// `session.list` → `{items}`: live sessions folded from memory, cold ones from their headers
+/// (`blank: false`, `updatedAt = createdAt`, no reads), newest first.
+pub(super) async fn list(shared: &Shared, caller: &Caller, cancel: &CancellationToken) -> Result<Value, RpcError> {
+    let mut rows = Vec::new();
+    let mut live_ids = HashSet::new();
+    for session in shared.store.list() {
+        live_ids.insert(session.id().clone());
+        if caller.sees(session.header()) {
+            rows.push(live_summary(shared, &session));
+        }
+    }
+    if let Some(persistence) = &shared.persistence {
+        let headers = match persistence.list(cancel).await {
+            Ok(headers) => headers,
+            Err(PersistenceError::Cancelled) => return Err(RpcError::cancelled("session list was cancelled")),
+            Err(error) => {
+                tracing::error!(%error, "listing persisted sessions failed");
+                return Err(RpcError::internal("session list unavailable: the session store could not be listed"));
+            }
+        };
+        for header in headers {
+            if live_ids.contains(&header.id) || header.cwd.is_none() || !caller.sees(&header) {
+                continue;
+            }
+            rows.push(SessionSummary::from_header(&header, header.created_at as i64, false, false));
+        }
+    }
+    rows.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.session_id.cmp(&b.session_id)));
+    Ok(json!({"items": rows}))
+}
+
+pub(super) fn read_error(id: &str, error: ReadError, what: &str) -> RpcError {
+    match error {
+        ReadError::NotFound => RpcError::session_not_found(id),
+        ReadError::Cancelled => RpcError::cancelled(format!("{what} was cancelled")),
+        ReadError::Failed(error) => {
+            tracing::error!(session = id, %error, "reading a session failed");
+            RpcError::internal(format!("history unavailable for session \"{id}\""))
+        }
+    }
+}
+
+/// `session.history` → `{events, hasMore, projections?}`.
+pub(super) async fn history(
+    shared: &Shared,
+    caller: &Caller,
+    request: HistoryRequest,
+    cancel: &CancellationToken,
+) -> Result<Value, RpcError> {
+    let id = request.session_id.as_str();
+    let cut = history::read(shared, caller, id, request.before_seq.is_none(), cancel)
+        .await
+        .map_err(|error| read_error(id, error, "session history read"))?;
+    Ok(to_value(&history::paginate(cut, request.before_seq, request.max_messages)))
+}
+
+fn created(header: &SessionHeader) -> Value {
+    let mut value = json!({"sessionId": header.id.as_str()});
+    if let Some(preset) = &header.agent_preset {
+        value["agentPreset"] = json!(preset);
+    }
+    value
+}
+
+/// The checks an explicit-id `session.create` makes before adopting an existing session.
+fn check_adoptable(caller: &Caller, header: &SessionHeader, request: &CreateRequest) -> Result<(), RpcError> {
+    let id = header.id.as_str();
+    if !caller.sees(header) {
+        return Err(RpcError::session_not_found(id));
+    }
+    fence(header, None)?;
+    if let Some(cwd) = &request.cwd
+        && header.cwd.as_ref() != Some(cwd)
+    {
+        return Err(RpcError::new(
+            ErrorKind::SessionConflict {
+                session_id: id.to_owned(),
+                requested_cwd: cwd.clone(),
+                existing_cwd: header.cwd.clone(),
+            },
+            format!("session \"{id}\" already exists with a different cwd"),
+        ));
+    }
+    if let Some(preset) = &request.agent_preset
+        && header.agent_preset.as_ref() != Some(preset)
+    {
+        return Err(RpcError::new(
+            ErrorKind::AgentPresetConflict {
+                session_id: id.to_owned(),
+                requested_preset: preset.clone(),
+                existing_preset: header.agent_preset.clone(),
+            },
+            format!("session \"{id}\" already exists with a different agent preset"),
+        ));
+    }
+    Ok(())
+}
+
+/// Loads a cold session (committing any crash repair) and publishes it live again.
+pub(crate) async fn resume(shared: &Shared, id: &SessionId, cancel: &CancellationToken) -> Result<Arc<Session>, RpcError> {
+    let failed = |error: &dyn std::fmt::Display| {
+        tracing::error!(session = %id, %error, "resuming a session failed");
+        RpcError::internal(format!("resume failed for session \"{id}\""))
+    };
+    let Some(persistence) = &shared.persistence else { return Err(RpcError::session_not_found(id.as_str())) };
+    let loaded = match persistence.load(id, cancel).await {
+        Ok(loaded) => loaded,
+        Err(PersistenceError::NotFound { .. }) => return Err(RpcError::session_not_found(id.as_str())),
+        Err(PersistenceError::Cancelled) => return Err(RpcError::cancelled("session resume was cancelled")),
+        Err(error) => return Err(failed(&error)),
+    };
+    let header = &loaded.header;
+    let meta = HeaderMeta {
+        cwd: header.cwd.clone(),
+        parent_session: header.parent_session.clone(),
+        created_at: Some(header.created_at),
+        seed_length: header.seed_length,
+        origin: header.origin,
+        delegation_depth: header.delegation_depth,
+        agent_preset: header.agent_preset.clone(),
+        owner: header.owner.clone(),
+    };
+    match shared.store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }) {
+        Ok(session) => Ok(session),
+        // Someone resumed it first: that live session is the one.
+        Err(StoreError::AlreadyExists { .. }) => shared.store.get(id).ok_or_else(|| failed(&"the session vanished")),
+        Err(error) => Err(failed(&error)),
+    }
+}
+
+/// `session.create` → `{sessionId, agentPreset?}`.
+pub(super) async fn create(
+    shared: &Shared,
+    caller: &Caller,
+    request: CreateRequest,
+    cancel: &CancellationToken,
+) -> Result<Value, RpcError> {
+    if let Some(workspace_id) = &request.workspace_id {
+        return Err(RpcError::new(
+            ErrorKind::WorkspaceNotFound { workspace_id: workspace_id.clone() },
+            format!("workspace \"{workspace_id}\" not found"),
+        ));
+    }
+    let explicit = request.session_id.is_some();
+    let id = SessionId::from(request.session_id.clone().unwrap_or_else(|| format!("session-{}", uuid::Uuid::new_v4())));
+    let meta = HeaderMeta {
+        cwd: Some(request.cwd.clone().unwrap_or_else(|| shared.config.default_cwd.clone())),
+        agent_preset: request.agent_preset.clone(),
+        owner: caller.owner.clone(),
+        ..HeaderMeta::default()
+    };
+    // Two rounds: a creation racing ours makes the second round adopt it.
+    for _ in 0..2 {
+        if explicit {
+            if let Some(session) = shared.store.get(&id) {
+                check_adoptable(caller, session.header(), &request)?;
+                return Ok(created(session.header()));
+            }
+            if let Some(persistence) = &shared.persistence {
+                match persistence.inspect(&id, cancel).await {
+                    Ok(inspection) => {
+                        check_adoptable(caller, &inspection.header, &request)?;
+                        let session = resume(shared, &id, cancel).await?;
+                        return Ok(created(session.header()));
+                    }
+                    Err(PersistenceError::NotFound { .. }) => {}
+                    Err(PersistenceError::Cancelled) => return Err(RpcError::cancelled("session create was cancelled")),
+                    Err(error) => {
+                        tracing::error!(session = %id, %error, "inspecting a session to adopt failed");
+                        return Err(RpcError::internal(format!("resume failed for session \"{id}\"")));
+                    }
+                }
+            }
+        }
+        match shared.store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta.clone() }) {
+            Ok(session) => return Ok(created(session.header())),
+            Err(StoreError::AlreadyExists { .. }) if explicit => continue,
+            Err(error) => {
+                tracing::error!(session = %id, %error, "creating a session failed");
+                return Err(RpcError::internal(format!("failed to create session \"{id}\"")));
+            }
+        }
+    }
+    Err(RpcError::internal(format!("failed to create session \"{id}\"")))
+}
+
+/// `session.fork` → `{sessionId}`: the seed runs through the first `turn/end` at or after `atSeq`
+/// (default: the last one) and the out-of-band events after it, up to the next `turn/start`.
+pub(super) async fn fork(
+    shared: &Shared,
+    caller: &Caller,
+    request: ForkRequest,
+    cancel: &CancellationToken,
+) -> Result<Value, RpcError> {
+    let id = request.session_id.as_str();
+    let cut = history::read(shared, caller, id, false, cancel).await.map_err(|error| match error {
+        ReadError::Failed(error) => {
+            tracing::error!(session = id, %error, "reading a fork source failed");
+            RpcError::internal(format!("fork source unavailable for session \"{id}\""))
+        }
+        other => read_error(id, other, "session fork"),
+    })?;
+    let events = &cut.events[..cut.len];
+    let last_turn_end = events.iter().rposition(|event| event.kind == "turn/end");
+    let boundary = match request.at_seq {
+        None => last_turn_end,
+        Some(at) => events.iter().position(|event| event.seq >= at && event.kind == "turn/end").or_else(|| {
+            let past_end = events.last().is_none_or(|last| at > last.seq);
+            if past_end { last_turn_end } else { None }
+        }),
+    };
+    let Some(boundary) = boundary else {
+        let message = match (request.at_seq, events.last()) {
+            (Some(at), Some(last)) if at <= last.seq => {
+                format!("session \"{id}\" has not completed the turn containing event {at}")
+            }
+            _ => format!("session \"{id}\" has no completed turn to fork from"),
+        };
+        return Err(RpcError::new(ErrorKind::ForkUnavailable { session_id: id.to_owned() }, message));
+    };
+    let end = events[boundary + 1..]
+        .iter()
+        .position(|event| event.kind == "turn/start")
+        .map_or(events.len(), |offset| boundary + 1 + offset);
+    let child_id = SessionId::from(format!("session-{}", uuid::Uuid::new_v4()));
+    let meta = HeaderMeta {
+        cwd: cut.header.cwd.clone(),
+        parent_session: Some(cut.header.id.clone()),
+        seed_length: Some(end as u64),
+        agent_preset: cut.header.agent_preset.clone(),
+        // Forks inherit the owner: the creator's, which is the source's for a partitioned caller.
+        owner: caller.owner.clone().or_else(|| cut.header.owner.clone()),
+        ..HeaderMeta::default()
+    };
+    let seed = events[..end].to_vec();
+    match shared.store.create(Some(child_id.clone()), CreateOptions { seed: Some(seed), meta }) {
+        Ok(_) => Ok(json!({"sessionId": child_id.as_str()})),
+        Err(error) => {
+            tracing::error!(session = id, %error, "forking a session failed");
+            Err(RpcError::internal(format!("failed to fork session \"{id}\"")))
+        }
+    }
+}
+
+/// Checks what the append path does not but a cold read does, so an accepted event never makes
+/// the stored log unreadable: a known type, no legacy shape, a well-formed message.
+fn check_appendable(known: &KnownTypes, event: &NewEvent, seq: u64) -> Result<JsonData, String> {
+    if !known.contains(&event.kind) || matches!(event.kind.as_str(), "request/header-delta" | "mode/set") {
+        return Err(format!(
+            "event type \"{}\" is not in the session vocabulary; a reader would refuse the log",
+            event.kind
+        ));
+    }
+    let data = JsonData::from_value(&event.data).map_err(|error| format!("data is not lossless JSON: {error}"))?;
+    let mut probe = SessionEvent::new(event.kind.as_str(), seq, 0, data);
+    probe.surface_op = event.surface.as_ref().map(|surface| surface.op);
+    if let Some(shape) = messages::legacy_shape(&probe) {
+        return Err(format!("{shape} is a legacy shape this build does not accept"));
+    }
+    messages::check_message_shape(&probe)?;
+    Ok(probe.data)
+}
+
+/// `session.append` → `{firstSeq, lastSeq}`: appends to a live session, in order, stopping at the
+/// first rejected event.
+pub(super) fn append(shared: &Shared, caller: &Caller, request: AppendRequest) -> Result<Value, RpcError> {
+    let id = request.session_id.as_str();
+    let session = shared
+        .store
+        .get(&SessionId::from(id))
+        .filter(|session| caller.sees(session.header()))
+        .ok_or_else(|| RpcError::session_not_attached(id))?;
+    fence(session.header(), request.parent_session_id.as_deref())?;
+    // One API append at a time, so `expectedSeq` holds for the whole batch.
+    let _serialized = shared.append_lock.lock();
+    let next = session.len();
+    if let Some(expected) = request.expected_seq
+        && expected != next
+    {
+        return Err(RpcError::new(
+            ErrorKind::AgentBusy { reason: format!("expected next seq {expected}, but the session is at seq {next}") },
+            format!("session \"{id}\" has moved on"),
+        ));
+    }
+    let known = KnownTypes::default();
+    let (mut first, mut last) = (None, None);
+    for (idx, event) in request.events.into_iter().enumerate() {
+        let data = check_appendable(&known, &event, session.len()).map_err(|message| rejected(idx, last, message))?;
+        let descriptor =
+            if event.kind == "step/start" { first_step_descriptor(shared, session.id()) } else { Ok(None) };
+        if let Some(descriptor) = descriptor.map_err(|error| rejected(idx, last, error.to_string()))? {
+            first.get_or_insert(descriptor.seq);
+            last = Some(descriptor.seq);
+        }
+        match session.append_data(event.kind.as_str(), data, event.surface) {
+            Ok(appended) => {
+                first.get_or_insert(appended.seq);
+                last = Some(appended.seq);
+            }
+            Err(error) => return Err(rejected(idx, last, error.to_string())),
+        }
+    }
+    Ok(json!({"firstSeq": first, "lastSeq": last}))
+}
+
+/// `bad-request` for the event at `idx`, saying how far the batch got.
+fn rejected(idx: usize, last: Option<u64>, message: String) -> RpcError {
+    let committed = last.map_or_else(|| "none were appended".to_owned(), |last| format!("events through seq {last} were appended"));
+    RpcError::bad_request(
+        format!("event {idx} was rejected ({committed}): {message}"),
+        vec![Issue::new("custom", vec![PathSegment::from("events"), PathSegment::from(idx)], message)],
+    )
+}
+
+/// For a one-shot child spawned through the gateway, appends its descriptor right before its
+/// first step (reference 03 §2.5) and forgets it.
+fn first_step_descriptor(
+    shared: &Shared,
+    id: &SessionId,
+) -> Result<Option<Arc<SessionEvent>>, subagent::CreateChildError> {
+    let Some(child) = shared.pending_one_shots.lock().get(id).cloned() else { return Ok(None) };
+    let appended = child.enter_first_step()?;
+    shared.pending_one_shots.lock().remove(id);
+    Ok(appended)
+}
+
+/// `session.release` → `{released, lastSeq}`: flushes a live session and detaches it, so it is
+/// served cold from then on. Returns once the persistence layer has let go of it.
+pub(super) async fn release(shared: &Shared, caller: &Caller, request: ReleaseRequest) -> Result<Value, RpcError> {
+    let id = request.session_id.as_str();
+    let session_id = SessionId::from(id);
+    let session = shared
+        .store
+        .get(&session_id)
+        .filter(|session| caller.sees(session.header()))
+        .ok_or_else(|| RpcError::session_not_attached(id))?;
+    fence(session.header(), request.parent_session_id.as_deref())?;
+    match shared.store.flush(&session_id).await {
+        Ok(_) => {}
+        Err(StoreError::NotLive { .. }) => return Err(RpcError::session_not_attached(id)),
+        Err(error) => {
+            tracing::error!(session = id, %error, "flushing a session before release failed");
+            return Err(RpcError::internal(format!("failed to release session \"{id}\": it could not be made durable")));
+        }
+    }
+    let last_seq = session.len() as i64 - 1;
+    shared.pending_one_shots.lock().remove(&session_id);
+    if shared.store.detach(&session_id).is_none() {
+        return Err(RpcError::session_not_attached(id));
+    }
+    wait_until_unreferenced(session).await;
+    Ok(json!({"released": true, "lastSeq": last_seq}))
+}
+
+/// Waits (bounded) until nothing but this handler holds the detached session: the persistence
+/// coordinator retires a disposed session asynchronously, and a resume of the same id must not
+/// race that.
+async fn wait_until_unreferenced(session: Arc<Session>) {
+    for _ in 0..2_000 {
+        if Arc::strong_count(&session) == 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tracing::warn!(session = %session.id(), "a released session is still referenced; continuing");
+}

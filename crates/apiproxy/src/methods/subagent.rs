@@ -1,0 +1,263 @@
+//! The `subagent.*` methods (reference 04 §8): the catalog (`subagent.list`), a child's history
+//! (`subagent.history`), and child creation for out-of-process runtimes (`subagent.spawn`, with
+//! the header and descriptor placement of reference 03 §2.5).
+//!
+//! The catalog is `subagent::SubagentRuntime::list_children`; this module only maps it to the
+//! wire, applies the owner partition (a parent of another owner lists like an unknown one), and
+//! replaces each child's `activity` with "running" only for a live child inside an open turn.
+
+use std::{collections::HashMap, sync::Arc};
+
+use serde_json::{Value, json};
+use session_core::{SessionHeader, SessionId};
+use subagent::{
+    ChildOptions, ContinuableDescriptor, CreateChildError, OneShotDescriptor, SubagentError,
+    SubagentErrorCode,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    access::Caller,
+    history::{self, ReadError},
+    proxy::Shared,
+    wire::{
+        DiagnosticReason, ErrorKind, RpcError, SubagentCatalog, SubagentListEntry,
+        payload::{SubagentHistoryRequest, SubagentListRequest, SubagentMode, SubagentSpawnRequest},
+    },
+};
+
+/// The provider recorded in descriptors of children spawned through the gateway.
+pub(crate) const GATEWAY_PROVIDER: &str = "apiproxy";
+
+/// The dedicated face of a missing projection registry (reference 04 §11.2).
+pub(crate) const CATALOG_UNAVAILABLE: &str = "subagent catalog is unavailable: this deployment does not mount the sessionProjections registry (load @monotykamary/dsh-session-projection)";
+
+/// Maps a catalog failure to the wire; backend text is never shown.
+pub(crate) fn catalog_error(error: &SubagentError) -> RpcError {
+    match error.code() {
+        Some(SubagentErrorCode::Cancelled) => RpcError::cancelled("subagent catalog read was cancelled"),
+        Some(SubagentErrorCode::ProjectionsUnavailable) => RpcError::internal(CATALOG_UNAVAILABLE),
+        _ => {
+            tracing::error!(%error, "subagent catalog read failed");
+            RpcError::internal("subagent catalog read failed")
+        }
+    }
+}
+
+fn wire_reason(reason: subagent::DiagnosticReason) -> DiagnosticReason {
+    match reason {
+        subagent::DiagnosticReason::Corrupt => DiagnosticReason::Corrupt,
+        subagent::DiagnosticReason::Unsupported => DiagnosticReason::Unsupported,
+        subagent::DiagnosticReason::Unavailable => DiagnosticReason::Unavailable,
+    }
+}
+
+fn wire_mode(mode: SubagentMode) -> subagent::SubagentMode {
+    match mode {
+        SubagentMode::OneShot => subagent::SubagentMode::OneShot,
+        SubagentMode::Continuable => subagent::SubagentMode::Continuable,
+    }
+}
+
+/// The wire row of a catalog entry, with the gateway's `activity`: `running` iff the child is
+/// live and inside an open turn.
+pub(crate) fn wire_entry(shared: &Shared, entry: &subagent::SubagentListEntry) -> SubagentListEntry {
+    match entry {
+        subagent::SubagentListEntry::Child(child) => {
+            let running = shared.store.get(&child.id).is_some_and(|session| session.has_open_turn());
+            SubagentListEntry::Child {
+                id: child.id.to_string(),
+                mode: child.mode.mode().as_str(),
+                label: child.mode.label().map(str::to_owned),
+                activity: if running { "running" } else { "inactive" },
+                has_children: child.has_children,
+            }
+        }
+        subagent::SubagentListEntry::Diagnostic(diagnostic) => {
+            SubagentListEntry::Diagnostic { id: diagnostic.id.to_string(), reason: wire_reason(diagnostic.reason) }
+        }
+    }
+}
+
+/// Every header the caller could be asking about, live winning over persisted. Only needed for a
+/// partitioned caller (the operator tier sees everything).
+async fn headers(
+    shared: &Shared,
+    cancel: &CancellationToken,
+) -> Result<HashMap<SessionId, Arc<SessionHeader>>, RpcError> {
+    let mut headers = HashMap::new();
+    if let Some(persistence) = &shared.persistence {
+        match persistence.list(cancel).await {
+            Ok(listed) => headers.extend(listed.into_iter().map(|header| (header.id.clone(), header))),
+            Err(session_persistence::PersistenceError::Cancelled) => {
+                return Err(RpcError::cancelled("subagent catalog read was cancelled"));
+            }
+            Err(error) => {
+                tracing::error!(%error, "listing persisted sessions for the owner partition failed");
+                return Err(RpcError::internal("subagent catalog read failed"));
+            }
+        }
+    }
+    for session in shared.store.list() {
+        headers.insert(session.id().clone(), Arc::clone(session.header()));
+    }
+    Ok(headers)
+}
+
+/// Whether `parent` is visible to `caller`: live, else persisted, of the caller's owner.
+async fn parent_visible(shared: &Shared, caller: &Caller, parent: &SessionId, cancel: &CancellationToken) -> Result<bool, RpcError> {
+    if caller.owner.is_none() {
+        return Ok(true);
+    }
+    if let Some(session) = shared.store.get(parent) {
+        return Ok(caller.sees(session.header()));
+    }
+    Ok(headers(shared, cancel).await?.get(parent).is_some_and(|header| caller.sees(header)))
+}
+
+/// `subagent.list` → `{entries, parentAvailable}`.
+pub(super) async fn list(
+    shared: &Shared,
+    caller: &Caller,
+    request: SubagentListRequest,
+    cancel: &CancellationToken,
+) -> Result<Value, RpcError> {
+    let parent = SessionId::from(request.parent_session_id.as_str());
+    let mut entries = shared.subagents.list_children(&parent, cancel).await.map_err(|error| catalog_error(&error))?;
+    if caller.owner.is_some() {
+        let headers = headers(shared, cancel).await?;
+        if !headers.get(&parent).is_some_and(|header| caller.sees(header)) {
+            entries.clear();
+        }
+        entries.retain(|entry| headers.get(entry.id()).is_some_and(|header| caller.sees(header)));
+    }
+    let parent_available = shared.store.get(&parent).is_some_and(|session| caller.sees(session.header()));
+    let catalog = SubagentCatalog {
+        entries: entries.iter().map(|entry| wire_entry(shared, entry)).collect(),
+        parent_available,
+    };
+    Ok(serde_json::to_value(&catalog).expect("wire values serialize"))
+}
+
+/// `subagent.history` → `{events, hasMore, projections?}`: authorized by catalog membership with
+/// the same mode, then read exactly like `session.history`.
+pub(super) async fn history(
+    shared: &Shared,
+    caller: &Caller,
+    request: SubagentHistoryRequest,
+    cancel: &CancellationToken,
+) -> Result<Value, RpcError> {
+    let (parent_id, child_id) = (request.parent_session_id.as_str(), request.child_session_id.as_str());
+    let mode = request.mode.as_str();
+    let parent = SessionId::from(parent_id);
+    if !parent_visible(shared, caller, &parent, cancel).await? {
+        return Err(RpcError::subagent_not_found(parent_id, child_id, mode));
+    }
+    let entries = shared.subagents.list_children(&parent, cancel).await.map_err(|error| catalog_error(&error))?;
+    match entries.iter().find(|entry| entry.id().as_str() == child_id) {
+        Some(subagent::SubagentListEntry::Child(child)) if child.mode.mode() == wire_mode(request.mode) => {}
+        Some(subagent::SubagentListEntry::Diagnostic(diagnostic)) => {
+            let reason = wire_reason(diagnostic.reason);
+            return Err(RpcError::new(
+                ErrorKind::SubagentCatalogDiagnostic {
+                    parent_session_id: parent_id.to_owned(),
+                    child_session_id: child_id.to_owned(),
+                    reason,
+                },
+                format!("subagent \"{child_id}\" is {}", reason.as_str()),
+            ));
+        }
+        _ => return Err(RpcError::subagent_not_found(parent_id, child_id, mode)),
+    }
+    let cut = history::read(shared, caller, child_id, request.before_seq.is_none(), cancel).await.map_err(|error| {
+        match error {
+            ReadError::NotFound => RpcError::new(
+                ErrorKind::SubagentNotFound {
+                    parent_session_id: parent_id.to_owned(),
+                    child_session_id: child_id.to_owned(),
+                },
+                "subagent disappeared during history read",
+            ),
+            ReadError::Cancelled => RpcError::cancelled("subagent history read was cancelled"),
+            ReadError::Failed(error) => {
+                tracing::error!(session = child_id, %error, "reading a subagent's history failed");
+                RpcError::internal("subagent history read failed")
+            }
+        }
+    })?;
+    if cancel.is_cancelled() {
+        return Err(RpcError::cancelled("subagent history read was cancelled"));
+    }
+    if cut.header.parent_session.as_ref().map(SessionId::as_str) != Some(parent_id) {
+        return Err(RpcError::new(
+            ErrorKind::SubagentUnauthorized { child_session_id: child_id.to_owned() },
+            "subagent parent changed during history read",
+        ));
+    }
+    let page = history::paginate(cut, request.before_seq, request.max_messages);
+    Ok(serde_json::to_value(&page).expect("wire values serialize"))
+}
+
+/// `subagent.spawn` → `{childSessionId, mode}`: creates a live child of a live parent the caller
+/// owns. A continuable child's descriptor is in its creation seed; a one-shot child's is appended
+/// by the gateway right before the child's first `step/start` arrives through `session.append`.
+pub(super) async fn spawn(
+    shared: &Shared,
+    caller: &Caller,
+    request: SubagentSpawnRequest,
+    _cancel: &CancellationToken,
+) -> Result<Value, RpcError> {
+    let parent_id = request.parent_session_id.as_str();
+    let Some(parent) = shared.store.get(&SessionId::from(parent_id)).filter(|parent| caller.sees(parent.header())) else {
+        return Err(RpcError::new(
+            ErrorKind::SubagentParentUnavailable { parent_session_id: parent_id.to_owned() },
+            format!("parent session \"{parent_id}\" is not live"),
+        ));
+    };
+    let provider = request.provider.clone().unwrap_or_else(|| GATEWAY_PROVIDER.to_owned());
+    let options = ChildOptions {
+        id: request.child_session_id.as_deref().map(SessionId::from),
+        fork: request.fork,
+        agent_preset: parent.header().agent_preset.clone(),
+        ..ChildOptions::default()
+    };
+    let created = match request.mode {
+        SubagentMode::Continuable => {
+            let descriptor = ContinuableDescriptor {
+                provider,
+                label: request.label.clone().unwrap_or_default(),
+                agent_provider: None,
+                agent_model: None,
+                persona: None,
+                tool_filter: None,
+            };
+            subagent::create_continuable_child(&shared.store, &parent, descriptor, options)
+        }
+        SubagentMode::OneShot => {
+            let descriptor = OneShotDescriptor { provider, label: request.label.clone() };
+            subagent::create_one_shot_child(&shared.store, &parent, descriptor, options).map(|child| {
+                let session = Arc::clone(child.session());
+                shared.pending_one_shots.lock().insert(session.id().clone(), Arc::new(child));
+                session
+            })
+        }
+    };
+    match created {
+        Ok(child) => Ok(json!({"childSessionId": child.id().as_str(), "mode": request.mode.as_str()})),
+        Err(CreateChildError::DuplicateChild { id }) => {
+            let existing_cwd = shared.store.get(&id).and_then(|session| session.header().cwd.clone());
+            Err(RpcError::new(
+                ErrorKind::SessionConflict {
+                    session_id: id.to_string(),
+                    requested_cwd: parent.header().cwd.clone().unwrap_or_else(|| shared.config.default_cwd.clone()),
+                    existing_cwd,
+                },
+                format!("session \"{id}\" already exists"),
+            ))
+        }
+        Err(error) => {
+            tracing::error!(parent = parent_id, %error, "spawning a subagent failed");
+            Err(RpcError::internal(format!("failed to spawn a subagent of \"{parent_id}\"")))
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! Store operations behind the operator CLI: open a JSONL store directory, list and show sessions,
+//! list subagents, and verify (optionally repair) every log.
+
+use std::{path::PathBuf, sync::Arc};
+
+use serde_json::{Value, json};
+use session_core::{Clock, SessionHeader, SessionId, SessionStore};
+use session_persistence::{
+    Compression, Coordinator, CoordinatorConfig, Inspection, JsonlConfig, JsonlStore, PersistenceError, ScanSink,
+    SessionPersistence, inspect_into,
+};
+use session_projection::ProjectionRegistry;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::ProxyError;
+
+/// Where a store lives and how it is encoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreOptions {
+    pub dir: PathBuf,
+    pub compression: Compression,
+}
+
+/// A clock reading the system time, for the live store of `apiproxy serve`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+    }
+}
+
+fn coordinator(store: JsonlStore) -> Result<Arc<Coordinator>, ProxyError> {
+    Ok(Arc::new(Coordinator::new(Arc::new(store), CoordinatorConfig::default())?))
+}
+
+/// Opens a store for writing (creating the directory on first use) and takes its lock.
+pub fn open_writable(options: &StoreOptions) -> Result<Arc<Coordinator>, ProxyError> {
+    let config = JsonlConfig { root: options.dir.clone(), compression: options.compression, pack_chunks: true };
+    coordinator(JsonlStore::open(config)?)
+}
+
+/// Opens an existing store for reading, without its lock (a server may be writing it).
+pub fn open_read_only(options: &StoreOptions) -> Result<Arc<Coordinator>, ProxyError> {
+    if !options.dir.is_dir() {
+        return Err(ProxyError::StoreMissing { path: options.dir.clone() });
+    }
+    let config = JsonlConfig { root: options.dir.clone(), compression: options.compression, pack_chunks: true };
+    coordinator(JsonlStore::open_read_only(config)?)
+}
+
+/// Every stored header, sorted by id.
+pub async fn list_sessions(persistence: &dyn SessionPersistence) -> Result<Vec<Arc<SessionHeader>>, ProxyError> {
+    Ok(persistence.list(&CancellationToken::new()).await?)
+}
+
+/// The balanced view of one stored session (crash closers synthesized in memory).
+pub async fn show_session(persistence: &dyn SessionPersistence, id: &str) -> Result<Inspection, ProxyError> {
+    match persistence.inspect(&SessionId::from(id), &CancellationToken::new()).await {
+        Ok(inspection) => Ok(inspection),
+        Err(PersistenceError::NotFound { .. } | PersistenceError::InvalidInput { .. }) => {
+            Err(ProxyError::SessionNotFound { id: id.to_owned() })
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// The subagents of `parent` in a stored (cold) store, as wire `SubagentListEntry` rows; with
+/// `descendants`, every subagent below it with `parentId` and `depth`.
+pub async fn list_subagents(
+    persistence: Arc<dyn SessionPersistence>,
+    parent: &str,
+    descendants: bool,
+) -> Result<Vec<Value>, ProxyError> {
+    let store = Arc::new(SessionStore::new(Arc::new(SystemClock)));
+    let runtime = subagent::SubagentRuntime::new(subagent::SubagentServices {
+        sessions: Some(store),
+        projections: Some(ProjectionRegistry::new()),
+        persistence: Some(persistence),
+        cache: None,
+    })?;
+    let cancel = CancellationToken::new();
+    let parent = SessionId::from(parent);
+    let failed = |error: subagent::SubagentError| ProxyError::Session { message: format!("listing subagents failed: {error}") };
+    if descendants {
+        let rows = runtime.list_descendants(&parent, &cancel).await.map_err(failed)?;
+        Ok(rows.iter().map(|row| serde_json::to_value(row).expect("rows serialize")).collect())
+    } else {
+        let rows = runtime.list_children(&parent, &cancel).await.map_err(failed)?;
+        Ok(rows.iter().map(|row| serde_json::to_value(row).expect("rows serialize")).collect())
+    }
+}
+
+/// What `verify` found in one log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogStatus {
+    /// Every committed byte decodes and validates, and nothing needs closing.
+    Healthy,
+    /// The physical tail is not committed (a crash mid-write); a repair cuts it.
+    Torn,
+    /// The log ends inside a turn (a crash mid-turn); a repair appends the closers.
+    Interrupted { closers: u64 },
+    /// Committed bytes are damaged; nothing can repair it automatically.
+    Corrupt { message: String },
+    /// Intact, but this build cannot read it (newer format, unknown event type, legacy shape).
+    Unsupported { message: String },
+    /// The log could not be read at all (I/O).
+    Unreadable { message: String },
+    /// Was torn or interrupted; `--repair` committed the repair.
+    Repaired { what: &'static str },
+}
+
+impl LogStatus {
+    /// Whether the log needs nothing.
+    pub fn is_healthy(&self) -> bool {
+        matches!(self, LogStatus::Healthy | LogStatus::Repaired { .. })
+    }
+
+    /// A short label: `healthy`, `torn`, `interrupted`, `corrupt`, `unsupported`, `unreadable`,
+    /// `repaired`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            LogStatus::Healthy => "healthy",
+            LogStatus::Torn => "torn",
+            LogStatus::Interrupted { .. } => "interrupted",
+            LogStatus::Corrupt { .. } => "corrupt",
+            LogStatus::Unsupported { .. } => "unsupported",
+            LogStatus::Unreadable { .. } => "unreadable",
+            LogStatus::Repaired { .. } => "repaired",
+        }
+    }
+}
+
+/// One log's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogReport {
+    pub id: SessionId,
+    pub path: Option<PathBuf>,
+    /// Events in the balanced view (0 when unreadable).
+    pub n_events: u64,
+    pub status: LogStatus,
+}
+
+/// Counts what a scan streams.
+#[derive(Debug, Default)]
+struct CountSink {
+    n_events: u64,
+}
+
+impl ScanSink for CountSink {
+    fn event(&mut self, _event: Arc<session_core::SessionEvent>) -> session_persistence::Result<()> {
+        self.n_events += 1;
+        Ok(())
+    }
+
+    fn restart(&mut self) -> bool {
+        self.n_events = 0;
+        true
+    }
+}
+
+fn classify(error: PersistenceError) -> LogStatus {
+    match error {
+        PersistenceError::Corrupt { .. } => LogStatus::Corrupt { message: error.to_string() },
+        PersistenceError::FormatUnsupported { .. } => LogStatus::Unsupported { message: error.to_string() },
+        other => LogStatus::Unreadable { message: other.to_string() },
+    }
+}
+
+/// Checks one log: a raw scan (structure, torn tail), then a validating streamed inspection
+/// (session rules, crash closers). With `repair`, a torn or interrupted log is loaded, which
+/// cuts the torn tail and appends the closers durably.
+pub async fn verify_log(coordinator: &Coordinator, header: &SessionHeader, repair: bool) -> LogReport {
+    let id = header.id.clone();
+    let cancel = CancellationToken::new();
+    let path = coordinator.locate(header);
+    let report = |n_events, status| LogReport { id: id.clone(), path: path.clone(), n_events, status };
+    let backend = Arc::clone(coordinator.backend());
+    let (scan_id, scan_cancel) = (id.clone(), cancel.clone());
+    let scanned = tokio::task::spawn_blocking(move || {
+        let mut sink = CountSink::default();
+        backend.scan(&scan_id, &scan_cancel, &mut sink)
+    })
+    .await;
+    let torn = match scanned {
+        Ok(Ok(Some(outcome))) => outcome.torn.is_some(),
+        Ok(Ok(None)) => return report(0, LogStatus::Unreadable { message: "the log vanished during the scan".to_owned() }),
+        Ok(Err(error)) => return report(0, classify(error)),
+        Err(join_error) => {
+            return report(0, LogStatus::Unreadable { message: format!("the scan failed: {join_error}") });
+        }
+    };
+    let (n_events, closers) = match inspect_into(coordinator, &id, &cancel, CountSink::default()).await {
+        Ok((sink, summary)) => (sink.n_events, summary.n_closers),
+        Err(error) => return report(0, classify(error)),
+    };
+    let status = match (torn, closers) {
+        (false, 0) => return report(n_events, LogStatus::Healthy),
+        (true, _) => LogStatus::Torn,
+        (false, closers) => LogStatus::Interrupted { closers },
+    };
+    if !repair {
+        return report(n_events, status);
+    }
+    match coordinator.load(&id, &cancel).await {
+        Ok(loaded) => {
+            let what = if torn { "cut the torn tail and closed the log" } else { "closed the interrupted turn" };
+            report(loaded.events.len() as u64, LogStatus::Repaired { what })
+        }
+        Err(error) => {
+            tracing::error!(session = %id, %error, "repair failed");
+            report(n_events, status)
+        }
+    }
+}
+
+/// Lists the store and verifies every log, calling `progress(done, total)` after each one.
+pub async fn verify(
+    coordinator: &Coordinator,
+    repair: bool,
+    mut progress: impl FnMut(usize, usize, &LogReport),
+) -> Result<Vec<LogReport>, ProxyError> {
+    let listed = coordinator.list(&CancellationToken::new()).await?;
+    let mut reports = Vec::with_capacity(listed.len());
+    for (idx, header) in listed.iter().enumerate() {
+        let report = verify_log(coordinator, header, repair).await;
+        progress(idx + 1, listed.len(), &report);
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// The header and balanced events of a session as one JSON value.
+pub fn inspection_json(inspection: &Inspection) -> Value {
+    json!({"header": inspection.header, "events": inspection.events})
+}

@@ -1,0 +1,178 @@
+//! `ApiProxy`: the assembled gateway (store, persistence, projections, hub) and its server loop.
+
+use std::{fmt, future::Future, net::SocketAddr, sync::Arc};
+
+use session_core::{ObserverId, SessionStore};
+use session_persistence::SessionPersistence;
+use session_projection::{ChangeSubscription, ProjectionRegistry, Registration, StoreAttachment};
+use tokio::net::TcpListener;
+
+use crate::{
+    access::is_loopback_listen,
+    config::ProxyConfig,
+    error::ProxyError,
+    hub::Hub,
+    units::SessionListMetadata,
+};
+
+/// The services a gateway is built over.
+#[derive(Clone)]
+pub struct ProxyParts {
+    /// The live sessions. The gateway adds its observers to it.
+    pub store: Arc<SessionStore>,
+    /// Durable storage for cold sessions; already attached to `store` by the caller (so live
+    /// sessions are persisted). Without it, only live sessions exist.
+    pub persistence: Option<Arc<dyn SessionPersistence>>,
+    /// The projection registry, **not** yet attached to `store`: the gateway attaches it after its
+    /// hub, so a `session/event` frame precedes the `session/projection` frames of the same seq.
+    pub registry: Arc<ProjectionRegistry>,
+}
+
+impl fmt::Debug for ProxyParts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProxyParts")
+            .field("store", &self.store)
+            .field("persistence", &self.persistence)
+            .field("registry", &self.registry)
+            .finish()
+    }
+}
+
+/// Everything a request handler reads.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<SessionStore>,
+    pub(crate) persistence: Option<Arc<dyn SessionPersistence>>,
+    pub(crate) registry: Arc<ProjectionRegistry>,
+    pub(crate) hub: Arc<Hub>,
+    pub(crate) config: ProxyConfig,
+    /// The address being served, once [`ApiProxy::serve`] runs (the trust fence accepts it).
+    pub(crate) listen: parking_lot::Mutex<Option<SocketAddr>>,
+    /// Serializes `session.append` calls, so a batch's `expectedSeq` check holds for the batch.
+    pub(crate) append_lock: parking_lot::Mutex<()>,
+    /// The subagent catalog over the same store, registry and persistence.
+    pub(crate) subagents: subagent::SubagentRuntime,
+    /// One-shot children whose descriptor is appended when their first step starts.
+    pub(crate) pending_one_shots: parking_lot::Mutex<std::collections::HashMap<session_core::SessionId, Arc<subagent::OneShotChild>>>,
+    hub_observer: ObserverId,
+    _registry_attachment: StoreAttachment,
+    _list_metadata: Registration,
+    _projection_feed: ChangeSubscription,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.store.remove_observer(self.hub_observer);
+    }
+}
+
+/// The gateway. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct ApiProxy {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl fmt::Debug for ApiProxy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiProxy")
+            .field("store", &self.shared.store)
+            .field("hub", &self.shared.hub)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApiProxy {
+    /// Assembles a gateway: registers the `sessionListMetadata` unit and the subagent units
+    /// (`subagentTiming`, `subagent`), attaches the hub and then
+    /// the registry to the store, and subscribes the hub to the projection change feed.
+    pub fn new(parts: ProxyParts, config: ProxyConfig) -> Result<ApiProxy, ProxyError> {
+        if !session_core::is_absolute_path(&config.default_cwd) {
+            return Err(ProxyError::Config {
+                message: format!("the default cwd must be an absolute path, got {:?}", config.default_cwd),
+            });
+        }
+        if config.max_body_bytes == 0 || config.push_queue_frames == 0 {
+            return Err(ProxyError::Config {
+                message: "max_body_bytes and push_queue_frames must be positive".to_owned(),
+            });
+        }
+        let ProxyParts { store, persistence, registry } = parts;
+        let list_metadata = registry.register(SessionListMetadata)?;
+        let subagents = subagent::SubagentRuntime::new(subagent::SubagentServices {
+            sessions: Some(Arc::clone(&store)),
+            projections: Some(Arc::clone(&registry)),
+            persistence: persistence.clone(),
+            cache: None,
+        })?;
+        let hub = Hub::new(config.push_queue_frames);
+        let hub_observer = hub.attach(&store);
+        let registry_attachment = registry.attach(&store);
+        let feed_hub = Arc::downgrade(&hub);
+        let projection_feed = registry.on_changed(move |change: &session_projection::ProjectionChange<'_>| {
+            if let Some(hub) = feed_hub.upgrade() {
+                hub.on_projection(change);
+            }
+        });
+        Ok(ApiProxy {
+            shared: Arc::new(Shared {
+                store,
+                persistence,
+                registry,
+                hub,
+                config,
+                listen: parking_lot::Mutex::new(None),
+                append_lock: parking_lot::Mutex::new(()),
+                subagents,
+                pending_one_shots: parking_lot::Mutex::default(),
+                hub_observer,
+                _registry_attachment: registry_attachment,
+                _list_metadata: list_metadata,
+                _projection_feed: projection_feed,
+            }),
+        })
+    }
+
+    /// The live session store.
+    pub fn store(&self) -> &Arc<SessionStore> {
+        &self.shared.store
+    }
+
+    /// The projection registry.
+    pub fn registry(&self) -> &Arc<ProjectionRegistry> {
+        &self.shared.registry
+    }
+
+    pub fn config(&self) -> &ProxyConfig {
+        &self.shared.config
+    }
+
+    /// The number of open WebSocket downlinks.
+    pub fn n_stream_connections(&self) -> usize {
+        self.shared.hub.n_subscribers()
+    }
+
+    /// The router: every path of the gateway.
+    pub fn router(&self) -> axum::Router {
+        crate::http::router(Arc::clone(&self.shared))
+    }
+
+    /// Checks that serving on `addr` is allowed: loopback, or a bearer token is configured.
+    pub fn check_listen(&self, addr: &SocketAddr) -> Result<(), ProxyError> {
+        if is_loopback_listen(addr) || self.shared.config.access.requires_token() {
+            Ok(())
+        } else {
+            Err(ProxyError::InsecureListen { addr: *addr })
+        }
+    }
+
+    /// Serves on `listener` until `shutdown` resolves, then waits for open requests to finish.
+    /// Refuses a non-loopback listener without a bearer token.
+    pub async fn serve(&self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ProxyError> {
+        let addr = listener.local_addr().map_err(|source| ProxyError::io("the listening socket", source))?;
+        self.check_listen(&addr)?;
+        *self.shared.listen.lock() = Some(addr);
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(|source| ProxyError::io(format!("serving {addr}"), source))
+    }
+}

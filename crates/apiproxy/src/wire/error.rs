@@ -1,0 +1,263 @@
+//! `RpcError`: the closed error union of the wire (reference 04 §11.1). Only the codes this gateway
+//! produces have a variant, each with exactly the detail fields the reference's schema requires.
+
+use serde::{Serialize, Serializer, ser::SerializeMap};
+use serde_json::{Map, Value, json};
+
+/// Every code of the reference's closed error set (reference 04 §11.1). A client rejects an
+/// envelope carrying any other code, so [`RpcError`] can only produce codes listed here.
+pub const CLOSED_ERROR_CODES: [&str; 39] = [
+    "bad-request",
+    "cancelled",
+    "session-not-found",
+    "model-unavailable",
+    "session-conflict",
+    "invalid-time-zone",
+    "workspace-attach-failed",
+    "workspace-not-found",
+    "workspace-invalid-path",
+    "workspace-name-conflict",
+    "workspace-move-invalid",
+    "directory-unreadable",
+    "directory-exists",
+    "directory-create-failed",
+    "directory-picker-unavailable",
+    "agent-preset-read-only",
+    "agent-preset-locked",
+    "agent-preset-conflict",
+    "agent-preset-not-found",
+    "agent-preset-invalid",
+    "agent-busy",
+    "attachment-error",
+    "queue-item-not-found",
+    "steer-unavailable",
+    "command-error",
+    "unknown-command",
+    "settings-rejected",
+    "settings-conflict",
+    "credential-rejected",
+    "model-discovery-failed",
+    "title-invalid",
+    "fork-unavailable",
+    "subagent-parent-unavailable",
+    "subagent-not-found",
+    "subagent-catalog-diagnostic",
+    "subagent-not-resumable",
+    "subagent-unauthorized",
+    "subagent-delivery-unavailable",
+    "internal",
+];
+
+/// One payload problem reported under `bad-request`: `{code, path, message}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Issue {
+    pub code: &'static str,
+    pub path: Vec<PathSegment>,
+    pub message: String,
+}
+
+/// A step of an issue's path: an object key or an array index.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum PathSegment {
+    Key(String),
+    Index(usize),
+}
+
+impl From<&str> for PathSegment {
+    fn from(key: &str) -> PathSegment {
+        PathSegment::Key(key.to_owned())
+    }
+}
+
+impl From<usize> for PathSegment {
+    fn from(index: usize) -> PathSegment {
+        PathSegment::Index(index)
+    }
+}
+
+impl Issue {
+    pub fn new(code: &'static str, path: Vec<PathSegment>, message: impl Into<String>) -> Issue {
+        Issue { code, path, message: message.into() }
+    }
+
+    /// An issue at a top-level key of the payload.
+    pub fn at(code: &'static str, key: &str, message: impl Into<String>) -> Issue {
+        Issue::new(code, vec![PathSegment::from(key)], message)
+    }
+}
+
+/// The reason of a diagnostic catalog row (reference 04 §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiagnosticReason {
+    Corrupt,
+    Unsupported,
+    Unavailable,
+}
+
+impl DiagnosticReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiagnosticReason::Corrupt => "corrupt",
+            DiagnosticReason::Unsupported => "unsupported",
+            DiagnosticReason::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// The code-specific part of an [`RpcError`], with the reference's detail fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErrorKind {
+    BadRequest { issues: Vec<Issue> },
+    Cancelled,
+    SessionNotFound { session_id: String },
+    SessionConflict { session_id: String, requested_cwd: String, existing_cwd: Option<String> },
+    WorkspaceNotFound { workspace_id: String },
+    AgentPresetConflict { session_id: String, requested_preset: String, existing_preset: Option<String> },
+    AgentBusy { reason: String },
+    ForkUnavailable { session_id: String },
+    SubagentParentUnavailable { parent_session_id: String },
+    SubagentNotFound { parent_session_id: String, child_session_id: String },
+    SubagentCatalogDiagnostic { parent_session_id: String, child_session_id: String, reason: DiagnosticReason },
+    SubagentUnauthorized { child_session_id: String },
+    Internal,
+}
+
+impl ErrorKind {
+    /// The wire code, one of [`CLOSED_ERROR_CODES`].
+    pub fn code(&self) -> &'static str {
+        match self {
+            ErrorKind::BadRequest { .. } => "bad-request",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::SessionNotFound { .. } => "session-not-found",
+            ErrorKind::SessionConflict { .. } => "session-conflict",
+            ErrorKind::WorkspaceNotFound { .. } => "workspace-not-found",
+            ErrorKind::AgentPresetConflict { .. } => "agent-preset-conflict",
+            ErrorKind::AgentBusy { .. } => "agent-busy",
+            ErrorKind::ForkUnavailable { .. } => "fork-unavailable",
+            ErrorKind::SubagentParentUnavailable { .. } => "subagent-parent-unavailable",
+            ErrorKind::SubagentNotFound { .. } => "subagent-not-found",
+            ErrorKind::SubagentCatalogDiagnostic { .. } => "subagent-catalog-diagnostic",
+            ErrorKind::SubagentUnauthorized { .. } => "subagent-unauthorized",
+            ErrorKind::Internal => "internal",
+        }
+    }
+
+    /// The `details` object: exactly the reference's fields, optional ones omitted when absent.
+    pub fn details(&self) -> Value {
+        let mut details = Map::new();
+        let mut put = |key: &str, value: Value| {
+            details.insert(key.to_owned(), value);
+        };
+        match self {
+            ErrorKind::BadRequest { issues } => put("issues", json!(issues)),
+            ErrorKind::Cancelled | ErrorKind::Internal => {}
+            ErrorKind::SessionNotFound { session_id } | ErrorKind::ForkUnavailable { session_id } => {
+                put("sessionId", json!(session_id));
+            }
+            ErrorKind::SessionConflict { session_id, requested_cwd, existing_cwd } => {
+                put("sessionId", json!(session_id));
+                put("requestedCwd", json!(requested_cwd));
+                if let Some(existing_cwd) = existing_cwd {
+                    put("existingCwd", json!(existing_cwd));
+                }
+            }
+            ErrorKind::WorkspaceNotFound { workspace_id } => put("workspaceId", json!(workspace_id)),
+            ErrorKind::AgentPresetConflict { session_id, requested_preset, existing_preset } => {
+                put("sessionId", json!(session_id));
+                put("requestedPreset", json!(requested_preset));
+                if let Some(existing_preset) = existing_preset {
+                    put("existingPreset", json!(existing_preset));
+                }
+            }
+            ErrorKind::AgentBusy { reason } => put("reason", json!(reason)),
+            ErrorKind::SubagentParentUnavailable { parent_session_id } => {
+                put("parentSessionId", json!(parent_session_id));
+            }
+            ErrorKind::SubagentNotFound { parent_session_id, child_session_id } => {
+                put("parentSessionId", json!(parent_session_id));
+                put("childSessionId", json!(child_session_id));
+            }
+            ErrorKind::SubagentCatalogDiagnostic { parent_session_id, child_session_id, reason } => {
+                put("parentSessionId", json!(parent_session_id));
+                put("childSessionId", json!(child_session_id));
+                put("reason", json!(reason.as_str()));
+            }
+            ErrorKind::SubagentUnauthorized { child_session_id } => put("childSessionId", json!(child_session_id)),
+        }
+        Value::Object(details)
+    }
+}
+
+/// A business error: `{code, message, details}` on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{} ({})", message, kind.code())]
+pub struct RpcError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl RpcError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> RpcError {
+        RpcError { kind, message: message.into() }
+    }
+
+    pub fn code(&self) -> &'static str {
+        self.kind.code()
+    }
+
+    pub fn bad_request(message: impl Into<String>, issues: Vec<Issue>) -> RpcError {
+        RpcError::new(ErrorKind::BadRequest { issues }, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> RpcError {
+        RpcError::new(ErrorKind::Internal, message)
+    }
+
+    pub fn cancelled(message: impl Into<String>) -> RpcError {
+        RpcError::new(ErrorKind::Cancelled, message)
+    }
+
+    /// `session "<id>" not found`, details `{sessionId}`.
+    pub fn session_not_found(session_id: &str) -> RpcError {
+        RpcError::new(
+            ErrorKind::SessionNotFound { session_id: session_id.to_owned() },
+            format!("session \"{session_id}\" not found"),
+        )
+    }
+
+    /// `session "<id>" not found (not attached)`: the session exists nowhere live.
+    pub fn session_not_attached(session_id: &str) -> RpcError {
+        RpcError::new(
+            ErrorKind::SessionNotFound { session_id: session_id.to_owned() },
+            format!("session \"{session_id}\" not found (not attached)"),
+        )
+    }
+
+    /// The subagent ownership fence (reference 04 §5.2).
+    pub fn owned_by_subagent_routing(session_id: &str) -> RpcError {
+        RpcError::new(
+            ErrorKind::AgentBusy { reason: "use subagent delivery for this child session".to_owned() },
+            format!("session \"{session_id}\" is owned by subagent routing"),
+        )
+    }
+
+    /// `session "<child>" is not a <mode> direct child of "<parent>"`.
+    pub fn subagent_not_found(parent: &str, child: &str, mode: &str) -> RpcError {
+        RpcError::new(
+            ErrorKind::SubagentNotFound { parent_session_id: parent.to_owned(), child_session_id: child.to_owned() },
+            format!("session \"{child}\" is not a {mode} direct child of \"{parent}\""),
+        )
+    }
+}
+
+impl Serialize for RpcError {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("code", self.code())?;
+        map.serialize_entry("message", &self.message)?;
+        map.serialize_entry("details", &self.kind.details())?;
+        map.end()
+    }
+}

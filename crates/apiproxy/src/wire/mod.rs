@@ -1,0 +1,310 @@
+//! The wire format: every JSON shape the gateway reads or writes (reference 04 §3, §6, §9–§11).
+//!
+//! This module is the only owner of the wire JSON. Handlers build the typed values below; the
+//! HTTP and WebSocket layers serialize them. Optional fields are omitted when absent (never
+//! `null`), nullable fields (projection values) are always present.
+
+pub mod error;
+pub mod payload;
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::{Map, Value, value::RawValue};
+use session_core::{SessionEvent, SessionHeader};
+
+pub use self::error::{CLOSED_ERROR_CODES, DiagnosticReason, ErrorKind, Issue, PathSegment, RpcError};
+
+/// The rpcId answered when a request's own rpcId cannot be read.
+pub const INVALID_REQUEST_RPC_ID: &str = "invalid-request";
+
+/// Every method this gateway serves, by wire name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    HostDescribe,
+    SessionList,
+    SessionHistory,
+    SessionCreate,
+    SessionFork,
+    SessionAppend,
+    SessionRelease,
+    SubagentList,
+    SubagentHistory,
+    SubagentSpawn,
+}
+
+impl Method {
+    pub const ALL: [Method; 10] = [
+        Method::HostDescribe,
+        Method::SessionList,
+        Method::SessionHistory,
+        Method::SessionCreate,
+        Method::SessionFork,
+        Method::SessionAppend,
+        Method::SessionRelease,
+        Method::SubagentList,
+        Method::SubagentHistory,
+        Method::SubagentSpawn,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::HostDescribe => "host.describe",
+            Method::SessionList => "session.list",
+            Method::SessionHistory => "session.history",
+            Method::SessionCreate => "session.create",
+            Method::SessionFork => "session.fork",
+            Method::SessionAppend => "session.append",
+            Method::SessionRelease => "session.release",
+            Method::SubagentList => "subagent.list",
+            Method::SubagentHistory => "subagent.history",
+            Method::SubagentSpawn => "subagent.spawn",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Method> {
+        Method::ALL.into_iter().find(|method| method.as_str() == name)
+    }
+}
+
+/// A parsed `client-request` envelope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientRequest {
+    pub rpc_id: String,
+    pub method: String,
+    pub payload: Value,
+}
+
+/// Parses the `client-request` envelope (reference 04 §3): `{type, rpcId, method, payload}`.
+/// On failure returns the rpcId to answer with (salvaged, or [`INVALID_REQUEST_RPC_ID`]) and the
+/// issues.
+pub fn parse_client_request(body: &Value) -> Result<ClientRequest, (String, Vec<Issue>)> {
+    let salvaged = salvage_rpc_id(body);
+    let Value::Object(object) = body else {
+        return Err((salvaged, vec![Issue::new("invalid_type", Vec::new(), "expected object")]));
+    };
+    let mut issues = Vec::new();
+    match object.get("type") {
+        Some(Value::String(kind)) if kind == "client-request" => {}
+        _ => issues.push(Issue::at("invalid_literal", "type", "expected \"client-request\"")),
+    }
+    let rpc_id = match object.get("rpcId") {
+        Some(Value::String(rpc_id)) => Some(rpc_id.clone()),
+        _ => {
+            issues.push(Issue::at("invalid_type", "rpcId", "expected string"));
+            None
+        }
+    };
+    let method = match object.get("method") {
+        Some(Value::String(method)) => Some(method.clone()),
+        _ => {
+            issues.push(Issue::at("invalid_type", "method", "expected string"));
+            None
+        }
+    };
+    match (rpc_id, method) {
+        (Some(rpc_id), Some(method)) if issues.is_empty() => {
+            Ok(ClientRequest { rpc_id, method, payload: object.get("payload").cloned().unwrap_or(Value::Null) })
+        }
+        _ => Err((salvaged, issues)),
+    }
+}
+
+/// The rpcId of a body whose envelope may be malformed: its `rpcId` if that is a string, else
+/// [`INVALID_REQUEST_RPC_ID`].
+pub fn salvage_rpc_id(body: &Value) -> String {
+    match body.get("rpcId") {
+        Some(Value::String(rpc_id)) => rpc_id.clone(),
+        _ => INVALID_REQUEST_RPC_ID.to_owned(),
+    }
+}
+
+/// The `server-response` envelope: `{type, rpcId, result: {ok, value} | {ok, error}}`.
+pub fn server_response(rpc_id: &str, result: &Result<Value, RpcError>) -> Value {
+    let result = match result {
+        Ok(value) => serde_json::json!({"ok": true, "value": value}),
+        Err(error) => serde_json::json!({"ok": false, "error": error}),
+    };
+    serde_json::json!({"type": "server-response", "rpcId": rpc_id, "result": result})
+}
+
+/// The receipt of `POST /api/respond`: this gateway has no pending approvals or questions.
+pub fn respond_receipt(body: &Value) -> Value {
+    let well_formed = body.get("type").and_then(Value::as_str) == Some("client-response")
+        && body.get("rpcId").is_some_and(Value::is_string)
+        && body.get("result").and_then(|result| result.get("ok")).is_some_and(Value::is_boolean);
+    let reason = if well_formed { "not-pending" } else { "bad-response" };
+    serde_json::json!({"accepted": false, "reason": reason})
+}
+
+/// `{asOfSeq, values}`: the projection values of one cut (reference 04 §6).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectionsBlock {
+    pub as_of_seq: i64,
+    pub values: Map<String, Value>,
+}
+
+/// One `session.list` row (reference 04 §6).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSummary {
+    pub session_id: String,
+    pub updated_at: i64,
+    pub running: bool,
+    pub blank: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_session_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_preset: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub projections: Option<ProjectionsBlock>,
+}
+
+impl SessionSummary {
+    /// A row from a header, with the header's facts filled in.
+    pub fn from_header(header: &SessionHeader, updated_at: i64, running: bool, blank: bool) -> SessionSummary {
+        SessionSummary {
+            session_id: header.id.to_string(),
+            updated_at,
+            running,
+            blank,
+            parent_session_id: header.parent_session.as_ref().map(ToString::to_string),
+            origin: header.is_subagent().then_some("subagent"),
+            cwd: header.cwd.clone(),
+            agent_preset: header.agent_preset.clone(),
+            projections: None,
+        }
+    }
+}
+
+/// `{event}`: a history entry. This gateway computes no tool views, so `view` is always omitted
+/// and clients render their generic card.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HistoryEntry {
+    pub event: Arc<SessionEvent>,
+}
+
+/// The value of `session.history` and `subagent.history`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryPage {
+    pub events: Vec<HistoryEntry>,
+    pub has_more: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub projections: Option<ProjectionsBlock>,
+}
+
+/// One `subagent.list` row (reference 04 §6): a healthy child or a diagnostic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum SubagentListEntry {
+    #[serde(rename_all = "camelCase")]
+    Child {
+        id: String,
+        mode: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
+        activity: &'static str,
+        has_children: bool,
+    },
+    Diagnostic { id: String, reason: DiagnosticReason },
+}
+
+/// The value of `subagent.list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubagentCatalog {
+    pub entries: Vec<SubagentListEntry>,
+    pub parent_available: bool,
+}
+
+/// A pushed frame: its type and its payload JSON (which carries the same `type`).
+#[derive(Debug, Clone)]
+pub struct Frame {
+    pub kind: &'static str,
+    pub payload: Box<RawValue>,
+}
+
+impl Frame {
+    /// Builds a frame from the payload's fields (the `type` key is added first).
+    pub fn new(kind: &'static str, fields: Value) -> Frame {
+        let mut object = Map::new();
+        object.insert("type".to_owned(), Value::String(kind.to_owned()));
+        if let Value::Object(fields) = fields {
+            object.extend(fields);
+        }
+        let text = serde_json::to_string(&Value::Object(object)).expect("a JSON value serializes");
+        Frame { kind, payload: RawValue::from_string(text).expect("serialized JSON is valid JSON") }
+    }
+
+    /// `session/event {sessionId, event}`.
+    pub fn session_event(session_id: &str, event: &SessionEvent) -> Frame {
+        Frame::new("session/event", serde_json::json!({"sessionId": session_id, "event": event}))
+    }
+
+    /// `session/subscribed {sessionId, lastSeq}`.
+    pub fn session_subscribed(session_id: &str, last_seq: i64) -> Frame {
+        Frame::new("session/subscribed", serde_json::json!({"sessionId": session_id, "lastSeq": last_seq}))
+    }
+
+    /// `session/projection {sessionId, key, value, seq}`; `value` is present even when `null`.
+    pub fn session_projection(session_id: &str, key: &str, value: &Value, seq: u64) -> Frame {
+        Frame::new(
+            "session/projection",
+            serde_json::json!({"sessionId": session_id, "key": key, "value": value, "seq": seq}),
+        )
+    }
+
+    /// `host/session-added {sessionId, blank, parentSessionId?, origin?, cwd?, agentPreset?}`.
+    pub fn host_session_added(header: &SessionHeader, blank: bool) -> Frame {
+        let mut fields = Map::new();
+        fields.insert("sessionId".to_owned(), Value::String(header.id.to_string()));
+        fields.insert("blank".to_owned(), Value::Bool(blank));
+        if let Some(parent) = &header.parent_session {
+            fields.insert("parentSessionId".to_owned(), Value::String(parent.to_string()));
+        }
+        if header.is_subagent() {
+            fields.insert("origin".to_owned(), Value::String("subagent".to_owned()));
+        }
+        if let Some(cwd) = &header.cwd {
+            fields.insert("cwd".to_owned(), Value::String(cwd.clone()));
+        }
+        if let Some(preset) = &header.agent_preset {
+            fields.insert("agentPreset".to_owned(), Value::String(preset.clone()));
+        }
+        Frame::new("host/session-added", Value::Object(fields))
+    }
+
+    /// `host/session-removed {sessionId}`.
+    pub fn host_session_removed(session_id: &str) -> Frame {
+        Frame::new("host/session-removed", serde_json::json!({"sessionId": session_id}))
+    }
+
+    /// `host/session-status {sessionId, running}`.
+    pub fn host_session_status(session_id: &str, running: bool) -> Frame {
+        Frame::new("host/session-status", serde_json::json!({"sessionId": session_id, "running": running}))
+    }
+
+    /// `stream/error {error}`: the last frame before the server closes a stream.
+    pub fn stream_error(error: &RpcError) -> Frame {
+        Frame::new("stream/error", serde_json::json!({"error": error}))
+    }
+
+    /// The `server-request` envelope of this frame, with a fresh rpcId.
+    pub fn envelope(&self) -> String {
+        let rpc_id = uuid::Uuid::new_v4().to_string();
+        format!(
+            "{{\"type\":\"server-request\",\"rpcId\":\"{rpc_id}\",\"method\":\"{}\",\"payload\":{}}}",
+            self.kind,
+            self.payload.get()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

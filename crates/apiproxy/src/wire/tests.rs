@@ -1,0 +1,1 @@
+//! Golden tests of the wire shapes.

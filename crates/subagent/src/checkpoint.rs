@@ -1,0 +1,32 @@
+//! Rung 2 of the list ladder: the optional, read-only checkpoint source, and its implementation
+//! for the projection cache.
+
+use std::{fmt, sync::Arc};
+
+use session_core::SessionHeader;
+use session_projection::Snapshot;
+use session_projection_cache::ProjectionCache;
+
+/// Stored projection values of a cold session, served with zero log reads.
+///
+/// The listing only reads it: it never writes back. It is derived data, so anything it returns
+/// can at most save a read, never decide a verdict: a missing key, a `null` identity, a
+/// seed-replayed identity (`seq < seedLength`), any reported unit failure and even a panic all
+/// fall through to the authoritative cold fold.
+pub trait CheckpointSource: Send + Sync + fmt::Debug {
+    /// The stored client values for the lifecycle `header` names, or `None` when nothing usable
+    /// is stored. Must not read the session log.
+    fn cached_snapshot(&self, header: &SessionHeader) -> Option<Snapshot>;
+}
+
+impl CheckpointSource for ProjectionCache {
+    fn cached_snapshot(&self, header: &SessionHeader) -> Option<Snapshot> {
+        ProjectionCache::cached_snapshot(self, header)
+    }
+}
+
+impl<T: CheckpointSource + ?Sized> CheckpointSource for Arc<T> {
+    fn cached_snapshot(&self, header: &SessionHeader) -> Option<Snapshot> {
+        (**self).cached_snapshot(header)
+    }
+}

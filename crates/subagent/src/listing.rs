@@ -1,0 +1,354 @@
+//! `list_children` and `list_descendants` (reference 03 §5, design note "Subagent list identity
+//! via the projection unit"): the live-preferred merge of the session store and persistence, the
+//! candidate selection and order, the three-rung compute-and-discard ladder, and the four-state
+//! row mapping.
+//!
+//! Nothing here parses a descriptor: the `subagent` unit, computed through the registry, is the
+//! only classification authority. Nothing is memoized across listings and nothing is written.
+
+use std::{
+    collections::{HashMap, HashSet},
+    panic::{AssertUnwindSafe, catch_unwind},
+    sync::Arc,
+};
+
+use futures::{StreamExt, stream};
+use session_core::{Session, SessionEvent, SessionHeader, SessionId, SessionStore};
+use session_persistence::{CorruptKind, Location, PersistenceError, ScanSink, SessionPersistence, inspect_into};
+use session_projection::{CheckpointRows, ProjectionRegistry, RestoreFold, Snapshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    checkpoint::CheckpointSource,
+    entry::{Activity, ChildEntry, DiagnosticReason, SubagentDescendantListEntry, SubagentListEntry},
+    error::SubagentError,
+    identity::{SUBAGENT_IDENTITY_KEY, SubagentIdentity},
+    runtime::SubagentServices,
+};
+
+/// How many cold children are read at once. It bounds a read-only scan of local media; promote
+/// it to a validated configuration field when a networked persistence backend appears.
+pub const COLD_READ_CONCURRENCY: usize = 4;
+
+/// One listing's view of the services, after the precondition checks.
+pub(crate) struct Listing<'a> {
+    registry: &'a Arc<ProjectionRegistry>,
+    sessions: &'a Arc<SessionStore>,
+    persistence: Option<&'a Arc<dyn SessionPersistence>>,
+    cache: Option<&'a Arc<dyn CheckpointSource>>,
+}
+
+/// One enumerated session: its header and, if it is live, the live session.
+struct Record {
+    header: Arc<SessionHeader>,
+    live: Option<Arc<Session>>,
+}
+
+/// The merged material of one listing.
+struct Corpus {
+    records: HashMap<SessionId, Record>,
+    /// `parentSession` of every subagent-origin record: `hasChildren(x) = x ∈ subagent_parents`.
+    subagent_parents: HashSet<SessionId>,
+}
+
+fn check_cancel(cancel: &CancellationToken) -> Result<(), SubagentError> {
+    if cancel.is_cancelled() { Err(SubagentError::ListingCancelled) } else { Ok(()) }
+}
+
+fn by_creation(a: &&Record, b: &&Record) -> std::cmp::Ordering {
+    (a.header.created_at, &a.header.id).cmp(&(b.header.created_at, &b.header.id))
+}
+
+impl<'a> Listing<'a> {
+    /// Checks the two required services, in the reference's order, before anything is read.
+    pub(crate) fn new(services: &'a SubagentServices) -> Result<Listing<'a>, SubagentError> {
+        let registry = services.projections.as_ref().ok_or(SubagentError::ProjectionsUnavailable)?;
+        let sessions = services.sessions.as_ref().ok_or(SubagentError::SessionStoreUnavailable)?;
+        Ok(Listing { registry, sessions, persistence: services.persistence.as_ref(), cache: services.cache.as_ref() })
+    }
+
+    pub(crate) async fn children(
+        &self,
+        parent: &SessionId,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<SubagentListEntry>, SubagentError> {
+        check_cancel(cancel)?;
+        let corpus = self.corpus(cancel).await?;
+        let mut candidates: Vec<&Record> = corpus
+            .records
+            .values()
+            .filter(|record| record.header.is_subagent() && record.header.parent_session.as_ref() == Some(parent))
+            .collect();
+        candidates.sort_by(by_creation);
+        let rows = self.resolve(&candidates, &corpus, cancel).await?;
+        Ok(rows.into_iter().flatten().collect())
+    }
+
+    pub(crate) async fn descendants(
+        &self,
+        root: &SessionId,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<SubagentDescendantListEntry>, SubagentError> {
+        check_cancel(cancel)?;
+        let corpus = self.corpus(cancel).await?;
+        let walk = pre_order(&corpus, root);
+        let candidates: Vec<&Record> = walk.iter().map(|(record, _)| *record).collect();
+        let rows = self.resolve(&candidates, &corpus, cancel).await?;
+        Ok(walk
+            .iter()
+            .zip(rows)
+            .filter_map(|((record, depth), row)| {
+                let parent_id = record.header.parent_session.clone()?;
+                Some(SubagentDescendantListEntry { entry: row?, parent_id, depth: *depth })
+            })
+            .collect())
+    }
+
+    /// The live-preferred merge: persisted headers, overwritten wholesale by live sessions of the
+    /// same id (no consistency check). Checkpoints (b) and (c) of reference 03 §5.9.
+    async fn corpus(&self, cancel: &CancellationToken) -> Result<Corpus, SubagentError> {
+        let mut records = HashMap::new();
+        if let Some(persistence) = self.persistence {
+            let listed = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(SubagentError::ListingCancelled),
+                listed = persistence.list(cancel) => listed,
+            };
+            let headers = match listed {
+                Ok(headers) => headers,
+                Err(_) if cancel.is_cancelled() => return Err(SubagentError::ListingCancelled),
+                Err(error) => return Err(SubagentError::Listing(error)),
+            };
+            check_cancel(cancel)?;
+            for header in headers {
+                records.insert(header.id.clone(), Record { header, live: None });
+            }
+        }
+        for session in self.sessions.list() {
+            records.insert(session.id().clone(), Record { header: Arc::clone(session.header()), live: Some(session) });
+        }
+        let subagent_parents = records
+            .values()
+            .filter(|record| record.header.is_subagent())
+            .filter_map(|record| record.header.parent_session.clone())
+            .collect();
+        Ok(Corpus { records, subagent_parents })
+    }
+
+    /// Runs the ladder for every candidate: `None` for an omitted row. Live candidates resolve at
+    /// once; cold ones are read by at most [`COLD_READ_CONCURRENCY`] at a time, each result
+    /// written to its candidate's index, so the output order does not depend on completion order.
+    /// A cancellation stops the listing and aborts every read still in flight.
+    async fn resolve(
+        &self,
+        candidates: &[&Record],
+        corpus: &Corpus,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<Option<SubagentListEntry>>, SubagentError> {
+        let mut rows: Vec<Option<SubagentListEntry>> = vec![None; candidates.len()];
+        let mut cold = Vec::new();
+        for (idx, record) in candidates.iter().enumerate() {
+            let has_children = corpus.subagent_parents.contains(&record.header.id);
+            match &record.live {
+                Some(session) => rows[idx] = self.resolve_live(session, has_children),
+                None => cold.push((idx, has_children)),
+            }
+        }
+        if !cold.is_empty() {
+            let persistence =
+                self.persistence.expect("a candidate without a live session was enumerated from persistence");
+            // Reads run under a child token that fires when this listing ends, however it ends:
+            // a failed or dropped listing leaves no read running behind it.
+            let reads = cancel.child_token();
+            let _abort_reads = reads.clone().drop_guard();
+            let reads = &reads;
+            let mut pending = stream::iter(cold.into_iter().map(|(idx, has_children)| {
+                let header = &candidates[idx].header;
+                async move { (idx, self.resolve_cold(persistence, header, has_children, reads, cancel).await) }
+            }))
+            .buffer_unordered(COLD_READ_CONCURRENCY);
+            while let Some((idx, row)) = pending.next().await {
+                rows[idx] = Some(row?);
+            }
+        }
+        check_cancel(cancel)?;
+        Ok(rows)
+    }
+
+    /// Rung 1: the registry's watermark cells, zero log reads.
+    fn resolve_live(&self, session: &Arc<Session>, has_children: bool) -> Option<SubagentListEntry> {
+        let snapshot = self.registry.snapshot(session);
+        match identity_of(&snapshot) {
+            Verdict::Failed => Some(SubagentListEntry::diagnostic(session.id(), DiagnosticReason::Corrupt)),
+            // The creation window: the descriptor is not appended yet.
+            Verdict::Absent => None,
+            Verdict::Identity(identity) => Some(child_row(session.id(), identity, Activity::Running, has_children)),
+        }
+    }
+
+    /// Rungs 2 and 3 for one cold candidate. Only a cancellation is an error.
+    async fn resolve_cold(
+        &self,
+        persistence: &Arc<dyn SessionPersistence>,
+        header: &Arc<SessionHeader>,
+        has_children: bool,
+        reads: &CancellationToken,
+        cancel: &CancellationToken,
+    ) -> Result<SubagentListEntry, SubagentError> {
+        let id = &header.id;
+        if let Some(identity) = self.cache.and_then(|cache| cached_identity(cache.as_ref(), header)) {
+            return Ok(child_row(id, identity, Activity::Inactive, has_children));
+        }
+        check_cancel(cancel)?;
+        let sink = ColdFold::new(self.registry, id);
+        let read = inspect_into(persistence.as_ref(), id, reads, sink);
+        let outcome = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(SubagentError::ListingCancelled),
+            outcome = read => outcome,
+        };
+        let (sink, summary) = match outcome {
+            Ok(read) => read,
+            Err(_) if cancel.is_cancelled() => return Err(SubagentError::ListingCancelled),
+            Err(error) => {
+                tracing::debug!(session = %id, %error, "subagent listing: cold read failed; listing the child as unavailable");
+                return Ok(SubagentListEntry::diagnostic(id, DiagnosticReason::Unavailable));
+            }
+        };
+        check_cancel(cancel)?;
+        if !same_lifecycle(header, &summary.header) {
+            return Ok(SubagentListEntry::diagnostic(id, DiagnosticReason::Corrupt));
+        }
+        let restored = match sink.fold.finish() {
+            Ok(restored) => restored,
+            Err(error) => {
+                tracing::debug!(session = %id, %error, "subagent listing: cold fold could not finish; listing the child as unavailable");
+                return Ok(SubagentListEntry::diagnostic(id, DiagnosticReason::Unavailable));
+            }
+        };
+        Ok(match identity_of(&restored.snapshot) {
+            Verdict::Identity(identity) => child_row(id, identity, Activity::Inactive, has_children),
+            // Settled debris, or bad data: missing, malformed or foreign-version descriptor, or a
+            // unit that fails on this log.
+            Verdict::Absent | Verdict::Failed => SubagentListEntry::diagnostic(id, DiagnosticReason::Corrupt),
+        })
+    }
+}
+
+/// What a snapshot says about a child.
+enum Verdict {
+    /// Some registered unit failed on this child's log.
+    Failed,
+    /// No identity: the `null` sentinel or the key absent.
+    Absent,
+    Identity(SubagentIdentity),
+}
+
+fn identity_of(snapshot: &Snapshot) -> Verdict {
+    if snapshot.has_failures() {
+        return Verdict::Failed;
+    }
+    match snapshot.values.get(SUBAGENT_IDENTITY_KEY).and_then(SubagentIdentity::from_value) {
+        Some(identity) => Verdict::Identity(identity),
+        None => Verdict::Absent,
+    }
+}
+
+fn child_row(id: &SessionId, identity: SubagentIdentity, activity: Activity, has_children: bool) -> SubagentListEntry {
+    SubagentListEntry::Child(ChildEntry { id: id.clone(), mode: identity.mode, activity, has_children })
+}
+
+/// Rung 2: an identity from the checkpoint source, used only if it is non-null, passes the seq
+/// gate (`seq >= seedLength`, so it was folded from the child's own descriptor), and the stored
+/// snapshot reports no unit failure. Anything else, a panic included, is a miss.
+fn cached_identity(cache: &dyn CheckpointSource, header: &SessionHeader) -> Option<SubagentIdentity> {
+    let snapshot = match catch_unwind(AssertUnwindSafe(|| cache.cached_snapshot(header))) {
+        Ok(snapshot) => snapshot?,
+        Err(_) => {
+            tracing::debug!(session = %header.id, "subagent listing: the checkpoint source panicked; falling through to the cold read");
+            return None;
+        }
+    };
+    match identity_of(&snapshot) {
+        Verdict::Identity(identity) if identity.seq >= header.own_suffix_start() => Some(identity),
+        _ => None,
+    }
+}
+
+/// The lifecycle witness: the inspected header must still be the enumerated lifecycle, compared
+/// on exactly `version, id, createdAt, cwd, parentSession, seedLength, delegationDepth`.
+fn same_lifecycle(enumerated: &SessionHeader, inspected: &SessionHeader) -> bool {
+    enumerated.version == inspected.version
+        && enumerated.id == inspected.id
+        && enumerated.created_at == inspected.created_at
+        && enumerated.cwd == inspected.cwd
+        && enumerated.parent_session == inspected.parent_session
+        && enumerated.seed_length == inspected.seed_length
+        && enumerated.delegation_depth == inspected.delegation_depth
+}
+
+/// Rung 3's sink: folds every registered unit from `init` over the events as they are decoded,
+/// so the transcript is never held in memory.
+struct ColdFold {
+    registry: Arc<ProjectionRegistry>,
+    id: SessionId,
+    fold: RestoreFold,
+}
+
+impl ColdFold {
+    fn new(registry: &Arc<ProjectionRegistry>, id: &SessionId) -> ColdFold {
+        ColdFold { registry: Arc::clone(registry), id: id.clone(), fold: begin_full_fold(registry) }
+    }
+}
+
+fn begin_full_fold(registry: &ProjectionRegistry) -> RestoreFold {
+    registry.begin_restore(&CheckpointRows::new(), 0).expect("a restore from seq 0 consults no rows and cannot fail")
+}
+
+impl ScanSink for ColdFold {
+    fn event(&mut self, event: Arc<SessionEvent>) -> session_persistence::Result<()> {
+        self.fold.apply(&event).map_err(|error| {
+            PersistenceError::corrupt(CorruptKind::SeqGap, Location::Session { id: self.id.clone() }, error.to_string())
+        })
+    }
+
+    fn restart(&mut self) -> bool {
+        self.fold = begin_full_fold(&self.registry);
+        true
+    }
+}
+
+/// The candidates of `list_descendants`: every session below `root`, walked in pre-order with an
+/// explicit stack (no recursion, so any depth works); siblings in `createdAt`-then-id order; a
+/// visited set seeded with the root ends cycles in corrupt data. Every node is walked, only
+/// subagent-origin nodes are candidates. Returns each candidate with its depth.
+fn pre_order<'c>(corpus: &'c Corpus, root: &SessionId) -> Vec<(&'c Record, u64)> {
+    let mut children: HashMap<&SessionId, Vec<&Record>> = HashMap::new();
+    for record in corpus.records.values() {
+        if let Some(parent) = &record.header.parent_session {
+            children.entry(parent).or_default().push(record);
+        }
+    }
+    for siblings in children.values_mut() {
+        siblings.sort_by(by_creation);
+    }
+    let mut visited: HashSet<&SessionId> = HashSet::from([root]);
+    let mut stack: Vec<(&Record, u64)> = Vec::new();
+    let push_children = |stack: &mut Vec<(&'c Record, u64)>, parent: &SessionId, depth: u64| {
+        if let Some(siblings) = children.get(parent) {
+            stack.extend(siblings.iter().rev().map(|record| (*record, depth)));
+        }
+    };
+    push_children(&mut stack, root, 1);
+    let mut walk = Vec::new();
+    while let Some((record, depth)) = stack.pop() {
+        if !visited.insert(&record.header.id) {
+            continue;
+        }
+        if record.header.is_subagent() {
+            walk.push((record, depth));
+        }
+        push_children(&mut stack, &record.header.id, depth + 1);
+    }
+    walk
+}

@@ -1,0 +1,129 @@
+//! The six accepted boundary deviations of the design note, each pinned as documented there.
+
+use std::{fs::OpenOptions, io::Write, sync::Arc};
+
+use serde_json::json;
+use session_core::{CreateOptions, HeaderMeta, Origin, Session, SessionStore};
+use session_persistence::{Compression, SessionPersistence};
+use session_projection_cache::{CheckpointRecord, RecordIdentity};
+use subagent::{SubagentRuntime, SubagentServices};
+
+use crate::support::*;
+
+fn row(id: &str, label: &str, activity: &str) -> serde_json::Value {
+    json!({"kind": "child", "id": id, "mode": "continuable", "label": label, "activity": activity, "hasChildren": false})
+}
+
+/// 1. A fork child that died in its publication window, with an ancestor descriptor in its
+/// seed, lists under the ancestor's identity; resume still refuses it (own-suffix fold).
+#[test]
+fn one_stillborn_fork_lists_under_its_ancestor_but_cannot_resume() {
+    run(async |h| {
+        let parent = h.parent("p");
+        let mut header = child_header("stillborn", "p");
+        header.seed_length = Some(4);
+        let mut events = child_events(continuable("ancestor label"));
+        events.push(ev("session/end-seed", 4, json!({})));
+        h.author(header, events).await;
+        assert_eq!(h.list_json("p").await, json!([row("stillborn", "ancestor label", "inactive")]));
+        assert_code(h.runtime.authorize_resume(&parent, &id("stillborn"), &token()).await, "NOT_RESUMABLE");
+    });
+}
+
+/// 2. Multiple own descriptors: the list shows the last, resume uses the first.
+#[test]
+fn two_multiple_own_descriptors_list_the_last_and_resume_the_first() {
+    run(async |h| {
+        let parent = h.parent("p");
+        let mut events = child_events(continuable("first, resumable"));
+        events.push(descriptor_event(4, one_shot(Some("second, one-shot"))));
+        h.author(child_header("twice", "p"), events).await;
+        assert_eq!(
+            h.list_json("p").await,
+            json!([{"kind": "child", "id": "twice", "mode": "one-shot", "label": "second, one-shot", "activity": "inactive", "hasChildren": false}])
+        );
+        let authorization = h.runtime.authorize_resume(&parent, &id("twice"), &token()).await.unwrap();
+        assert_eq!(authorization.descriptor.label, "first, resumable");
+    });
+}
+
+/// 3. A live and a persisted header of one id that disagree: the live record wins wholesale,
+/// unnoticed.
+#[test]
+fn three_a_live_header_wins_over_a_conflicting_persisted_one() {
+    run_each(&NO_CACHE, async |h| {
+        h.author(child_header("c", "persisted-parent"), child_events(continuable("from disk"))).await;
+        // A second live store that the coordinator does not guard, as another host process would be.
+        let other_store = Arc::new(SessionStore::new(h.clock.clone()));
+        let meta = HeaderMeta {
+            parent_session: Some(id("live-parent")),
+            origin: Some(Origin::Subagent),
+            delegation_depth: 1,
+            ..HeaderMeta::default()
+        };
+        let live = other_store.create(Some(id("c")), CreateOptions { seed: None, meta }).unwrap();
+        append(&live, "subagent/descriptor", continuable("from memory"));
+        let runtime =
+            SubagentRuntime::new(SubagentServices { sessions: Some(other_store), ..h.services() }).unwrap();
+        let listed = |parent: &'static str| {
+            let runtime = &runtime;
+            async move { serde_json::to_value(runtime.list_children(&id(parent), &token()).await.unwrap()).unwrap() }
+        };
+        assert_eq!(listed("persisted-parent").await, json!([]));
+        assert_eq!(listed("live-parent").await, json!([row("c", "from memory", "running")]));
+        assert_eq!(h.reads("c"), 0);
+    });
+}
+
+/// 4. A read failure on damaged storage is `unavailable` (not corrupt): here a committed line
+/// of the raw log that does not parse.
+#[test]
+fn four_damaged_storage_is_unavailable() {
+    run_each(&[MATRIX[0], MATRIX[2]], async |h| {
+        assert_eq!(h.setup.compression, Compression::None);
+        let header = child_header("damaged", "p");
+        h.author(header.clone(), child_events(continuable("was fine"))).await;
+        let path = h.coordinator.locate(&header).expect("the JSONL backend has files");
+        OpenOptions::new().append(true).open(path).unwrap().write_all(b"{\"this is\": not json\n").unwrap();
+        assert_eq!(h.list_json("p").await, json!([{"kind": "diagnostic", "id": "damaged", "reason": "unavailable"}]));
+    });
+}
+
+/// 5. An unknown parent lists nothing instead of failing with not-found.
+#[test]
+fn five_an_unknown_parent_lists_nothing() {
+    run(async |h| {
+        h.author(child_header("c", "p"), child_events(continuable("x"))).await;
+        assert_eq!(h.list_json("nobody-by-this-id").await, json!([]));
+        assert_eq!(h.runtime.list_descendants(&id("nobody-by-this-id"), &token()).await.unwrap(), []);
+    });
+}
+
+/// 6. The rung-2 later-event window: a record landed right after the first own descriptor; a
+/// second own descriptor was appended and the process crashed before the next checkpoint. Rung 2
+/// keeps serving the first identity (zero reads) while the authoritative refold serves the second.
+#[test]
+fn six_a_stale_record_keeps_serving_the_first_own_identity() {
+    run_each(&WITH_CACHE, async |h| {
+        let cache = h.cache.as_ref().unwrap();
+        let header = child_header("c", "p");
+        // The cut the cache recorded: through the first own descriptor.
+        let cut = Session::create(header.clone(), None, h.clock.clone()).unwrap();
+        for event in child_events(continuable("first")) {
+            append(&cut, &event.kind, event.data.to_value());
+        }
+        let record = CheckpointRecord::from_checkpoint(RecordIdentity::of(&header), &h.registry.checkpoint(&cut)).unwrap();
+        cache.store().put(&header.id, &record).unwrap();
+        // The durable log went on: a second own descriptor.
+        let mut events = child_events(continuable("first"));
+        events.push(descriptor_event(4, continuable("second")));
+        h.author(header, events).await;
+
+        assert_eq!(h.list_json("p").await, json!([row("c", "first", "inactive")]));
+        assert_eq!(h.reads("c"), 0);
+        let refold = h.runtime_with_cache(None);
+        let rows = refold.list_children(&id("p"), &token()).await.unwrap();
+        assert_eq!(serde_json::to_value(rows).unwrap(), json!([row("c", "second", "inactive")]));
+        assert_eq!(h.reads("c"), 1);
+    });
+}

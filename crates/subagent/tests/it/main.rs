@@ -1,0 +1,17 @@
+//! Integration tests of the subagent crate, over the real JSONL backend (raw and zstd, in temp
+//! dirs), with and without the projection cache. Reads are counted by an instrumented persistence
+//! wrapper ([`support::Counting`]) so the listing's cost model is asserted, not assumed.
+
+mod cancellation;
+mod concurrency;
+mod create;
+mod descriptor;
+mod deviations;
+mod golden;
+mod identity;
+mod list_agents;
+mod list_children;
+mod list_descendants;
+mod resume;
+mod support;
+mod timing;
