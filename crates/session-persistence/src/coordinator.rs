@@ -22,7 +22,7 @@ use crate::{
     error::{PersistenceError, Result},
     live::LiveWriter,
     persistence::{Inspection, SessionPersistence, StreamSink, StreamSummary},
-    validate::{KnownTypes, ValidatingSink},
+    validate::{KnownTypes, scan_validated},
 };
 
 /// Tuning of a [`Coordinator`]. Validated by [`Coordinator::new`].
@@ -224,11 +224,9 @@ impl Inner {
         let cancel = cancel.clone();
         blocking(&self.backend, move |backend| {
             let mut collect = ArcCollect::default();
-            let mut sink = ValidatingSink::new(id.clone(), backend, &known, &mut collect);
-            let Some(outcome) = backend.scan(&id, &cancel, &mut sink)? else {
+            let Some((outcome, closers)) = scan_validated(backend, &id, &known, &cancel, &mut collect)? else {
                 return Ok(None);
             };
-            let closers = sink.closers();
             Ok(Some(ColdLog { outcome, events: collect.events, closers }))
         })
         .await
@@ -593,11 +591,9 @@ impl SessionPersistence for Coordinator {
         }
         let (id, known, token) = (id.clone(), inner.config.known_types.clone(), cancel.clone());
         blocking(&inner.backend, move |backend| {
-            let mut validating = ValidatingSink::new(id.clone(), backend, &known, &mut *sink);
-            let Some(outcome) = backend.scan(&id, &token, &mut validating)? else {
+            let Some((outcome, closers)) = scan_validated(backend, &id, &known, &token, &mut *sink)? else {
                 return Err(PersistenceError::NotFound { id });
             };
-            let closers = validating.closers();
             let n_closers = closers.len() as u64;
             for closer in closers {
                 sink.event(Arc::new(closer))?;
@@ -621,8 +617,7 @@ impl SessionPersistence for Coordinator {
         let (id, known, token) = (id.clone(), inner.config.known_types.clone(), cancel.clone());
         blocking(&inner.backend, move |backend| {
             let mut suffix = SuffixSink { from_seq, events: Vec::new() };
-            let mut validating = ValidatingSink::new(id.clone(), backend, &known, &mut suffix);
-            let Some(outcome) = backend.scan(&id, &token, &mut validating)? else {
+            let Some((outcome, _closers)) = scan_validated(backend, &id, &known, &token, &mut suffix)? else {
                 return Err(PersistenceError::NotFound { id });
             };
             Ok(Inspection {

@@ -43,7 +43,7 @@ pub(crate) struct ValidatingSink<'a> {
     surface: SurfaceState,
     repair: RepairScan,
     last: Option<(u64, i64)>,
-    pub(crate) inner: &'a mut dyn ScanSink,
+    pub(crate) inner: &'a mut (dyn ScanSink + Send),
 }
 
 impl<'a> ValidatingSink<'a> {
@@ -51,7 +51,7 @@ impl<'a> ValidatingSink<'a> {
         id: SessionId,
         backend: &'a dyn Backend,
         known: &'a KnownTypes,
-        inner: &'a mut dyn ScanSink,
+        inner: &'a mut (dyn ScanSink + Send),
     ) -> Self {
         ValidatingSink {
             id,
@@ -170,5 +170,144 @@ impl ScanSink for ValidatingSink<'_> {
         self.repair.observe(&event);
         self.last = Some((event.seq, event.time));
         self.inner.event(event)
+    }
+}
+
+/// Events relayed in one message between the scanning and the validating thread.
+const RELAY_BATCH: usize = 256;
+
+enum Relayed {
+    Header(Arc<SessionHeader>),
+    Events(Vec<Arc<SessionEvent>>),
+    Restart,
+}
+
+/// Scans `id`, validating what the backend decodes and forwarding it to `inner`, and returns the
+/// scan's outcome with the closers that balance it.
+///
+/// A long log is validated on a second thread while the backend keeps decoding (decompression and
+/// JSON decoding on one core, validation and the caller's sink on the other), so one cold read
+/// can use two cores. A log shorter than one relay batch is handled inline without a thread.
+/// Memory stays bounded: at most a few batches are in flight.
+pub(crate) fn scan_validated(
+    backend: &dyn Backend,
+    id: &SessionId,
+    known: &KnownTypes,
+    cancel: &tokio_util::sync::CancellationToken,
+    inner: &mut (dyn ScanSink + Send),
+) -> Result<Option<(crate::backend::ScanOutcome, Vec<SessionEvent>)>> {
+    let mut validating = ValidatingSink::new(id.clone(), backend, known, inner);
+    let scanned = std::thread::scope(|scope| {
+        let mut relay =
+            Relay { validating: Some(&mut validating), scope, sender: None, worker: None, batch: Vec::new() };
+        let scanned = backend.scan(id, cancel, &mut relay);
+        match (scanned, relay.finish()) {
+            (_, Err(error)) => Err(error),
+            (scanned, Ok(())) => scanned,
+        }
+    })?;
+    Ok(scanned.map(|outcome| (outcome, validating.closers())))
+}
+
+/// The scan-side sink of [`scan_validated`]: validates inline until the log proves long, then
+/// hands batches to a validating thread.
+struct Relay<'scope, 'env, 'a> {
+    /// Present until the validating thread takes it.
+    validating: Option<&'env mut ValidatingSink<'a>>,
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    sender: Option<std::sync::mpsc::SyncSender<Relayed>>,
+    worker: Option<std::thread::ScopedJoinHandle<'scope, Result<()>>>,
+    batch: Vec<Arc<SessionEvent>>,
+}
+
+/// The error a scan sees once the validating thread stopped; the thread's own error replaces it.
+fn relay_stopped() -> PersistenceError {
+    PersistenceError::invalid_input("the validating side of a cold read stopped")
+}
+
+impl<'scope, 'env, 'a> Relay<'scope, 'env, 'a>
+where
+    'a: 'env,
+{
+    fn send(&mut self, message: Relayed) -> Result<()> {
+        if self.sender.is_none() {
+            let validating = self.validating.take().expect("the validator is taken only when the thread starts");
+            let (sender, receiver) = std::sync::mpsc::sync_channel::<Relayed>(4);
+            self.worker = Some(self.scope.spawn(move || {
+                for message in receiver {
+                    match message {
+                        Relayed::Header(header) => validating.header(&header)?,
+                        Relayed::Events(events) => {
+                            for event in events {
+                                validating.event(event)?;
+                            }
+                        }
+                        Relayed::Restart => {
+                            if !validating.restart() {
+                                return Err(PersistenceError::invalid_input(
+                                    "the log changed while it was being read and the read cannot start over",
+                                ));
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            }));
+            self.sender = Some(sender);
+        }
+        let sender = self.sender.as_ref().expect("the sender exists once the thread started");
+        sender.send(message).map_err(|_| relay_stopped())
+    }
+
+    fn flush_batch(&mut self) -> Result<()> {
+        let batch = std::mem::take(&mut self.batch);
+        self.send(Relayed::Events(batch))
+    }
+
+    /// Delivers what is pending and waits for the validating side.
+    fn finish(mut self) -> Result<()> {
+        if let Some(validating) = self.validating.take() {
+            for event in std::mem::take(&mut self.batch) {
+                validating.event(event)?;
+            }
+            return Ok(());
+        }
+        let flushed = if self.batch.is_empty() { Ok(()) } else { self.flush_batch() };
+        drop(self.sender.take());
+        let worker = self.worker.take().expect("the thread exists once the validator was taken");
+        match worker.join() {
+            Ok(result) => result.and(flushed),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+impl<'a> ScanSink for Relay<'_, '_, 'a> {
+    fn header(&mut self, header: &Arc<SessionHeader>) -> Result<()> {
+        match self.validating.as_mut() {
+            Some(validating) => validating.header(header),
+            None => self.send(Relayed::Header(header.clone())),
+        }
+    }
+
+    fn event(&mut self, event: Arc<SessionEvent>) -> Result<()> {
+        self.batch.push(event);
+        if self.batch.len() >= RELAY_BATCH {
+            self.flush_batch()?;
+        }
+        Ok(())
+    }
+
+    fn restart(&mut self) -> bool {
+        match self.validating.as_mut() {
+            Some(validating) => {
+                self.batch.clear();
+                validating.restart()
+            }
+            None => {
+                self.batch.clear();
+                self.send(Relayed::Restart).is_ok()
+            }
+        }
     }
 }

@@ -233,3 +233,53 @@ fn invalid_configuration_is_rejected_with_the_reference_messages() {
         "writeBatchMaxDelayMs must be an integer between 1 and 2147483647"
     );
 }
+
+/// Long logs are validated on a second thread: results, errors and closers are the same as for
+/// short ones, including a defect deep in the log.
+#[test]
+fn long_logs_validate_the_same_on_the_relay_thread() {
+    runtime().block_on(async {
+        let backend = Arc::new(Instrumented::default());
+        let persistence = Coordinator::new(backend.clone(), CoordinatorConfig::default()).unwrap();
+        let cancel = CancellationToken::new();
+        let id = SessionId::from("s-long");
+        persistence.create(SessionHeader::new(id.clone(), 1), &cancel).await.unwrap();
+        for turn in 0..1_000u64 {
+            persistence.append(&id, self::turn(turn * 2), &cancel).await.unwrap();
+        }
+        let open: Arc<SessionEvent> = Arc::new(
+            serde_json::from_value(json!({"type": "turn/start", "seq": 2_000, "time": 5, "data": {"turn": 1}}))
+                .unwrap(),
+        );
+        persistence.append(&id, vec![open], &cancel).await.unwrap();
+        let inspected = persistence.inspect(&id, &cancel).await.unwrap();
+        assert_eq!(inspected.events.len(), 2_002);
+        assert_eq!(inspected.n_closers, 1);
+        assert!(inspected.events.iter().enumerate().all(|(idx, event)| event.seq == idx as u64));
+        let suffix = persistence.read_from(&id, 1_500, &cancel).await.unwrap();
+        assert_eq!(suffix.events.len(), 501);
+
+        // A defect at seq 1,500 of another long log: a message without an id.
+        let bad_id = SessionId::from("s-long-bad");
+        persistence.create(SessionHeader::new(bad_id.clone(), 1), &cancel).await.unwrap();
+        for turn in 0..750u64 {
+            persistence.append(&bad_id, self::turn(turn * 2), &cancel).await.unwrap();
+        }
+        let bad: Arc<SessionEvent> = Arc::new(
+            serde_json::from_value(json!({"type": "user/message", "seq": 1_500, "time": 5, "surfaceOp": "append",
+                "data": {"role": "user", "source": {"kind": "user"}, "content": [], "id": ""}}))
+            .unwrap(),
+        );
+        persistence.append(&bad_id, vec![bad], &cancel).await.unwrap();
+        for turn in 0..200u64 {
+            persistence.append(&bad_id, self::turn(1_501 + turn * 2), &cancel).await.unwrap();
+        }
+        let err = persistence.inspect(&bad_id, &cancel).await.unwrap_err();
+        assert!(err.to_string().contains("lacks an identified message"), "{err}");
+        let (sink, _) =
+            session_persistence::inspect_into(&persistence, &id, &cancel, session_persistence::CollectSink::default())
+                .await
+                .unwrap();
+        assert_eq!(sink.events.len(), 2_002);
+    });
+}
