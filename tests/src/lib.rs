@@ -1,4 +1,5 @@
 //! Shared helpers for the cross-crate end-to-end tests and benchmarks.
 
 pub mod crash;
+pub mod fleet;
 pub mod workload;

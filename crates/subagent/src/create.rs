@@ -64,7 +64,9 @@ pub fn child_depth(
         .filter(|depth| *depth <= MAX_SAFE_INTEGER)
         .ok_or(CreateChildError::DepthOverflow)?;
     match max_depth {
-        Some(max_depth) if depth > max_depth => Err(CreateChildError::DepthExceeded { attempted_depth: depth, max_depth }),
+        Some(max_depth) if depth > max_depth => {
+            Err(CreateChildError::DepthExceeded { attempted_depth: depth, max_depth })
+        }
         _ => Ok(depth),
     }
 }
@@ -82,12 +84,7 @@ pub fn fork_prefix(parent: &Session) -> Vec<Arc<SessionEvent>> {
 /// The header fields of a child (reference 03 §3.3): the parent's `cwd` and `owner`, the parent
 /// as `parentSession`, `origin: subagent`, the child's depth, and `seedLength` only when the
 /// inherited prefix is non-empty. `createdAt` is left to the store's clock.
-pub fn child_meta(
-    parent: &SessionHeader,
-    depth: u64,
-    seed_length: u64,
-    agent_preset: Option<String>,
-) -> HeaderMeta {
+pub fn child_meta(parent: &SessionHeader, depth: u64, seed_length: u64, agent_preset: Option<String>) -> HeaderMeta {
     HeaderMeta {
         cwd: parent.cwd.clone(),
         parent_session: Some(parent.id.clone()),

@@ -280,7 +280,11 @@ fn parse_tool_filter(value: &Value) -> Result<ToolFilter, DescriptorError> {
         let Some(value) = filter.get(key) else { return Ok(None) };
         let invalid = || corrupt(format_args!("toolFilter.{key} must be an array of strings"));
         let Value::Array(items) = value else { return Err(invalid()) };
-        items.iter().map(|item| item.as_str().map(str::to_owned).ok_or_else(invalid)).collect::<Result<_, _>>().map(Some)
+        items
+            .iter()
+            .map(|item| item.as_str().map(str::to_owned).ok_or_else(invalid))
+            .collect::<Result<_, _>>()
+            .map(Some)
     };
     let allow = list("allow")?;
     let deny = list("deny")?;

@@ -45,9 +45,7 @@ impl std::fmt::Display for SubagentErrorCode {
 pub enum SubagentError {
     /// The projection registry is not mounted: mode and label are the row's strong contract, so a
     /// missing fold is a configuration error even with zero children.
-    #[error(
-        "listing subagents requires the sessionProjections registry (load @monotykamary/dsh-session-projection)"
-    )]
+    #[error("listing subagents requires the sessionProjections registry (load @monotykamary/dsh-session-projection)")]
     ProjectionsUnavailable,
     /// The session store is not mounted.
     #[error("listing subagents requires the session store (load @monotykamary/dsh-session)")]

@@ -29,6 +29,9 @@ mod resume;
 mod runtime;
 mod timing;
 
+#[cfg(test)]
+mod tests;
+
 pub use crate::{
     checkpoint::CheckpointSource,
     create::{
@@ -39,9 +42,7 @@ pub use crate::{
         ContinuableDescriptor, DESCRIPTOR_EVENT, Descriptor, DescriptorParse, OneShotDescriptor,
         SUBAGENT_DESCRIPTOR_VERSION, SubagentMode, ToolFilter, fold_first_descriptor, parse_descriptor,
     },
-    entry::{
-        Activity, ChildEntry, DiagnosticEntry, DiagnosticReason, SubagentDescendantListEntry, SubagentListEntry,
-    },
+    entry::{Activity, ChildEntry, DiagnosticEntry, DiagnosticReason, SubagentDescendantListEntry, SubagentListEntry},
     error::{CreateChildError, DescriptorError, SubagentError, SubagentErrorCode},
     identity::{
         ChildMode, IdentityState, SUBAGENT_IDENTITY_KEY, SUBAGENT_IDENTITY_STATE_VERSION, SubagentIdentity,
@@ -56,7 +57,6 @@ pub use crate::{
     resume::{ContinuationDelivery, ResumeAuthorization, followup},
     runtime::{SubagentRuntime, SubagentServices, SubagentUnits, register_units},
     timing::{
-        ActiveInterval, SUBAGENT_TIMING_KEY, SUBAGENT_TIMING_STATE_VERSION, SubagentTimingUnit, TimingState,
-        TimingView,
+        ActiveInterval, SUBAGENT_TIMING_KEY, SUBAGENT_TIMING_STATE_VERSION, SubagentTimingUnit, TimingState, TimingView,
     },
 };

@@ -212,10 +212,9 @@ impl ListAgentsError {
         match self {
             ListAgentsError::NoCallingAgent => ToolErrorInfo { name: "Error".to_owned(), code: None },
             ListAgentsError::InvalidArguments { .. } => ToolErrorInfo { name: "TypeError".to_owned(), code: None },
-            ListAgentsError::Subagent(error) => ToolErrorInfo {
-                name: error.name().to_owned(),
-                code: error.code().map(|code| code.as_str().to_owned()),
-            },
+            ListAgentsError::Subagent(error) => {
+                ToolErrorInfo { name: error.name().to_owned(), code: error.code().map(|code| code.as_str().to_owned()) }
+            }
         }
     }
 }
@@ -266,7 +265,12 @@ impl ListAgentsTool {
     /// Runs one call. `caller` is the calling agent's session; `arguments` the model's JSON
     /// arguments (`null` counts as `{}`); `cancel` the call's own token, forwarded to the listing.
     /// Errors become an errored outcome with text `Error: <message>`; diagnostics are not errors.
-    pub async fn execute(&self, caller: Option<&SessionId>, arguments: &Value, cancel: &CancellationToken) -> ToolOutcome {
+    pub async fn execute(
+        &self,
+        caller: Option<&SessionId>,
+        arguments: &Value,
+        cancel: &CancellationToken,
+    ) -> ToolOutcome {
         match self.run(caller, arguments, cancel).await {
             Ok(rows) => ToolOutcome { text: render(&rows), is_error: false, rows: Some(rows), error: None },
             Err(error) => {

@@ -289,14 +289,14 @@ fn same_lifecycle(enumerated: &SessionHeader, inspected: &SessionHeader) -> bool
 
 /// Rung 3's sink: folds every registered unit from `init` over the events as they are decoded,
 /// so the transcript is never held in memory.
-struct ColdFold {
+pub(crate) struct ColdFold {
     registry: Arc<ProjectionRegistry>,
     id: SessionId,
-    fold: RestoreFold,
+    pub(crate) fold: RestoreFold,
 }
 
 impl ColdFold {
-    fn new(registry: &Arc<ProjectionRegistry>, id: &SessionId) -> ColdFold {
+    pub(crate) fn new(registry: &Arc<ProjectionRegistry>, id: &SessionId) -> ColdFold {
         ColdFold { registry: Arc::clone(registry), id: id.clone(), fold: begin_full_fold(registry) }
     }
 }

@@ -78,8 +78,8 @@ pub async fn followup<D: ContinuationDelivery + ?Sized>(
 
 /// Keeps the descriptor events of a streamed log (there is normally one), nothing else.
 #[derive(Default)]
-struct DescriptorEvents {
-    events: Vec<Arc<SessionEvent>>,
+pub(crate) struct DescriptorEvents {
+    pub(crate) events: Vec<Arc<SessionEvent>>,
 }
 
 impl ScanSink for DescriptorEvents {
@@ -147,8 +147,6 @@ pub(crate) async fn authorize(
         DescriptorParse::Supported(Descriptor::Continuable(descriptor)) => {
             Ok(ResumeAuthorization { child: header, descriptor })
         }
-        DescriptorParse::Supported(Descriptor::OneShot(_)) | DescriptorParse::UnsupportedVersion => {
-            Err(no_state(None))
-        }
+        DescriptorParse::Supported(Descriptor::OneShot(_)) | DescriptorParse::UnsupportedVersion => Err(no_state(None)),
     }
 }

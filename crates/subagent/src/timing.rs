@@ -101,10 +101,9 @@ impl ProjectionUnit for SubagentTimingUnit {
                     descriptor_seen: true,
                 })
             }
-            "turn/end" if !state.descriptor_seen => state
-                .pending_turn_start
-                .is_some()
-                .then(|| TimingState { pending_turn_start: None, ..state.clone() }),
+            "turn/end" if !state.descriptor_seen => {
+                state.pending_turn_start.is_some().then(|| TimingState { pending_turn_start: None, ..state.clone() })
+            }
             "turn/end" => state.active.map(|active| {
                 let elapsed = u64::try_from(time.saturating_sub(active.since)).unwrap_or(0);
                 TimingState { settled_ms: state.settled_ms.saturating_add(elapsed), active: None, ..state.clone() }

@@ -1,3 +1,4 @@
 //! End-to-end tests across the workspace crates.
 
 mod crash;
+mod listing;

@@ -8,6 +8,14 @@ use subagent::COLD_READ_CONCURRENCY;
 
 use crate::support::*;
 
+/// The bound the reference fixes: four cold reads at a time.
+const BOUND: usize = 4;
+
+#[test]
+fn the_bound_is_four() {
+    assert_eq!(COLD_READ_CONCURRENCY, BOUND);
+}
+
 #[test]
 fn cold_reads_are_bounded_by_four_and_rows_keep_candidate_order() {
     run(async |h| {
@@ -24,7 +32,7 @@ fn cold_reads_are_bounded_by_four_and_rows_keep_candidate_order() {
         // Release the most recently listed held read each time, so reads complete out of order.
         let mut completion_order = Vec::new();
         for released in 0..n_children {
-            let held = gate.held(COLD_READ_CONCURRENCY.min(n_children - released)).await;
+            let held = gate.held(BOUND.min(n_children - released)).await;
             let last = held.iter().max().unwrap().clone();
             gate.release(&last);
             completion_order.push(last.to_string());
@@ -36,7 +44,7 @@ fn cold_reads_are_bounded_by_four_and_rows_keep_candidate_order() {
         let labels: Vec<Value> =
             serde_json::to_value(&rows).unwrap().as_array().unwrap().iter().map(|row| row["label"].clone()).collect();
         assert_eq!(labels, names.iter().map(|name| Value::from(name.as_str())).collect::<Vec<_>>());
-        assert_eq!(h.persistence.max_in_flight(), COLD_READ_CONCURRENCY);
+        assert_eq!(h.persistence.max_in_flight(), BOUND);
         assert_eq!(h.persistence.total_reads(), n_children as u64);
     });
 }

@@ -22,7 +22,11 @@ fn store() -> Arc<SessionStore> {
 }
 
 fn parent(store: &SessionStore) -> Arc<Session> {
-    let meta = HeaderMeta { cwd: Some("/srv/agents/demo".to_owned()), owner: Some("alice".to_owned()), ..HeaderMeta::default() };
+    let meta = HeaderMeta {
+        cwd: Some("/srv/agents/demo".to_owned()),
+        owner: Some("alice".to_owned()),
+        ..HeaderMeta::default()
+    };
     let parent = store.create(Some(id("parent")), CreateOptions { seed: None, meta }).unwrap();
     run_turn(&parent, 1, None::<fn()>);
     parent
@@ -32,8 +36,10 @@ fn parent(store: &SessionStore) -> Arc<Session> {
 fn a_spawned_continuable_child_has_its_descriptor_in_the_seed() {
     let store = store();
     let parent = parent(&store);
-    let options = ChildOptions { id: Some(id("child")), agent_preset: Some("reviewer".to_owned()), ..Default::default() };
-    let child = create_continuable_child(&store, &parent, continuable_descriptor("Reply with CHILD_OK"), options).unwrap();
+    let options =
+        ChildOptions { id: Some(id("child")), agent_preset: Some("reviewer".to_owned()), ..Default::default() };
+    let child =
+        create_continuable_child(&store, &parent, continuable_descriptor("Reply with CHILD_OK"), options).unwrap();
     let header = child.header();
     assert_eq!(header.parent_session, Some(id("parent")));
     assert_eq!(header.origin, Some(Origin::Subagent));
@@ -83,7 +89,8 @@ fn a_fork_of_a_parent_without_a_closed_turn_has_no_seed() {
 fn a_one_shot_child_gets_its_descriptor_at_the_first_step_only() {
     let store = store();
     let parent = parent(&store);
-    let descriptor = OneShotDescriptor { provider: "spawn".to_owned(), label: Some("check the runner image".to_owned()) };
+    let descriptor =
+        OneShotDescriptor { provider: "spawn".to_owned(), label: Some("check the runner image".to_owned()) };
     let options = ChildOptions { id: Some(id("one-shot")), ..Default::default() };
     let child = create_one_shot_child(&store, &parent, descriptor, options).unwrap();
     assert!(child.session().is_empty(), "a spawned one-shot child has no seed");
@@ -184,8 +191,10 @@ fn delegation_depth_rules() {
     let error = create_continuable_child(&store, &parent, continuable_descriptor("x"), deep).unwrap_err();
     assert_eq!(error.to_string(), "subagent depth 2 exceeds maxDepth 1");
     assert_eq!(store.list().len(), 1, "no child was created");
-    let nested = create_continuable_child(&store, &parent, continuable_descriptor("x"), ChildOptions::default()).unwrap();
-    let grandchild = create_continuable_child(&store, &nested, continuable_descriptor("y"), ChildOptions::default()).unwrap();
+    let nested =
+        create_continuable_child(&store, &parent, continuable_descriptor("x"), ChildOptions::default()).unwrap();
+    let grandchild =
+        create_continuable_child(&store, &nested, continuable_descriptor("y"), ChildOptions::default()).unwrap();
     assert_eq!(grandchild.header().delegation_depth, 2);
 }
 

@@ -185,14 +185,20 @@ fn malformed_payloads_fail_with_the_reference_messages() {
 fn checks_run_in_the_reference_order() {
     let payload: Value =
         serde_json::from_str(r#"{"zeta":1,"version":2,"mode":"one-shot","alpha":2,"provider":7}"#).unwrap();
-    assert_eq!(parse_descriptor(&payload).unwrap_err().message, "persisted subagent descriptor payload has unknown field \"zeta\"");
+    assert_eq!(
+        parse_descriptor(&payload).unwrap_err().message,
+        "persisted subagent descriptor payload has unknown field \"zeta\""
+    );
     let payload = json!({"version": 2, "mode": "continuable", "provider": "p", "label": "l", "toolFilter": {"allow": 1, "deny": 2}});
     assert_eq!(
         parse_descriptor(&payload).unwrap_err().message,
         "persisted subagent descriptor toolFilter.allow must be an array of strings"
     );
     let payload = json!({"version": "x"});
-    assert_eq!(parse_descriptor(&payload).unwrap_err().message, "persisted subagent descriptor version must be a number");
+    assert_eq!(
+        parse_descriptor(&payload).unwrap_err().message,
+        "persisted subagent descriptor version must be a number"
+    );
 }
 
 #[test]

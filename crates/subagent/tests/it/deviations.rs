@@ -1,6 +1,6 @@
 //! The six accepted boundary deviations of the design note, each pinned as documented there.
 
-use std::{fs::OpenOptions, io::Write, sync::Arc};
+use std::{fs, sync::Arc};
 
 use serde_json::json;
 use session_core::{CreateOptions, HeaderMeta, Origin, Session, SessionStore};
@@ -14,7 +14,7 @@ fn row(id: &str, label: &str, activity: &str) -> serde_json::Value {
     json!({"kind": "child", "id": id, "mode": "continuable", "label": label, "activity": activity, "hasChildren": false})
 }
 
-/// 1. A fork child that died in its publication window, with an ancestor descriptor in its
+/// Deviation 1: A fork child that died in its publication window, with an ancestor descriptor in its
 /// seed, lists under the ancestor's identity; resume still refuses it (own-suffix fold).
 #[test]
 fn one_stillborn_fork_lists_under_its_ancestor_but_cannot_resume() {
@@ -30,7 +30,7 @@ fn one_stillborn_fork_lists_under_its_ancestor_but_cannot_resume() {
     });
 }
 
-/// 2. Multiple own descriptors: the list shows the last, resume uses the first.
+/// Deviation 2: Multiple own descriptors: the list shows the last, resume uses the first.
 #[test]
 fn two_multiple_own_descriptors_list_the_last_and_resume_the_first() {
     run(async |h| {
@@ -47,7 +47,7 @@ fn two_multiple_own_descriptors_list_the_last_and_resume_the_first() {
     });
 }
 
-/// 3. A live and a persisted header of one id that disagree: the live record wins wholesale,
+/// Deviation 3: A live and a persisted header of one id that disagree: the live record wins wholesale,
 /// unnoticed.
 #[test]
 fn three_a_live_header_wins_over_a_conflicting_persisted_one() {
@@ -63,8 +63,7 @@ fn three_a_live_header_wins_over_a_conflicting_persisted_one() {
         };
         let live = other_store.create(Some(id("c")), CreateOptions { seed: None, meta }).unwrap();
         append(&live, "subagent/descriptor", continuable("from memory"));
-        let runtime =
-            SubagentRuntime::new(SubagentServices { sessions: Some(other_store), ..h.services() }).unwrap();
+        let runtime = SubagentRuntime::new(SubagentServices { sessions: Some(other_store), ..h.services() }).unwrap();
         let listed = |parent: &'static str| {
             let runtime = &runtime;
             async move { serde_json::to_value(runtime.list_children(&id(parent), &token()).await.unwrap()).unwrap() }
@@ -75,7 +74,7 @@ fn three_a_live_header_wins_over_a_conflicting_persisted_one() {
     });
 }
 
-/// 4. A read failure on damaged storage is `unavailable` (not corrupt): here a committed line
+/// Deviation 4: A read failure on damaged storage is `unavailable` (not corrupt): here a committed line
 /// of the raw log that does not parse.
 #[test]
 fn four_damaged_storage_is_unavailable() {
@@ -84,12 +83,16 @@ fn four_damaged_storage_is_unavailable() {
         let header = child_header("damaged", "p");
         h.author(header.clone(), child_events(continuable("was fine"))).await;
         let path = h.coordinator.locate(&header).expect("the JSONL backend has files");
-        OpenOptions::new().append(true).open(path).unwrap().write_all(b"{\"this is\": not json\n").unwrap();
+        // Replace a committed event line in the middle of the log with bytes that do not parse.
+        let text = fs::read_to_string(&path).unwrap();
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines[2] = "{\"this is\": not json";
+        fs::write(&path, lines.join("\n") + "\n").unwrap();
         assert_eq!(h.list_json("p").await, json!([{"kind": "diagnostic", "id": "damaged", "reason": "unavailable"}]));
     });
 }
 
-/// 5. An unknown parent lists nothing instead of failing with not-found.
+/// Deviation 5: An unknown parent lists nothing instead of failing with not-found.
 #[test]
 fn five_an_unknown_parent_lists_nothing() {
     run(async |h| {
@@ -99,7 +102,7 @@ fn five_an_unknown_parent_lists_nothing() {
     });
 }
 
-/// 6. The rung-2 later-event window: a record landed right after the first own descriptor; a
+/// Deviation 6: The rung-2 later-event window: a record landed right after the first own descriptor; a
 /// second own descriptor was appended and the process crashed before the next checkpoint. Rung 2
 /// keeps serving the first identity (zero reads) while the authoritative refold serves the second.
 #[test]
@@ -112,7 +115,8 @@ fn six_a_stale_record_keeps_serving_the_first_own_identity() {
         for event in child_events(continuable("first")) {
             append(&cut, &event.kind, event.data.to_value());
         }
-        let record = CheckpointRecord::from_checkpoint(RecordIdentity::of(&header), &h.registry.checkpoint(&cut)).unwrap();
+        let record =
+            CheckpointRecord::from_checkpoint(RecordIdentity::of(&header), &h.registry.checkpoint(&cut)).unwrap();
         cache.store().put(&header.id, &record).unwrap();
         // The durable log went on: a second own descriptor.
         let mut events = child_events(continuable("first"));

@@ -29,7 +29,8 @@ fn copy_dir(from: &Path, to: &Path) {
 
 #[test]
 fn the_reference_store_lists_the_reference_rows() {
-    let expected: Value = serde_json::from_str(&fs::read_to_string(fixture_root().join("expected.json")).unwrap()).unwrap();
+    let expected: Value =
+        serde_json::from_str(&fs::read_to_string(fixture_root().join("expected.json")).unwrap()).unwrap();
     for setup in MATRIX {
         let encoding = setup.compression.as_str();
         let dir = tempfile::tempdir().unwrap();
@@ -50,4 +51,3 @@ fn the_reference_store_lists_the_reference_rows() {
         });
     }
 }
-

@@ -91,7 +91,10 @@ fn identity_values_are_read_strictly() {
         read(json!({"mode": "continuable", "label": "l", "seq": 3})),
         Some(SubagentIdentity { mode: ChildMode::Continuable { label: "l".to_owned() }, seq: 3 })
     );
-    assert_eq!(read(json!({"mode": "one-shot", "seq": 0})), Some(SubagentIdentity { mode: ChildMode::OneShot { label: None }, seq: 0 }));
+    assert_eq!(
+        read(json!({"mode": "one-shot", "seq": 0})),
+        Some(SubagentIdentity { mode: ChildMode::OneShot { label: None }, seq: 0 })
+    );
     assert_eq!(read(Value::Null), None);
     assert_eq!(read(json!({"mode": "continuable", "seq": 3})), None, "a continuable identity needs a label");
     assert_eq!(read(json!({"mode": "one-shot", "label": null, "seq": 0})), None);

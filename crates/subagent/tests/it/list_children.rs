@@ -32,8 +32,11 @@ fn live_only_deployment_lists_a_live_child() {
         let store = Arc::new(SessionStore::new(Arc::new(ManualClock::new(10))));
         let registry = ProjectionRegistry::new();
         let _attached = registry.attach(&store);
-        let services =
-            SubagentServices { sessions: Some(store.clone()), projections: Some(registry), ..SubagentServices::default() };
+        let services = SubagentServices {
+            sessions: Some(store.clone()),
+            projections: Some(registry),
+            ..SubagentServices::default()
+        };
         let runtime = SubagentRuntime::new(services).unwrap();
         let meta = session_core::HeaderMeta {
             parent_session: Some(id("p")),
@@ -87,7 +90,10 @@ fn a_settled_continuable_child_lists_inactive_with_its_label() {
     run(async |h| {
         let parent = h.parent("p");
         h.start_continuable(&parent, "c", "summarize the doc").await;
-        assert_eq!(h.list_json("p").await, json!([child("c", "continuable", Some("summarize the doc"), "inactive", false)]));
+        assert_eq!(
+            h.list_json("p").await,
+            json!([child("c", "continuable", Some("summarize the doc"), "inactive", false)])
+        );
         assert_eq!(h.reads("c"), h.real_child_reads());
     });
 }
@@ -174,7 +180,10 @@ fn a_live_child_without_a_descriptor_is_omitted() {
 fn an_authored_labelled_one_shot_lists_with_its_label() {
     run(async |h| {
         h.author(child_header("c", "p"), child_events(one_shot(Some("labeled one-shot")))).await;
-        assert_eq!(h.list_json("p").await, json!([child("c", "one-shot", Some("labeled one-shot"), "inactive", false)]));
+        assert_eq!(
+            h.list_json("p").await,
+            json!([child("c", "one-shot", Some("labeled one-shot"), "inactive", false)])
+        );
         assert_eq!(h.reads("c"), 1);
     });
 }
@@ -247,10 +256,7 @@ fn a_settled_child_reset_by_a_malformed_descriptor_is_corrupt() {
 fn a_cached_own_identity_is_used_without_a_read() {
     run_each(&NO_CACHE, async |h| {
         h.author(child_header("c", "p"), child_events(continuable("on disk"))).await;
-        let stub = StubCache::new(
-            "c",
-            Stub::Value(json!({"mode": "continuable", "label": "cached own", "seq": 2})),
-        );
+        let stub = StubCache::new("c", Stub::Value(json!({"mode": "continuable", "label": "cached own", "seq": 2})));
         let runtime = h.runtime_with_cache(Some(stub.clone()));
         let rows = runtime.list_children(&id("p"), &token()).await.unwrap();
         assert_eq!(
@@ -286,10 +292,8 @@ fn fork_child_header(child: &str, parent: &str) -> SessionHeader {
 fn a_cached_seed_identity_fails_the_seq_gate() {
     run_each(&NO_CACHE, async |h| {
         h.author(fork_child_header("c", "p"), fork_child_events("ancestor label", Some("own label"))).await;
-        let stub = StubCache::new(
-            "c",
-            Stub::Value(json!({"mode": "continuable", "label": "ancestor label", "seq": 2})),
-        );
+        let stub =
+            StubCache::new("c", Stub::Value(json!({"mode": "continuable", "label": "ancestor label", "seq": 2})));
         let runtime = h.runtime_with_cache(Some(stub));
         let rows = runtime.list_children(&id("p"), &token()).await.unwrap();
         assert_eq!(
@@ -304,7 +308,8 @@ fn a_cached_seed_identity_fails_the_seq_gate() {
 /// seven fields makes that child corrupt; the sibling is intact.
 #[test]
 fn a_different_lifecycle_on_any_witness_field_is_corrupt() {
-    let tampers: [(&str, fn(&mut SessionHeader)); 7] = [
+    type Tamper = fn(&mut SessionHeader);
+    let tampers: [(&str, Tamper); 7] = [
         ("version", |header| header.version += 1),
         ("id", |header| header.id = id("someone-else")),
         ("createdAt", |header| header.created_at += 1),
@@ -411,7 +416,10 @@ fn malformed_and_foreign_version_descriptors_are_corrupt() {
 fn a_stillborn_fork_lists_under_the_ancestor_identity() {
     run(async |h| {
         h.author(fork_child_header("c", "p"), fork_child_events("ancestor label", None)).await;
-        assert_eq!(h.list_json("p").await, json!([child("c", "continuable", Some("ancestor label"), "inactive", false)]));
+        assert_eq!(
+            h.list_json("p").await,
+            json!([child("c", "continuable", Some("ancestor label"), "inactive", false)])
+        );
     });
 }
 
@@ -538,6 +546,7 @@ fn cold_children_cost_one_read_per_listing_and_live_children_none() {
         assert_eq!((h.reads("cold-a"), h.reads("cold-b"), h.reads("live")), (1, 1, 0));
         assert_eq!(h.list("p").await.len(), 3);
         assert_eq!((h.reads("cold-a"), h.reads("cold-b"), h.reads("live")), (2, 2, 0));
+        assert_eq!(h.persistence.materialized_reads(), 0, "cold reads stream; no log is materialized");
     });
 }
 
@@ -549,7 +558,10 @@ fn the_real_cache_serves_a_settled_child_without_a_read() {
         let parent = h.parent("p");
         h.start_continuable(&parent, "c", "cached for real").await;
         for _ in 0..3 {
-            assert_eq!(h.list_json("p").await, json!([child("c", "continuable", Some("cached for real"), "inactive", false)]));
+            assert_eq!(
+                h.list_json("p").await,
+                json!([child("c", "continuable", Some("cached for real"), "inactive", false)])
+            );
         }
         assert_eq!(h.reads("c"), 0);
     });
@@ -618,8 +630,7 @@ fn an_ordinary_grandchild_does_not_set_has_children() {
 fn a_corrupt_grandchild_still_sets_has_children() {
     run(async |h| {
         h.author(child_header("c", "p"), child_events(continuable("middle"))).await;
-        h.author(child_header("g", "c"), child_events(json!({"version": 2, "mode": "one-shot", "provider": 7})))
-            .await;
+        h.author(child_header("g", "c"), child_events(json!({"version": 2, "mode": "one-shot", "provider": 7}))).await;
         assert_eq!(h.list_json("c").await, json!([diagnostic("g", "corrupt")]));
         assert_eq!(h.list_json("p").await, json!([child("c", "continuable", Some("middle"), "inactive", true)]));
     });

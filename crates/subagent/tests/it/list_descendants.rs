@@ -8,7 +8,15 @@ use subagent::{SubagentRuntime, SubagentServices};
 
 use crate::support::*;
 
-fn child_at(id: &str, mode: &str, label: Option<&str>, activity: &str, has_children: bool, parent: &str, depth: u64) -> Value {
+fn child_at(
+    id: &str,
+    mode: &str,
+    label: Option<&str>,
+    activity: &str,
+    has_children: bool,
+    parent: &str,
+    depth: u64,
+) -> Value {
     let mut row = json!({"kind": "child", "id": id, "mode": mode});
     if let Some(label) = label {
         row["label"] = json!(label);
@@ -114,8 +122,11 @@ fn ordinary_and_one_shot_intermediates_are_walked_through() {
         h.clock.set(3_000);
         h.start_one_shot(&root, "one-shot", Some("intermediate")).await;
         h.author(created(child_header("under-fork", "fork"), 4_000), child_events(continuable("below fork"))).await;
-        h.author(created(child_header("under-one-shot", "one-shot"), 5_000), child_events(continuable("below one-shot")))
-            .await;
+        h.author(
+            created(child_header("under-one-shot", "one-shot"), 5_000),
+            child_events(continuable("below one-shot")),
+        )
+        .await;
         assert_eq!(
             h.descendants_json("root").await,
             json!([
@@ -172,9 +183,15 @@ fn descendants_share_the_preconditions() {
         assert_code(h.runtime.list_descendants(&id("root"), &cancel).await, "CANCELLED");
         assert_eq!(h.persistence.lists(), 0);
         let no_registry = SubagentRuntime::new(SubagentServices { projections: None, ..h.services() }).unwrap();
-        assert_code(no_registry.list_descendants(&id("root"), &token()).await, "SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE");
+        assert_code(
+            no_registry.list_descendants(&id("root"), &token()).await,
+            "SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE",
+        );
         let no_store = SubagentRuntime::new(SubagentServices { sessions: None, ..h.services() }).unwrap();
-        assert_code(no_store.list_descendants(&id("root"), &token()).await, "SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE");
+        assert_code(
+            no_store.list_descendants(&id("root"), &token()).await,
+            "SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE",
+        );
     });
 }
 
@@ -184,8 +201,9 @@ fn descendants_without_persistence_are_live_only() {
     run_each(&NO_CACHE, async |h| {
         h.author(child_header("cold", "root"), child_events(continuable("cold"))).await;
         h.live(created(child_header("live", "root"), 2), &child_events(continuable("live")));
-        let live_only =
-            Arc::new(SubagentRuntime::new(SubagentServices { persistence: None, cache: None, ..h.services() }).unwrap());
+        let live_only = Arc::new(
+            SubagentRuntime::new(SubagentServices { persistence: None, cache: None, ..h.services() }).unwrap(),
+        );
         let rows = live_only.list_descendants(&id("root"), &token()).await.unwrap();
         assert_eq!(
             serde_json::to_value(rows).unwrap(),

@@ -85,7 +85,7 @@ pub(crate) fn token() -> CancellationToken {
 /// The composition of one test.
 pub(crate) struct Harness {
     pub(crate) setup: Setup,
-    pub(crate) dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
     pub(crate) clock: Arc<ManualClock>,
     pub(crate) store: Arc<SessionStore>,
     pub(crate) registry: Arc<ProjectionRegistry>,
@@ -136,7 +136,7 @@ impl Harness {
         let runtime = Arc::new(SubagentRuntime::new(services).unwrap());
         Harness {
             setup,
-            dir,
+            _dir: dir,
             clock,
             store,
             registry,
@@ -239,18 +239,17 @@ impl Harness {
     }
 
     /// A real one-shot child: its descriptor is appended when the first step is entered.
-    pub(crate) async fn start_one_shot(
-        &self,
-        parent: &Arc<Session>,
-        child: &str,
-        label: Option<&str>,
-    ) -> Arc<Session> {
+    pub(crate) async fn start_one_shot(&self, parent: &Arc<Session>, child: &str, label: Option<&str>) -> Arc<Session> {
         let descriptor = OneShotDescriptor { provider: "spawn".to_owned(), label: label.map(str::to_owned) };
         let options = ChildOptions { id: Some(id(child)), ..ChildOptions::default() };
         let child = create_one_shot_child(&self.store, parent, descriptor, options).unwrap();
-        run_turn(child.session(), 1, Some(|| {
-            child.enter_first_step().unwrap();
-        }));
+        run_turn(
+            child.session(),
+            1,
+            Some(|| {
+                child.enter_first_step().unwrap();
+            }),
+        );
         let session = child.session().clone();
         self.settle(&session).await;
         session
@@ -466,6 +465,8 @@ impl Gate {
 pub(crate) struct Counting {
     inner: Arc<dyn SessionPersistence>,
     reads: Mutex<HashMap<SessionId, u64>>,
+    /// Reads that materialize a whole log (`inspect`, `read_from`, `load`), as opposed to streams.
+    materialized: AtomicU64,
     lists: AtomicU64,
     list_fault: Mutex<ListFault>,
     read_faults: Mutex<HashMap<SessionId, ReadFault>>,
@@ -484,6 +485,7 @@ impl Counting {
         Counting {
             inner,
             reads: Mutex::new(HashMap::new()),
+            materialized: AtomicU64::new(0),
             lists: AtomicU64::new(0),
             list_fault: Mutex::new(ListFault::None),
             read_faults: Mutex::new(HashMap::new()),
@@ -502,6 +504,10 @@ impl Counting {
 
     pub(crate) fn total_reads(&self) -> u64 {
         self.reads.lock().values().sum()
+    }
+
+    pub(crate) fn materialized_reads(&self) -> u64 {
+        self.materialized.load(Ordering::SeqCst)
     }
 
     pub(crate) fn lists(&self) -> u64 {
@@ -625,6 +631,7 @@ impl SessionPersistence for Counting {
 
     async fn inspect(&self, id: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<Inspection> {
         self.count_read(id, cancel);
+        self.materialized.fetch_add(1, Ordering::SeqCst);
         self.inner.inspect(id, cancel).await
     }
 
@@ -674,11 +681,13 @@ impl SessionPersistence for Counting {
         cancel: &CancellationToken,
     ) -> session_persistence::Result<Inspection> {
         self.count_read(id, cancel);
+        self.materialized.fetch_add(1, Ordering::SeqCst);
         self.inner.read_from(id, from_seq, cancel).await
     }
 
     async fn load(&self, id: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<Inspection> {
         self.count_read(id, cancel);
+        self.materialized.fetch_add(1, Ordering::SeqCst);
         self.inner.load(id, cancel).await
     }
 

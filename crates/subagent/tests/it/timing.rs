@@ -89,7 +89,10 @@ fn unchanged_events_leave_the_state_alone() {
     let seen = TimingState { descriptor_seen: true, ..TimingState::default() };
     assert_eq!(unit.apply(&seen, &ev_at("turn/end", 0, 5, json!({}))).unwrap(), None, "no active interval");
     assert_eq!(unit.apply(&seen, &ev_at("step/start", 0, 5, json!({}))).unwrap(), None);
-    assert_eq!(timing_of(&[("turn/start", 100), ("turn/end", 200), ("subagent/descriptor", 300)]), json!({"settledMs": 0}));
+    assert_eq!(
+        timing_of(&[("turn/start", 100), ("turn/end", 200), ("subagent/descriptor", 300)]),
+        json!({"settledMs": 0})
+    );
     let pending = unit.apply(&init, &ev_at("turn/start", 0, 40, json!({}))).unwrap().unwrap();
     assert_eq!(pending.pending_turn_start, Some(40));
     let dropped = unit.apply(&pending, &ev_at("turn/end", 1, 50, json!({}))).unwrap().unwrap();

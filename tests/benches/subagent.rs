@@ -1,0 +1,90 @@
+//! Subagent listing benchmarks (issue: subagent crate): a parent with 100 children whose
+//! transcripts hold 100 or 10,000 events, listed with every child live, every child cold with a
+//! checkpoint-cache hit, and every child cold without a cache; and, in the same run, the design
+//! note's "before" (two full materializations and a deep copy per child). The read count of one
+//! listing in each mode is printed next to the timings.
+
+use std::{sync::Arc, time::Duration};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use e2e::fleet::{self, Fleet};
+use session_core::ManualClock;
+use session_persistence::{Compression, SessionPersistence};
+use session_projection_cache::{CacheConfig, MemoryCheckpointStore, ProjectionCache};
+use subagent::{CheckpointSource, SubagentListEntry};
+use tokio_util::sync::CancellationToken;
+
+const N_CHILDREN: usize = 100;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+fn assert_children(rows: &[SubagentListEntry]) {
+    assert_eq!(rows.len(), N_CHILDREN);
+    assert!(rows.iter().all(|row| matches!(row, SubagentListEntry::Child(_))), "every row is a child row");
+}
+
+fn listing(c: &mut Criterion) {
+    let runtime = runtime();
+    for (compression, n_events) in [(Compression::Zstd, 100), (Compression::Zstd, 10_000), (Compression::None, 10_000)]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("store");
+        runtime.block_on(fleet::write_fleet(&root, compression, N_CHILDREN, n_events));
+        let name = format!("list_children/{}/{n_events}", compression.as_str());
+        let mut group = c.benchmark_group(&name);
+        group.sample_size(10).measurement_time(Duration::from_secs(if n_events > 1_000 { 20 } else { 5 }));
+
+        // Cold, no cache: exactly one streamed read per child.
+        let cold = Fleet::open(&root, compression);
+        let catalog = cold.runtime(None);
+        let before = cold.backend.scans();
+        assert_children(&runtime.block_on(fleet::list(&catalog)));
+        eprintln!("{name}: cold listing read {} logs", cold.backend.scans() - before);
+        group.bench_function("cold", |b| b.iter(|| assert_children(&runtime.block_on(fleet::list(&catalog)))));
+
+        // Cold with a checkpoint cache that holds every child's identity: zero reads.
+        let cache = ProjectionCache::new(
+            cold.registry.clone(),
+            cold.persistence.clone() as Arc<dyn SessionPersistence>,
+            Arc::new(MemoryCheckpointStore::new()),
+            Arc::new(ManualClock::new(0)),
+            CacheConfig::new(100, 5_000).unwrap(),
+        )
+        .unwrap();
+        runtime.block_on(async {
+            for idx in 0..N_CHILDREN {
+                cache.cold_snapshot(&fleet::child_id(idx), &CancellationToken::new()).await.unwrap();
+            }
+        });
+        let cached = cold.runtime(Some(Arc::new(cache) as Arc<dyn CheckpointSource>));
+        drop(catalog);
+        let before = cold.backend.scans();
+        assert_children(&runtime.block_on(fleet::list(&cached)));
+        eprintln!("{name}: cached listing read {} logs", cold.backend.scans() - before);
+        group.bench_function("cold_cache_hit", |b| b.iter(|| assert_children(&runtime.block_on(fleet::list(&cached)))));
+        drop(cached);
+
+        // The "before" design on the same cold store.
+        let labels = runtime.block_on(fleet::list_before(&cold.persistence, N_CHILDREN));
+        assert!(labels.iter().all(Option::is_some));
+        group.bench_function("before_double_read", |b| {
+            b.iter(|| runtime.block_on(fleet::list_before(&cold.persistence, N_CHILDREN)))
+        });
+
+        // Every child live: zero reads, the registry's watermark cells.
+        let live = Fleet::open(&root, compression);
+        let catalog = live.runtime(None);
+        live.make_children_live(N_CHILDREN, n_events);
+        let before = live.backend.scans();
+        let rows = runtime.block_on(fleet::list(&catalog));
+        assert_eq!(rows.len(), N_CHILDREN);
+        eprintln!("{name}: live listing read {} logs", live.backend.scans() - before);
+        group.bench_function("live", |b| b.iter(|| runtime.block_on(fleet::list(&catalog))));
+        group.finish();
+    }
+}
+
+criterion_group!(benches, listing);
+criterion_main!(benches);

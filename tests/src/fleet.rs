@@ -1,0 +1,223 @@
+//! A parent with many subagent children on disk, in the shape of `shared/bench/README.md`, and
+//! the catalogs that list it: live, cold, cold with a checkpoint cache, and the design note's
+//! "before" baseline. Shared by the listing benchmark and the listing memory probe.
+
+use std::{
+    path::Path,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use session_core::{
+    CreateOptions, HeaderMeta, ManualClock, Origin, SessionEvent, SessionHeader, SessionId, SessionStore,
+};
+use session_persistence::{
+    Backend, Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, Revision, ScanOutcome, ScanSink,
+    SessionPersistence, StoredHeader, TornTail,
+};
+use session_projection::ProjectionRegistry;
+use subagent::{SubagentListEntry, SubagentRuntime, SubagentServices, parse_descriptor};
+use tokio_util::sync::CancellationToken;
+
+use crate::workload::TranscriptBuilder;
+
+pub const PARENT: &str = "s-parent";
+pub const CWD: &str = "/srv/agents/bench";
+/// Turns per durable batch when writing the fleet (the reference flushed every turn; batching
+/// only changes how many zstd frames a log has, and keeps setup fast).
+const TURNS_PER_BATCH: usize = 100;
+
+pub fn child_id(idx: usize) -> SessionId {
+    SessionId::from(format!("s-child-{idx:04}"))
+}
+
+fn header(id: &SessionId, created_at: u64, parent: Option<&str>) -> SessionHeader {
+    let mut header = SessionHeader::new(id.clone(), created_at);
+    header.cwd = Some(CWD.to_owned());
+    if let Some(parent) = parent {
+        header.parent_session = Some(SessionId::from(parent));
+        header.origin = Some(Origin::Subagent);
+        header.delegation_depth = 1;
+    }
+    header
+}
+
+/// The transcript of child `idx`: exactly `n_events` events, a continuable descriptor in turn 1.
+pub fn child_transcript(idx: usize, n_events: u64) -> Vec<Vec<Arc<SessionEvent>>> {
+    TranscriptBuilder::new(1_000 + idx as u64, 1_772_442_000_000, Some(format!("child task {idx}")))
+        .transcript(n_events)
+}
+
+/// Writes the parent and `n_children` children of `n_events` events each under `root`.
+pub async fn write_fleet(root: &Path, compression: Compression, n_children: usize, n_events: u64) {
+    let store = JsonlStore::open(JsonlConfig { root: root.to_path_buf(), compression, pack_chunks: true })
+        .expect("open the fleet store");
+    let persistence = Coordinator::new(Arc::new(store), CoordinatorConfig::default()).expect("coordinator");
+    let cancel = CancellationToken::new();
+    let parent = SessionId::from(PARENT);
+    persistence.create(header(&parent, 1_000, None), &cancel).await.expect("create the parent");
+    let parent_turn = TranscriptBuilder::new(1, 0, None).turn();
+    persistence.append(&parent, parent_turn, &cancel).await.expect("write the parent");
+    for idx in 0..n_children {
+        let id = child_id(idx);
+        persistence.create(header(&id, 2_000 + idx as u64, Some(PARENT)), &cancel).await.expect("create a child");
+        for batch in child_transcript(idx, n_events).chunks(TURNS_PER_BATCH) {
+            let events: Vec<Arc<SessionEvent>> = batch.iter().flatten().cloned().collect();
+            persistence.append(&id, events, &cancel).await.expect("write a child");
+        }
+    }
+}
+
+/// A backend wrapper that counts log reads (scans), to check the listing cost model.
+#[derive(Debug)]
+pub struct CountingBackend {
+    pub inner: Arc<dyn Backend>,
+    pub scans: AtomicU64,
+}
+
+impl CountingBackend {
+    pub fn scans(&self) -> u64 {
+        self.scans.load(Ordering::Relaxed)
+    }
+}
+
+impl Backend for CountingBackend {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn scan(
+        &self,
+        id: &SessionId,
+        cancel: &CancellationToken,
+        sink: &mut dyn ScanSink,
+    ) -> session_persistence::Result<Option<ScanOutcome>> {
+        self.scans.fetch_add(1, Ordering::Relaxed);
+        self.inner.scan(id, cancel, sink)
+    }
+
+    fn revision(&self, id: &SessionId) -> session_persistence::Result<Option<Revision>> {
+        self.inner.revision(id)
+    }
+
+    fn append_batch(
+        &self,
+        header: &SessionHeader,
+        events: &[Arc<SessionEvent>],
+        materialized: bool,
+    ) -> session_persistence::Result<()> {
+        self.inner.append_batch(header, events, materialized)
+    }
+
+    fn commit_repair(
+        &self,
+        header: &SessionHeader,
+        torn: Option<&TornTail>,
+        closers: &[SessionEvent],
+    ) -> session_persistence::Result<()> {
+        self.inner.commit_repair(header, torn, closers)
+    }
+
+    fn list(&self, cancel: &CancellationToken) -> session_persistence::Result<Vec<StoredHeader>> {
+        self.inner.list(cancel)
+    }
+}
+
+/// Everything a listing needs over one fleet store.
+pub struct Fleet {
+    pub backend: Arc<CountingBackend>,
+    pub persistence: Arc<Coordinator>,
+    pub sessions: Arc<SessionStore>,
+    pub registry: Arc<ProjectionRegistry>,
+    _attachment: session_projection::StoreAttachment,
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet").field("scans", &self.backend.scans()).finish_non_exhaustive()
+    }
+}
+
+impl Fleet {
+    /// A cold fleet: nothing is live. Opened read-only, so listings never take the store lock.
+    pub fn open(root: &Path, compression: Compression) -> Fleet {
+        let store =
+            JsonlStore::open_read_only(JsonlConfig { root: root.to_path_buf(), compression, pack_chunks: true })
+                .expect("open the fleet store");
+        let backend = Arc::new(CountingBackend { inner: Arc::new(store), scans: AtomicU64::new(0) });
+        let persistence =
+            Arc::new(Coordinator::new(backend.clone(), CoordinatorConfig::default()).expect("coordinator"));
+        let sessions = Arc::new(SessionStore::new(Arc::new(ManualClock::new(1_772_442_000_000))));
+        let registry = ProjectionRegistry::new();
+        let attachment = registry.attach(&sessions);
+        Fleet { backend, persistence, sessions, registry, _attachment: attachment }
+    }
+
+    /// Makes every child live, as a host running them would hold them (their logs in memory).
+    pub fn make_children_live(&self, n_children: usize, n_events: u64) {
+        for idx in 0..n_children {
+            let id = child_id(idx);
+            let seed: Vec<Arc<SessionEvent>> = child_transcript(idx, n_events).into_iter().flatten().collect();
+            let meta = HeaderMeta {
+                cwd: Some(CWD.to_owned()),
+                parent_session: Some(SessionId::from(PARENT)),
+                created_at: Some(2_000 + idx as u64),
+                origin: Some(Origin::Subagent),
+                delegation_depth: 1,
+                ..HeaderMeta::default()
+            };
+            self.sessions.create(Some(id), CreateOptions { seed: Some(seed), meta }).expect("a live child");
+        }
+    }
+
+    pub fn runtime(&self, cache: Option<Arc<dyn subagent::CheckpointSource>>) -> SubagentRuntime {
+        SubagentRuntime::new(SubagentServices {
+            sessions: Some(self.sessions.clone()),
+            projections: Some(self.registry.clone()),
+            persistence: Some(self.persistence.clone()),
+            cache,
+        })
+        .expect("the subagent units register")
+    }
+}
+
+/// Lists the parent's children.
+pub async fn list(runtime: &SubagentRuntime) -> Vec<SubagentListEntry> {
+    runtime.list_children(&SessionId::from(PARENT), &CancellationToken::new()).await.expect("the listing succeeds")
+}
+
+/// The design note's "before": per child, two full materializations of the log (`listEvents`
+/// and `readEvent`), each followed by a deep copy, then a last-wins scan for the descriptor.
+/// Children are read four at a time, like the new listing. Returns the labels found.
+pub async fn list_before(persistence: &Arc<Coordinator>, n_children: usize) -> Vec<Option<String>> {
+    let cancel = CancellationToken::new();
+    let mut labels = Vec::with_capacity(n_children);
+    for chunk in (0..n_children).collect::<Vec<_>>().chunks(subagent::COLD_READ_CONCURRENCY) {
+        let reads = chunk.iter().map(|&idx| {
+            let persistence = persistence.clone();
+            let cancel = cancel.clone();
+            async move {
+                let id = child_id(idx);
+                let listed = persistence.read_from(&id, 0, &cancel).await.expect("listEvents");
+                let listed_copy: Vec<SessionEvent> =
+                    listed.events.iter().map(|event| SessionEvent::clone(event)).collect();
+                let read = persistence.read_from(&id, 0, &cancel).await.expect("readEvent");
+                let read_copy: Vec<SessionEvent> = read.events.iter().map(|event| SessionEvent::clone(event)).collect();
+                std::hint::black_box(&listed_copy);
+                let mut label = None;
+                for event in read_copy.iter().filter(|event| event.kind == subagent::DESCRIPTOR_EVENT) {
+                    label = match parse_descriptor(&event.data.to_value()) {
+                        Ok(subagent::DescriptorParse::Supported(descriptor)) => descriptor.label().map(str::to_owned),
+                        _ => None,
+                    };
+                }
+                label
+            }
+        });
+        let chunk_labels = futures::future::join_all(reads).await;
+        labels.extend(chunk_labels);
+    }
+    labels
+}
