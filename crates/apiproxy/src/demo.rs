@@ -80,13 +80,24 @@ pub fn append_turn(session: &Session, turn: u64, prompt: &str, answer: &str) -> 
 pub struct Demo {
     stop: CancellationToken,
     appender: JoinHandle<()>,
+    child: Arc<Session>,
 }
 
 impl Demo {
-    /// Stops the live child's appender and waits for it.
+    /// Stops the live child's appender, waits for it, and closes the child's open turn so the
+    /// stored demo stays healthy.
     pub async fn stop(self) {
         self.stop.cancel();
         let _ = self.appender.await;
+        if self.child.has_open_turn() {
+            let turn = self.child.open_turn().unwrap_or(0);
+            let closed = self.child.append("step/end", &json!({"turn": turn, "step": 1}), None).and_then(|_| {
+                self.child.append("turn/end", &json!({"turn": turn, "reason": {"kind": "completed"}}), None)
+            });
+            if let Err(error) = closed {
+                tracing::warn!(%error, "the demo's live child could not close its turn");
+            }
+        }
     }
 }
 
@@ -129,8 +140,13 @@ pub async fn seed(proxy: &ApiProxy) -> Result<Demo, ProxyError> {
         let parent = store
             .create(Some(SessionId::from(DEMO_PARENT)), session_core::CreateOptions { seed: None, meta })
             .map_err(other_error)?;
-        append_turn(&parent, 1, "The nightly build is red. What broke?", "The integration job fails on a missing fixture.")
-            .map_err(session_error)?;
+        append_turn(
+            &parent,
+            1,
+            "The nightly build is red. What broke?",
+            "The integration job fails on a missing fixture.",
+        )
+        .map_err(session_error)?;
 
         let continuable = ContinuableDescriptor {
             provider: "demo".to_owned(),
@@ -143,10 +159,12 @@ pub async fn seed(proxy: &ApiProxy) -> Result<Demo, ProxyError> {
         let options = |id: &str| ChildOptions { id: Some(SessionId::from(id)), ..ChildOptions::default() };
         let child = subagent::create_continuable_child(store, &parent, continuable.clone(), options(DEMO_CONTINUABLE))
             .map_err(other_error)?;
-        append_turn(&child, 1, "Triage the failing build.", "The fixture directory was renamed.").map_err(session_error)?;
+        append_turn(&child, 1, "Triage the failing build.", "The fixture directory was renamed.")
+            .map_err(session_error)?;
         park(proxy, &child).await?;
 
-        let one_shot = OneShotDescriptor { provider: "demo".to_owned(), label: Some("check the runner image".to_owned()) };
+        let one_shot =
+            OneShotDescriptor { provider: "demo".to_owned(), label: Some("check the runner image".to_owned()) };
         let child = subagent::create_one_shot_child(store, &parent, one_shot.clone(), options(DEMO_ONE_SHOT))
             .map_err(other_error)?;
         let session = Arc::clone(child.session());
@@ -158,14 +176,19 @@ pub async fn seed(proxy: &ApiProxy) -> Result<Demo, ProxyError> {
         let answer = assistant_message(1, 1, "demo-oneshot-a1", "The image sets CI=true and NODE_ENV=test.");
         session.append("assistant/message", &answer, Some(SurfaceIntent::append())).map_err(session_error)?;
         session.append("step/end", &json!({"turn": 1, "step": 1}), None).map_err(session_error)?;
-        session.append("turn/end", &json!({"turn": 1, "reason": {"kind": "completed"}}), None).map_err(session_error)?;
+        session
+            .append("turn/end", &json!({"turn": 1, "reason": {"kind": "completed"}}), None)
+            .map_err(session_error)?;
         park(proxy, &session).await?;
 
         // Died before its first step: no descriptor was ever written.
-        let child = subagent::create_one_shot_child(store, &parent, one_shot, options(DEMO_SETTLED)).map_err(other_error)?;
+        let child =
+            subagent::create_one_shot_child(store, &parent, one_shot, options(DEMO_SETTLED)).map_err(other_error)?;
         let session = Arc::clone(child.session());
         session.append("turn/start", &json!({"turn": 1}), None).map_err(session_error)?;
-        session.append("turn/end", &json!({"turn": 1, "reason": {"kind": "completed"}}), None).map_err(session_error)?;
+        session
+            .append("turn/end", &json!({"turn": 1, "reason": {"kind": "completed"}}), None)
+            .map_err(session_error)?;
         park(proxy, &session).await?;
 
         let fork = store.fork(parent.id(), None, Some(SessionId::from(DEMO_FORK))).map_err(other_error)?;
@@ -184,8 +207,8 @@ pub async fn seed(proxy: &ApiProxy) -> Result<Demo, ProxyError> {
     live(proxy, DEMO_PARENT).await?;
     let child = live(proxy, DEMO_LIVE).await?;
     let stop = CancellationToken::new();
-    let appender = tokio::spawn(keep_appending(child, stop.clone()));
-    Ok(Demo { stop, appender })
+    let appender = tokio::spawn(keep_appending(Arc::clone(&child), stop.clone()));
+    Ok(Demo { stop, appender, child })
 }
 
 /// Appends to the live child, one event per tick: each turn streams a few chunks and ends.

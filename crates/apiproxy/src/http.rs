@@ -108,9 +108,8 @@ async fn entry(State(shared): State<Arc<Shared>>, request: Request) -> Response 
     // Dropping this request's future (the client went away) cancels the reads it started.
     let cancel = CancellationToken::new();
     let _cancel_on_drop = cancel.clone().drop_guard();
-    let outcome = AssertUnwindSafe(methods::dispatch(&shared, &caller, method, &request.payload, &cancel))
-        .catch_unwind()
-        .await;
+    let outcome =
+        AssertUnwindSafe(methods::dispatch(&shared, &caller, method, &request.payload, &cancel)).catch_unwind().await;
     match outcome {
         Ok(result) => json_response(&wire::server_response(&request.rpc_id, &result)),
         Err(payload) => {
@@ -152,13 +151,9 @@ async fn read_body(request: Request, limit: usize) -> Result<Bytes, Response> {
     match axum::body::to_bytes(body, limit).await {
         Ok(bytes) => Ok(bytes),
         Err(error) => {
-            let over = std::error::Error::source(&error)
-                .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
-            if over {
-                Err(too_large())
-            } else {
-                Err(text(StatusCode::BAD_REQUEST, "body could not be read"))
-            }
+            let over =
+                std::error::Error::source(&error).is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+            if over { Err(too_large()) } else { Err(text(StatusCode::BAD_REQUEST, "body could not be read")) }
         }
     }
 }

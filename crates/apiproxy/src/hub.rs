@@ -195,13 +195,15 @@ impl StoreObserver for Hub {
                 let header = Arc::clone(session.header());
                 let last_seq = session.len() as i64 - 1;
                 let running = session.has_open_turn();
-                state
-                    .live
-                    .insert(session.id().clone(), LiveSession { header: Arc::clone(&header), last_seq, running });
+                state.live.insert(session.id().clone(), LiveSession { header: Arc::clone(&header), last_seq, running });
                 let id = session.id().as_str();
-                fan_out(&mut state, StreamKind::Mux, header.owner.as_deref(), || Frame::session_subscribed(id, last_seq));
+                fan_out(&mut state, StreamKind::Mux, header.owner.as_deref(), || {
+                    Frame::session_subscribed(id, last_seq)
+                });
                 let blank = !session.events().iter().any(|event| event.kind == "turn/start");
-                fan_out(&mut state, StreamKind::Host, header.owner.as_deref(), || Frame::host_session_added(&header, blank));
+                fan_out(&mut state, StreamKind::Host, header.owner.as_deref(), || {
+                    Frame::host_session_added(&header, blank)
+                });
             }
             StoreEvent::Event(session, event) => {
                 let Some(live) = state.live.get_mut(session.id()) else { return Ok(()) };
@@ -228,7 +230,8 @@ impl StoreObserver for Hub {
             }
             StoreEvent::Disposed(session) => {
                 // A newer instance of the same id may already be live; only this one leaves.
-                let current = state.live.get(session.id()).is_some_and(|live| Arc::ptr_eq(&live.header, session.header()));
+                let current =
+                    state.live.get(session.id()).is_some_and(|live| Arc::ptr_eq(&live.header, session.header()));
                 if current && let Some(live) = state.live.remove(session.id()) {
                     let id = session.id().as_str();
                     fan_out(&mut state, StreamKind::Host, live.header.owner.as_deref(), || {

@@ -157,7 +157,8 @@ fn parse_owner_token(text: &str) -> Result<OwnerToken, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let default_filter = if matches!(cli.command, Command::Serve { .. }) { "info" } else { "warn" };
-    let filter = cli.log.clone().or_else(|| std::env::var("APIPROXY_LOG").ok()).unwrap_or_else(|| default_filter.to_owned());
+    let filter =
+        cli.log.clone().or_else(|| std::env::var("APIPROXY_LOG").ok()).unwrap_or_else(|| default_filter.to_owned());
     let filter = match tracing_subscriber::EnvFilter::try_new(&filter) {
         Ok(filter) => filter,
         Err(error) => {
@@ -185,7 +186,8 @@ fn main() -> ExitCode {
 async fn run(command: Command) -> Result<ExitCode> {
     match command {
         Command::Serve { store, listen, token, owner_tokens, allowed_hosts, max_body_bytes, demo } => {
-            let access = AccessConfig { operator_tokens: token.clone().into_iter().collect(), owner_tokens, allowed_hosts };
+            let access =
+                AccessConfig { operator_tokens: token.clone().into_iter().collect(), owner_tokens, allowed_hosts };
             serve(store.options(), listen, access, max_body_bytes, demo, token).await?;
             Ok(ExitCode::SUCCESS)
         }
@@ -326,7 +328,10 @@ async fn serve(
     coordinator.attach(&store)?;
     let persistence: Arc<dyn SessionPersistence> = coordinator.clone();
     let config = ProxyConfig { max_body_bytes, access, ..ProxyConfig::default() };
-    let proxy = ApiProxy::new(ProxyParts { store, persistence: Some(persistence), registry: ProjectionRegistry::new() }, config)?;
+    let proxy = ApiProxy::new(
+        ProxyParts { store, persistence: Some(persistence), registry: ProjectionRegistry::new() },
+        config,
+    )?;
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;
     let demo = if demo { Some(apiproxy::demo::seed(&proxy).await?) } else { None };

@@ -84,7 +84,8 @@ pub async fn list_subagents(
     })?;
     let cancel = CancellationToken::new();
     let parent = SessionId::from(parent);
-    let failed = |error: subagent::SubagentError| ProxyError::Session { message: format!("listing subagents failed: {error}") };
+    let failed =
+        |error: subagent::SubagentError| ProxyError::Session { message: format!("listing subagents failed: {error}") };
     if descendants {
         let rows = runtime.list_descendants(&parent, &cancel).await.map_err(failed)?;
         Ok(rows.iter().map(|row| serde_json::to_value(row).expect("rows serialize")).collect())
@@ -187,7 +188,9 @@ pub async fn verify_log(coordinator: &Coordinator, header: &SessionHeader, repai
     .await;
     let torn = match scanned {
         Ok(Ok(Some(outcome))) => outcome.torn.is_some(),
-        Ok(Ok(None)) => return report(0, LogStatus::Unreadable { message: "the log vanished during the scan".to_owned() }),
+        Ok(Ok(None)) => {
+            return report(0, LogStatus::Unreadable { message: "the log vanished during the scan".to_owned() });
+        }
         Ok(Err(error)) => return report(0, classify(error)),
         Err(join_error) => {
             return report(0, LogStatus::Unreadable { message: format!("the scan failed: {join_error}") });

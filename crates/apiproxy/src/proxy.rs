@@ -7,13 +7,7 @@ use session_persistence::SessionPersistence;
 use session_projection::{ChangeSubscription, ProjectionRegistry, Registration, StoreAttachment};
 use tokio::net::TcpListener;
 
-use crate::{
-    access::is_loopback_listen,
-    config::ProxyConfig,
-    error::ProxyError,
-    hub::Hub,
-    units::SessionListMetadata,
-};
+use crate::{access::is_loopback_listen, config::ProxyConfig, error::ProxyError, hub::Hub, units::SessionListMetadata};
 
 /// The services a gateway is built over.
 #[derive(Clone)]
@@ -52,7 +46,8 @@ pub(crate) struct Shared {
     /// The subagent catalog over the same store, registry and persistence.
     pub(crate) subagents: subagent::SubagentRuntime,
     /// One-shot children whose descriptor is appended when their first step starts.
-    pub(crate) pending_one_shots: parking_lot::Mutex<std::collections::HashMap<session_core::SessionId, Arc<subagent::OneShotChild>>>,
+    pub(crate) pending_one_shots:
+        parking_lot::Mutex<std::collections::HashMap<session_core::SessionId, Arc<subagent::OneShotChild>>>,
     hub_observer: ObserverId,
     _registry_attachment: StoreAttachment,
     _list_metadata: Registration,
@@ -166,7 +161,11 @@ impl ApiProxy {
 
     /// Serves on `listener` until `shutdown` resolves, then waits for open requests to finish.
     /// Refuses a non-loopback listener without a bearer token.
-    pub async fn serve(&self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ProxyError> {
+    pub async fn serve(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ProxyError> {
         let addr = listener.local_addr().map_err(|source| ProxyError::io("the listening socket", source))?;
         self.check_listen(&addr)?;
         *self.shared.listen.lock() = Some(addr);

@@ -154,7 +154,11 @@ fn check_adoptable(caller: &Caller, header: &SessionHeader, request: &CreateRequ
 }
 
 /// Loads a cold session (committing any crash repair) and publishes it live again.
-pub(crate) async fn resume(shared: &Shared, id: &SessionId, cancel: &CancellationToken) -> Result<Arc<Session>, RpcError> {
+pub(crate) async fn resume(
+    shared: &Shared,
+    id: &SessionId,
+    cancel: &CancellationToken,
+) -> Result<Arc<Session>, RpcError> {
     let failed = |error: &dyn std::fmt::Display| {
         tracing::error!(session = %id, %error, "resuming a session failed");
         RpcError::internal(format!("resume failed for session \"{id}\""))
@@ -221,7 +225,9 @@ pub(super) async fn create(
                         return Ok(created(session.header()));
                     }
                     Err(PersistenceError::NotFound { .. }) => {}
-                    Err(PersistenceError::Cancelled) => return Err(RpcError::cancelled("session create was cancelled")),
+                    Err(PersistenceError::Cancelled) => {
+                        return Err(RpcError::cancelled("session create was cancelled"));
+                    }
                     Err(error) => {
                         tracing::error!(session = %id, %error, "inspecting a session to adopt failed");
                         return Err(RpcError::internal(format!("resume failed for session \"{id}\"")));
@@ -362,7 +368,8 @@ pub(super) fn append(shared: &Shared, caller: &Caller, request: AppendRequest) -
 
 /// `bad-request` for the event at `idx`, saying how far the batch got.
 fn rejected(idx: usize, last: Option<u64>, message: String) -> RpcError {
-    let committed = last.map_or_else(|| "none were appended".to_owned(), |last| format!("events through seq {last} were appended"));
+    let committed =
+        last.map_or_else(|| "none were appended".to_owned(), |last| format!("events through seq {last} were appended"));
     RpcError::bad_request(
         format!("event {idx} was rejected ({committed}): {message}"),
         vec![Issue::new("custom", vec![PathSegment::from("events"), PathSegment::from(idx)], message)],
@@ -397,7 +404,9 @@ pub(super) async fn release(shared: &Shared, caller: &Caller, request: ReleaseRe
         Err(StoreError::NotLive { .. }) => return Err(RpcError::session_not_attached(id)),
         Err(error) => {
             tracing::error!(session = id, %error, "flushing a session before release failed");
-            return Err(RpcError::internal(format!("failed to release session \"{id}\": it could not be made durable")));
+            return Err(RpcError::internal(format!(
+                "failed to release session \"{id}\": it could not be made durable"
+            )));
         }
     }
     let last_seq = session.len() as i64 - 1;

@@ -11,8 +11,7 @@ use std::{collections::HashMap, sync::Arc};
 use serde_json::{Value, json};
 use session_core::{SessionHeader, SessionId};
 use subagent::{
-    ChildOptions, ContinuableDescriptor, CreateChildError, OneShotDescriptor, SubagentError,
-    SubagentErrorCode,
+    ChildOptions, ContinuableDescriptor, CreateChildError, OneShotDescriptor, SubagentError, SubagentErrorCode,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -105,7 +104,12 @@ async fn headers(
 }
 
 /// Whether `parent` is visible to `caller`: live, else persisted, of the caller's owner.
-async fn parent_visible(shared: &Shared, caller: &Caller, parent: &SessionId, cancel: &CancellationToken) -> Result<bool, RpcError> {
+async fn parent_visible(
+    shared: &Shared,
+    caller: &Caller,
+    parent: &SessionId,
+    cancel: &CancellationToken,
+) -> Result<bool, RpcError> {
     if caller.owner.is_none() {
         return Ok(true);
     }
@@ -132,10 +136,8 @@ pub(super) async fn list(
         entries.retain(|entry| headers.get(entry.id()).is_some_and(|header| caller.sees(header)));
     }
     let parent_available = shared.store.get(&parent).is_some_and(|session| caller.sees(session.header()));
-    let catalog = SubagentCatalog {
-        entries: entries.iter().map(|entry| wire_entry(shared, entry)).collect(),
-        parent_available,
-    };
+    let catalog =
+        SubagentCatalog { entries: entries.iter().map(|entry| wire_entry(shared, entry)).collect(), parent_available };
     Ok(serde_json::to_value(&catalog).expect("wire values serialize"))
 }
 
@@ -169,22 +171,23 @@ pub(super) async fn history(
         }
         _ => return Err(RpcError::subagent_not_found(parent_id, child_id, mode)),
     }
-    let cut = history::read(shared, caller, child_id, request.before_seq.is_none(), cancel).await.map_err(|error| {
-        match error {
-            ReadError::NotFound => RpcError::new(
-                ErrorKind::SubagentNotFound {
-                    parent_session_id: parent_id.to_owned(),
-                    child_session_id: child_id.to_owned(),
-                },
-                "subagent disappeared during history read",
-            ),
-            ReadError::Cancelled => RpcError::cancelled("subagent history read was cancelled"),
-            ReadError::Failed(error) => {
-                tracing::error!(session = child_id, %error, "reading a subagent's history failed");
-                RpcError::internal("subagent history read failed")
-            }
-        }
-    })?;
+    let cut =
+        history::read(shared, caller, child_id, request.before_seq.is_none(), cancel).await.map_err(
+            |error| match error {
+                ReadError::NotFound => RpcError::new(
+                    ErrorKind::SubagentNotFound {
+                        parent_session_id: parent_id.to_owned(),
+                        child_session_id: child_id.to_owned(),
+                    },
+                    "subagent disappeared during history read",
+                ),
+                ReadError::Cancelled => RpcError::cancelled("subagent history read was cancelled"),
+                ReadError::Failed(error) => {
+                    tracing::error!(session = child_id, %error, "reading a subagent's history failed");
+                    RpcError::internal("subagent history read failed")
+                }
+            },
+        )?;
     if cancel.is_cancelled() {
         return Err(RpcError::cancelled("subagent history read was cancelled"));
     }
@@ -208,7 +211,8 @@ pub(super) async fn spawn(
     _cancel: &CancellationToken,
 ) -> Result<Value, RpcError> {
     let parent_id = request.parent_session_id.as_str();
-    let Some(parent) = shared.store.get(&SessionId::from(parent_id)).filter(|parent| caller.sees(parent.header())) else {
+    let Some(parent) = shared.store.get(&SessionId::from(parent_id)).filter(|parent| caller.sees(parent.header()))
+    else {
         return Err(RpcError::new(
             ErrorKind::SubagentParentUnavailable { parent_session_id: parent_id.to_owned() },
             format!("parent session \"{parent_id}\" is not live"),

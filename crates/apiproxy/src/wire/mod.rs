@@ -212,7 +212,10 @@ pub enum SubagentListEntry {
         activity: &'static str,
         has_children: bool,
     },
-    Diagnostic { id: String, reason: DiagnosticReason },
+    Diagnostic {
+        id: String,
+        reason: DiagnosticReason,
+    },
 }
 
 /// The value of `subagent.list`.

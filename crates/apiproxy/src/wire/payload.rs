@@ -122,7 +122,9 @@ impl<'a> Fields<'a> {
     pub fn of(payload: &'a Value) -> Result<Fields<'a>, Vec<Issue>> {
         match payload {
             Value::Object(object) => Ok(Fields { object, issues: Vec::new() }),
-            other => Err(vec![Issue::new("invalid_type", Vec::new(), format!("expected object, received {}", kind(other)))]),
+            other => {
+                Err(vec![Issue::new("invalid_type", Vec::new(), format!("expected object, received {}", kind(other)))])
+            }
         }
     }
 
@@ -303,7 +305,9 @@ fn new_event(item: &Value) -> Result<NewEvent, Vec<Issue>> {
     let mut fields = Fields::of(item)?;
     let event_type = fields.string_field("type", true).map(str::to_owned);
     if let Some(event_type) = &event_type
-        && (event_type.is_empty() || event_type.len() > MAX_EVENT_TYPE_BYTES || event_type.chars().any(char::is_control))
+        && (event_type.is_empty()
+            || event_type.len() > MAX_EVENT_TYPE_BYTES
+            || event_type.chars().any(char::is_control))
     {
         fields.issue("custom", "type", format!("must be 1 to {MAX_EVENT_TYPE_BYTES} bytes without control characters"));
     }

@@ -1,0 +1,186 @@
+//! The `apiproxy` binary against a store with healthy, torn, interrupted and corrupt logs:
+//! `verify` (with and without `--repair`), `sessions list|show`, `subagents list`, and its exit
+//! codes and one-line errors.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    sync::Arc,
+};
+
+use serde_json::{Value, json};
+use session_core::{CreateOptions, HeaderMeta, ManualClock, SessionId, SessionStore, SurfaceIntent};
+use session_persistence::{Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore};
+use subagent::{ChildOptions, ContinuableDescriptor};
+
+fn apiproxy(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_apiproxy"))
+        .args(args)
+        .env_remove("APIPROXY_LOG")
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn log_path(root: &Path, id: &str) -> PathBuf {
+    root.join("--w--").join(id).join("session.jsonl")
+}
+
+/// Writes a raw-encoded store: `healthy`, `torn`, `corrupt`, `open` (an interrupted turn), and a
+/// parent `p` with a continuable child `kid`.
+async fn write_store(root: &Path) {
+    let backend =
+        JsonlStore::open(JsonlConfig { root: root.to_owned(), compression: Compression::None, pack_chunks: true })
+            .unwrap();
+    let coordinator = Coordinator::new(Arc::new(backend), CoordinatorConfig::default()).unwrap();
+    let store = Arc::new(SessionStore::new(Arc::new(ManualClock::new(1_000))));
+    coordinator.attach(&store).unwrap();
+    let meta = || HeaderMeta { cwd: Some("/w".to_owned()), ..HeaderMeta::default() };
+    let mut sessions = Vec::new();
+    for id in ["healthy", "torn", "corrupt", "open", "p"] {
+        let session = store.create(Some(SessionId::from(id)), CreateOptions { seed: None, meta: meta() }).unwrap();
+        apiproxy::demo::append_turn(&session, 1, "question", "an answer in words").unwrap();
+        sessions.push(session);
+    }
+    let open = &sessions[3];
+    open.append("turn/start", &json!({"turn": 2}), None).unwrap();
+    let message = apiproxy::demo::user_message("u2", "again");
+    open.append("user/message", &message, Some(SurfaceIntent::append())).unwrap();
+    let descriptor = ContinuableDescriptor {
+        provider: "test".to_owned(),
+        label: "a kid".to_owned(),
+        agent_provider: None,
+        agent_model: None,
+        persona: None,
+        tool_filter: None,
+    };
+    let options = ChildOptions { id: Some(SessionId::from("kid")), ..ChildOptions::default() };
+    let kid = subagent::create_continuable_child(&store, &sessions[4], descriptor, options).unwrap();
+    apiproxy::demo::append_turn(&kid, 1, "do it", "done").unwrap();
+    sessions.push(kid);
+    for session in &sessions {
+        store.flush(session.id()).await.unwrap();
+    }
+    coordinator.close().await.unwrap();
+}
+
+/// Removes the final newline of `torn` and garbles a line in the middle of `corrupt`.
+fn damage(root: &Path) {
+    let torn = log_path(root, "torn");
+    let mut bytes = fs::read(&torn).unwrap();
+    assert_eq!(bytes.pop(), Some(b'\n'));
+    fs::write(&torn, bytes).unwrap();
+    let corrupt = log_path(root, "corrupt");
+    let text = fs::read_to_string(&corrupt).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines[3] = "{\"type\":\"turn/start\",\"seq\":2,\"tim";
+    fs::write(&corrupt, format!("{}\n", lines.join("\n"))).unwrap();
+}
+
+fn status_of(report: &str, id: &str) -> String {
+    report
+        .lines()
+        .find(|line| line.split_whitespace().nth(1) == Some(id))
+        .and_then(|line| line.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no line for {id} in:\n{report}"))
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_sessions_and_subagents() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    write_store(&root).await;
+    let store = root.to_str().unwrap();
+    let common = ["--store", store, "--compression", "none"];
+    let with = |args: &[&'static str]| -> Vec<String> {
+        args.iter().map(|arg| (*arg).to_owned()).chain(common.iter().map(|arg| (*arg).to_owned())).collect()
+    };
+    let run = |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        apiproxy(&args)
+    };
+
+    // Healthy except the interrupted one.
+    let output = tokio::task::spawn_blocking({
+        let args = with(&["verify"]);
+        move || run(args)
+    })
+    .await
+    .unwrap();
+    let report = stdout(&output);
+    assert_eq!(output.status.code(), Some(3), "{report}");
+    assert_eq!(status_of(&report, "healthy"), "healthy");
+    assert_eq!(status_of(&report, "open"), "interrupted");
+
+    damage(&root);
+    let output = run(with(&["verify"]));
+    let report = stdout(&output);
+    assert_eq!(output.status.code(), Some(3), "{report}");
+    for (id, status) in
+        [("healthy", "healthy"), ("torn", "torn"), ("corrupt", "corrupt"), ("open", "interrupted"), ("kid", "healthy")]
+    {
+        assert_eq!(status_of(&report, id), status, "{report}");
+    }
+    assert!(report.contains("6 logs, 3 healthy, 3 not healthy"), "{report}");
+
+    // Repair commits what can be repaired; the corrupt log stays corrupt.
+    let output = run(with(&["verify", "--repair"]));
+    let report = stdout(&output);
+    assert_eq!(output.status.code(), Some(3), "{report}");
+    assert_eq!(status_of(&report, "torn"), "repaired");
+    assert_eq!(status_of(&report, "open"), "repaired");
+    assert_eq!(status_of(&report, "corrupt"), "corrupt");
+    let output = run(with(&["verify"]));
+    let report = stdout(&output);
+    assert_eq!(status_of(&report, "torn"), "healthy", "{report}");
+    assert_eq!(status_of(&report, "open"), "healthy", "{report}");
+
+    // Sessions.
+    let output = run(with(&["sessions", "list", "--json"]));
+    assert!(output.status.success());
+    let headers: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let ids: Vec<&str> = headers.as_array().unwrap().iter().map(|header| header["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["corrupt", "healthy", "kid", "open", "p", "torn"]);
+    let output = run(with(&["sessions", "list"]));
+    assert!(stdout(&output).lines().any(|line| line.starts_with("kid\t") && line.contains("origin=subagent")));
+    let output = run(with(&["sessions", "show", "open", "--json"]));
+    let shown: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(shown["header"]["id"], "open");
+    let events = shown["events"].as_array().unwrap();
+    assert_eq!(events.last().unwrap()["type"], "turn/end");
+    let output = run(with(&["sessions", "show", "healthy"]));
+    assert!(stdout(&output).lines().nth(1).unwrap().contains("turn/start"));
+
+    // Subagents, as wire rows.
+    let output = run(with(&["subagents", "list", "p", "--json"]));
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let rows: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        rows,
+        json!([{"kind": "child", "id": "kid", "mode": "continuable", "label": "a kid", "activity": "inactive", "hasChildren": false}])
+    );
+    let output = run(with(&["subagents", "list", "p", "--descendants", "--json"]));
+    let rows: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!((rows[0]["parentId"].clone(), rows[0]["depth"].clone()), (json!("p"), json!(1)));
+
+    // One-line errors and exit codes.
+    let output = run(with(&["sessions", "show", "missing"]));
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.trim(), "apiproxy: session \"missing\" not found");
+    let missing = dir.path().join("nowhere");
+    let output = apiproxy(&["sessions", "list", "--store", missing.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&output.stderr).lines().count(), 1);
+    let output = apiproxy(&["verify", "--bogus"]);
+    assert_eq!(output.status.code(), Some(2));
+    // Serving off loopback without a token is refused before anything is opened.
+    let output = apiproxy(&["serve", "--store", store, "--listen", "0.0.0.0:0"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("without a bearer token"));
+}

@@ -1,0 +1,11 @@
+//! Integration tests of the gateway through real HTTP and WebSocket on `127.0.0.1:0`, and of the
+//! `apiproxy` binary against stores with healthy, torn and corrupt logs.
+
+mod carrier;
+mod cli;
+mod history;
+mod owners;
+mod sessions;
+mod streams;
+mod subagents;
+mod support;

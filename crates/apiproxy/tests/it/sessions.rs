@@ -1,0 +1,148 @@
+//! `session.list`, `session.create` (adoption, resume, conflicts), `session.fork`, and the runtime
+//! methods `session.append` and `session.release`.
+
+use serde_json::{Value, json};
+
+use crate::support::{Server, session_with_turns, turn, user_message};
+
+fn row<'a>(list: &'a Value, id: &str) -> Option<&'a Value> {
+    list["items"].as_array().unwrap().iter().find(|row| row["sessionId"] == id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_list_append_release_resume() {
+    let server = Server::start().await;
+    let minted = server.ok(None, "session.create", json!({})).await;
+    let minted_id = minted["sessionId"].as_str().unwrap().to_owned();
+    assert!(minted_id.starts_with("session-"), "{minted}");
+    let created =
+        server.ok(None, "session.create", json!({"sessionId": "s1", "cwd": "/w", "agentPreset": "coder"})).await;
+    assert_eq!(created, json!({"sessionId": "s1", "agentPreset": "coder"}));
+
+    let list = server.ok(None, "session.list", json!({"cursor": "ignored"})).await;
+    let s1 = row(&list, "s1").unwrap();
+    assert_eq!(
+        (s1["blank"].clone(), s1["running"].clone(), s1["cwd"].clone()),
+        (json!(true), json!(false), json!("/w"))
+    );
+    assert_eq!(s1["projections"]["values"]["sessionListMetadata"], json!({"blank": true, "lastPromptAt": null}));
+    assert_eq!(row(&list, &minted_id).unwrap()["cwd"], "/srv/work");
+
+    // Explicit ids are idempotent; a different cwd or preset conflicts.
+    assert_eq!(server.ok(None, "session.create", json!({"sessionId": "s1"})).await["sessionId"], "s1");
+    let conflict =
+        server.err(None, "session.create", json!({"sessionId": "s1", "cwd": "/other"}), "session-conflict").await;
+    assert_eq!(conflict["details"], json!({"sessionId": "s1", "requestedCwd": "/other", "existingCwd": "/w"}));
+    let conflict = server
+        .err(None, "session.create", json!({"sessionId": "s1", "agentPreset": "x"}), "agent-preset-conflict")
+        .await;
+    assert_eq!(conflict["details"], json!({"sessionId": "s1", "requestedPreset": "x", "existingPreset": "coder"}));
+    let missing = server.err(None, "session.create", json!({"workspaceId": "w1"}), "workspace-not-found").await;
+    assert_eq!(missing["details"], json!({"workspaceId": "w1"}));
+
+    // Appends: seqs, expectedSeq, and running status inside a turn.
+    let appended = server.ok(None, "session.append", json!({"sessionId": "s1", "events": turn(1)})).await;
+    assert_eq!(appended, json!({"firstSeq": 0, "lastSeq": 5}));
+    let busy = server
+        .err(None, "session.append", json!({"sessionId": "s1", "expectedSeq": 3, "events": turn(2)}), "agent-busy")
+        .await;
+    assert_eq!(busy["details"]["reason"], "expected next seq 3, but the session is at seq 6");
+    let started = server
+        .ok(
+            None,
+            "session.append",
+            json!({"sessionId": "s1", "expectedSeq": 6, "events": [{"type": "turn/start", "data": {"turn": 2}}]}),
+        )
+        .await;
+    assert_eq!(started["firstSeq"], 6);
+    let list = server.ok(None, "session.list", json!({})).await;
+    let s1 = row(&list, "s1").unwrap();
+    assert_eq!((s1["blank"].clone(), s1["running"].clone()), (json!(false), json!(true)));
+    assert_eq!(s1["updatedAt"], 1_700_000_000_000i64);
+    assert_eq!(s1["projections"]["asOfSeq"], 6);
+
+    // Rejected events: unknown vocabulary, a malformed message, a surface rule; nothing appended.
+    let cases = [
+        json!({"type": "made/up", "data": {}}),
+        json!({"type": "user/message", "surfaceOp": "append", "data": {"role": "user"}}),
+        json!({"type": "user/message", "data": {"id": "u", "role": "user", "source": {"kind": "user"}, "content": []}}),
+    ];
+    for event in cases {
+        let error =
+            server.err(None, "session.append", json!({"sessionId": "s1", "events": [event]}), "bad-request").await;
+        assert_eq!(error["details"]["issues"][0]["path"], json!(["events", 0]), "{error}");
+        assert!(error["message"].as_str().unwrap().contains("none were appended"), "{error}");
+    }
+    // A batch stops at its first bad event and says how far it got.
+    let batch = json!([user_message("u2", "next"), {"type": "made/up", "data": {}}]);
+    let error = server.err(None, "session.append", json!({"sessionId": "s1", "events": batch}), "bad-request").await;
+    assert!(error["message"].as_str().unwrap().contains("events through seq 7 were appended"), "{error}");
+
+    // Release: the session becomes cold; runtime methods no longer reach it.
+    let released = server.ok(None, "session.release", json!({"sessionId": "s1"})).await;
+    assert_eq!(released, json!({"released": true, "lastSeq": 7}));
+    assert!(server.store().get(&"s1".into()).is_none());
+    let gone =
+        server.err(None, "session.append", json!({"sessionId": "s1", "events": turn(3)}), "session-not-found").await;
+    assert_eq!(gone["message"], "session \"s1\" not found (not attached)");
+    server.err(None, "session.release", json!({"sessionId": "s1"}), "session-not-found").await;
+    let list = server.ok(None, "session.list", json!({})).await;
+    let cold = row(&list, "s1").unwrap();
+    assert_eq!((cold["running"].clone(), cold["blank"].clone()), (json!(false), json!(false)));
+    assert!(cold.get("projections").is_none());
+
+    // Resume by explicit create: the crash closers of the open turn are committed, then the
+    // session is live again with a seed boundary.
+    assert_eq!(server.ok(None, "session.create", json!({"sessionId": "s1", "cwd": "/w"})).await["sessionId"], "s1");
+    let live = server.store().get(&"s1".into()).unwrap();
+    let kinds: Vec<String> = live.events().iter().map(|event| event.kind.to_string()).collect();
+    assert_eq!(&kinds[6..], ["turn/start", "user/message", "turn/end", "session/end-seed"]);
+    server.ok(None, "session.append", json!({"sessionId": "s1", "events": turn(3)})).await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_boundaries() {
+    let server = Server::start().await;
+    session_with_turns(&server, None, "src", 2).await;
+    server
+        .ok(
+            None,
+            "session.append",
+            json!({"sessionId": "src", "events": [
+                {"type": "session/title", "data": {"title": "named"}},
+                {"type": "turn/start", "data": {"turn": 3}},
+            ]}),
+        )
+        .await;
+    // Default: the last completed turn, extended through the out-of-band title.
+    let fork = server.ok(None, "session.fork", json!({"sessionId": "src"})).await;
+    let fork_id = fork["sessionId"].as_str().unwrap();
+    let child = server.store().get(&fork_id.into()).unwrap();
+    assert_eq!(child.header().parent_session.as_ref().unwrap().as_str(), "src");
+    assert_eq!(child.header().seed_length, Some(13));
+    assert!(child.header().origin.is_none());
+    assert_eq!(child.events().last().unwrap().kind, "session/end-seed");
+    // An anchor inside the first turn cuts at its end.
+    let fork = server.ok(None, "session.fork", json!({"sessionId": "src", "atSeq": 2})).await;
+    let child = server.store().get(&fork["sessionId"].as_str().unwrap().into()).unwrap();
+    assert_eq!(child.header().seed_length, Some(6));
+    // Past the end: the last completed turn.
+    let fork = server.ok(None, "session.fork", json!({"sessionId": "src", "atSeq": 999})).await;
+    let child = server.store().get(&fork["sessionId"].as_str().unwrap().into()).unwrap();
+    assert_eq!(child.header().seed_length, Some(13));
+    // Inside the open turn, or with no completed turn at all.
+    let open = server.err(None, "session.fork", json!({"sessionId": "src", "atSeq": 13}), "fork-unavailable").await;
+    assert_eq!(open["message"], "session \"src\" has not completed the turn containing event 13");
+    assert_eq!(open["details"], json!({"sessionId": "src"}));
+    server.ok(None, "session.create", json!({"sessionId": "empty"})).await;
+    let none = server.err(None, "session.fork", json!({"sessionId": "empty"}), "fork-unavailable").await;
+    assert_eq!(none["message"], "session \"empty\" has no completed turn to fork from");
+    server.err(None, "session.fork", json!({"sessionId": "nope"}), "session-not-found").await;
+    // A cold source forks too.
+    server.ok(None, "session.release", json!({"sessionId": "src"})).await;
+    let fork = server.ok(None, "session.fork", json!({"sessionId": "src", "atSeq": 0})).await;
+    let child = server.store().get(&fork["sessionId"].as_str().unwrap().into()).unwrap();
+    assert_eq!(child.header().seed_length, Some(6));
+    server.stop().await;
+}

@@ -1,0 +1,183 @@
+//! `subagent.spawn`, `subagent.list` and `subagent.history` (reference 04 §8, §12 "subagents"):
+//! catalog rows in every state, activity from the live child, the ownership fence, the error
+//! mapping, and frames for a live child as it appends.
+
+use serde_json::{Value, json};
+
+use crate::support::{Server, assistant_message, session_with_turns, turn};
+
+async fn spawn(server: &Server, parent: &str, child: &str, mode: &str) -> Value {
+    let mut payload = json!({"parentSessionId": parent, "childSessionId": child, "mode": mode});
+    if mode == "continuable" {
+        payload["label"] = json!(format!("{child} label"));
+    }
+    server.ok(None, "subagent.spawn", payload).await
+}
+
+fn append_as_child(child: &str, parent: &str, events: Vec<Value>) -> Value {
+    json!({"sessionId": child, "parentSessionId": parent, "events": events})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_rows_activity_and_history() {
+    let server = Server::start().await;
+    session_with_turns(&server, None, "p", 1).await;
+    let spawned = spawn(&server, "p", "c-cont", "continuable").await;
+    assert_eq!(spawned, json!({"childSessionId": "c-cont", "mode": "continuable"}));
+    spawn(&server, "p", "c-one", "one-shot").await;
+    spawn(&server, "p", "c-dead", "one-shot").await;
+
+    // The continuable child's descriptor is in its seed; the one-shot children have none yet.
+    let child = server.store().get(&"c-cont".into()).unwrap();
+    let kinds: Vec<String> = child.events().iter().map(|event| event.kind.to_string()).collect();
+    assert_eq!(kinds, ["subagent/descriptor", "session/end-seed"]);
+    assert_eq!(child.header().delegation_depth, 1);
+    assert!(child.header().is_subagent());
+
+    // Live one-shot children without a descriptor are in their creation window: omitted.
+    let catalog = server.ok(None, "subagent.list", json!({"parentSessionId": "p"})).await;
+    assert_eq!(
+        catalog,
+        json!({"entries": [{"kind": "child", "id": "c-cont", "mode": "continuable", "label": "c-cont label",
+            "activity": "inactive", "hasChildren": false}], "parentAvailable": true})
+    );
+
+    // The fence: a generic append or release of a child must name its parent.
+    let busy = server.err(None, "session.append", json!({"sessionId": "c-one", "events": turn(1)}), "agent-busy").await;
+    assert_eq!(busy["message"], "session \"c-one\" is owned by subagent routing");
+    assert_eq!(busy["details"], json!({"reason": "use subagent delivery for this child session"}));
+    server.err(None, "session.release", json!({"sessionId": "c-one"}), "agent-busy").await;
+    server.err(None, "session.create", json!({"sessionId": "c-one"}), "agent-busy").await;
+
+    // The one-shot descriptor lands inside the first turn, right before its first step.
+    let first = vec![
+        json!({"type": "turn/start", "data": {"turn": 1}}),
+        json!({"type": "step/start", "data": {"turn": 1, "step": 1}}),
+    ];
+    let appended = server.ok(None, "session.append", append_as_child("c-one", "p", first)).await;
+    assert_eq!(appended, json!({"firstSeq": 0, "lastSeq": 2}));
+    let one = server.store().get(&"c-one".into()).unwrap();
+    let kinds: Vec<String> = one.events().iter().map(|event| event.kind.to_string()).collect();
+    assert_eq!(kinds, ["turn/start", "subagent/descriptor", "step/start"]);
+
+    let catalog = server.ok(None, "subagent.list", json!({"parentSessionId": "p"})).await;
+    let entries = catalog["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 2);
+    assert_eq!(
+        entries[1],
+        json!({"kind": "child", "id": "c-one", "mode": "one-shot", "activity": "running", "hasChildren": false})
+    );
+
+    // Live child history: in-memory events, watermark block at the last event.
+    let address = json!({"parentSessionId": "p", "childSessionId": "c-one", "mode": "one-shot"});
+    let page = server.ok(None, "subagent.history", address.clone()).await;
+    assert_eq!(page["projections"]["asOfSeq"], 2);
+    assert_eq!(page["projections"]["values"]["subagent"], json!({"mode": "one-shot", "seq": 1}));
+    // The wrong mode is not found.
+    let wrong = json!({"parentSessionId": "p", "childSessionId": "c-one", "mode": "continuable"});
+    let error = server.err(None, "subagent.history", wrong, "subagent-not-found").await;
+    assert_eq!(error["message"], "session \"c-one\" is not a continuable direct child of \"p\"");
+
+    // Finish and release the children; the dead one never started a step.
+    let rest = vec![
+        assistant_message("a1", 1, "done"),
+        json!({"type": "step/end", "data": {"turn": 1, "step": 1}}),
+        json!({"type": "turn/end", "data": {"turn": 1, "reason": {"kind": "completed"}}}),
+    ];
+    server.ok(None, "session.append", append_as_child("c-one", "p", rest)).await;
+    for child in ["c-one", "c-dead", "c-cont"] {
+        server.ok(None, "session.release", json!({"sessionId": child, "parentSessionId": "p"})).await;
+    }
+    let catalog = server.ok(None, "subagent.list", json!({"parentSessionId": "p"})).await;
+    assert_eq!(
+        catalog["entries"],
+        json!([
+            {"kind": "child", "id": "c-cont", "mode": "continuable", "label": "c-cont label", "activity": "inactive", "hasChildren": false},
+            {"kind": "child", "id": "c-one", "mode": "one-shot", "activity": "inactive", "hasChildren": false},
+        ])
+    );
+    // c-dead stored nothing (no event was ever appended), so it is simply gone; a child that ran
+    // a turn without a descriptor is a corrupt diagnostic.
+    spawn(&server, "p", "c-debris", "one-shot").await;
+    let debris = vec![
+        json!({"type": "turn/start", "data": {"turn": 1}}),
+        json!({"type": "turn/end", "data": {"turn": 1, "reason": {"kind": "completed"}}}),
+    ];
+    server.ok(None, "session.append", append_as_child("c-debris", "p", debris)).await;
+    server.ok(None, "session.release", json!({"sessionId": "c-debris", "parentSessionId": "p"})).await;
+    let catalog = server.ok(None, "subagent.list", json!({"parentSessionId": "p"})).await;
+    // Same createdAt (a manual clock), so ordered by id.
+    assert_eq!(catalog["entries"][1], json!({"kind": "diagnostic", "id": "c-debris", "reason": "corrupt"}));
+    let address_debris = json!({"parentSessionId": "p", "childSessionId": "c-debris", "mode": "one-shot"});
+    let error = server.err(None, "subagent.history", address_debris, "subagent-catalog-diagnostic").await;
+    assert_eq!(error["message"], "subagent \"c-debris\" is corrupt");
+    assert_eq!(error["details"], json!({"parentSessionId": "p", "childSessionId": "c-debris", "reason": "corrupt"}));
+
+    // Cold child history: a detached fold on the tail page, none on older pages.
+    let page = server.ok(None, "subagent.history", address.clone()).await;
+    assert_eq!(page["events"].as_array().unwrap().len(), 6);
+    assert_eq!(page["projections"]["values"]["subagent"]["mode"], "one-shot");
+    let mut older = address;
+    older["beforeSeq"] = json!(3);
+    let page = server.ok(None, "subagent.history", older).await;
+    assert!(page.get("projections").is_none());
+
+    // An unknown parent lists nothing; its children are not found.
+    assert_eq!(
+        server.ok(None, "subagent.list", json!({"parentSessionId": "nobody"})).await,
+        json!({"entries": [], "parentAvailable": false})
+    );
+    let ghost = json!({"parentSessionId": "nobody", "childSessionId": "c-one", "mode": "one-shot"});
+    server.err(None, "subagent.history", ghost, "subagent-not-found").await;
+    // An ordinary fork of the parent is not a subagent.
+    server.ok(None, "session.fork", json!({"sessionId": "p"})).await;
+    assert_eq!(
+        server.ok(None, "subagent.list", json!({"parentSessionId": "p"})).await["entries"].as_array().unwrap().len(),
+        3
+    );
+    // Spawning needs a live parent; a taken id conflicts.
+    server.ok(None, "session.release", json!({"sessionId": "p"})).await;
+    let error = server
+        .err(None, "subagent.spawn", json!({"parentSessionId": "p", "mode": "one-shot"}), "subagent-parent-unavailable")
+        .await;
+    assert_eq!(error["message"], "parent session \"p\" is not live");
+    session_with_turns(&server, None, "q", 0).await;
+    spawn(&server, "q", "q-kid", "one-shot").await;
+    server
+        .err(
+            None,
+            "subagent.spawn",
+            json!({"parentSessionId": "q", "childSessionId": "q-kid", "mode": "one-shot"}),
+            "session-conflict",
+        )
+        .await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_child_streams_frames_as_it_appends() {
+    let server = Server::start().await;
+    session_with_turns(&server, None, "p", 0).await;
+    let mut mux = server.ws("/api/events.mux", None).await;
+    let mut host = server.ws("/api/events.host", None).await;
+    spawn(&server, "p", "kid", "continuable").await;
+    let added = host.next().await.unwrap();
+    assert_eq!(added["type"], "host/session-added");
+    assert_eq!(added["parentSessionId"], "p");
+    assert_eq!(added["origin"], "subagent");
+    server.ok(None, "session.append", append_as_child("kid", "p", turn(1))).await;
+    let frames = mux.until(|frame| frame["type"] == "session/event" && frame["event"]["type"] == "turn/end").await;
+    let subscribed =
+        frames.iter().find(|frame| frame["type"] == "session/subscribed" && frame["sessionId"] == "kid").unwrap();
+    assert_eq!(subscribed["lastSeq"], 1, "the seed (descriptor, end-seed) is in the baseline");
+    let seqs: Vec<u64> = frames
+        .iter()
+        .filter(|frame| frame["type"] == "session/event" && frame["sessionId"] == "kid")
+        .map(|frame| frame["event"]["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (2..8).collect::<Vec<u64>>());
+    assert!(frames.iter().any(|frame| frame["type"] == "session/projection" && frame["key"] == "subagentTiming"));
+    let catalog = server.ok(None, "subagent.list", json!({"parentSessionId": "p"})).await;
+    assert_eq!(catalog["entries"][0]["activity"], "inactive", "the turn ended");
+    server.stop().await;
+}

@@ -1,0 +1,239 @@
+//! The test harness: a gateway on `127.0.0.1:0` over a temporary JSONL store, a raw HTTP client,
+//! a JSON-RPC helper and a WebSocket client. Every wait is bounded and waits on data, not time.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use apiproxy::{ApiProxy, ProxyConfig, ProxyParts, SessionStore};
+use futures::{SinkExt, StreamExt};
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, StatusCode, body::Bytes, header::HeaderMap};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use session_core::ManualClock;
+use session_persistence::{Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore};
+use session_projection::ProjectionRegistry;
+use tempfile::TempDir;
+use tokio::{net::TcpStream, sync::oneshot, task::JoinHandle};
+use tokio_tungstenite::{
+    MaybeTlsStream, WebSocketStream,
+    tungstenite::{Message, client::IntoClientRequest},
+};
+
+/// How long any single wait for the server may take before the test fails.
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
+
+pub(crate) struct Server {
+    pub(crate) proxy: ApiProxy,
+    pub(crate) addr: SocketAddr,
+    _dir: TempDir,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    pub(crate) async fn start() -> Server {
+        Server::start_with(ProxyConfig::default()).await
+    }
+
+    /// A gateway over a fresh raw-encoded JSONL store with a manual clock.
+    pub(crate) async fn start_with(config: ProxyConfig) -> Server {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let backend = JsonlStore::open(JsonlConfig {
+            root: dir.path().join("store"),
+            compression: Compression::None,
+            pack_chunks: true,
+        })
+        .expect("the store opens");
+        let coordinator = Arc::new(Coordinator::new(Arc::new(backend), CoordinatorConfig::default()).unwrap());
+        let store = Arc::new(SessionStore::new(Arc::new(ManualClock::new(1_700_000_000_000))));
+        coordinator.attach(&store).unwrap();
+        let parts = ProxyParts { store, persistence: Some(coordinator), registry: ProjectionRegistry::new() };
+        let config = ProxyConfig { default_cwd: "/srv/work".to_owned(), ..config };
+        let proxy = ApiProxy::new(parts, config).expect("the proxy builds");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (shutdown, stopped) = oneshot::channel::<()>();
+        let serving = proxy.clone();
+        let task = tokio::spawn(async move {
+            let stop = async move {
+                let _ = stopped.await;
+            };
+            serving.serve(listener, stop).await.expect("the server runs");
+        });
+        Server { proxy, addr, _dir: dir, shutdown: Some(shutdown), task: Some(task) }
+    }
+
+    pub(crate) fn store(&self) -> &Arc<SessionStore> {
+        self.proxy.store()
+    }
+
+    /// Sends one raw HTTP/1.1 request on a fresh connection.
+    pub(crate) async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> (StatusCode, HeaderMap, Bytes) {
+        let stream = TcpStream::connect(self.addr).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+        tokio::spawn(connection);
+        let mut request = Request::builder().method(method).uri(path);
+        let has_host = headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host"));
+        if !has_host {
+            request = request.header("host", self.addr.to_string());
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(Full::new(body.into())).unwrap();
+        let response =
+            tokio::time::timeout(WAIT, sender.send_request(request)).await.expect("a timely answer").unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.map(|body| body.to_bytes()).unwrap_or_default();
+        (status, headers, body)
+    }
+
+    /// POSTs a `client-request` and returns the whole `server-response` envelope.
+    pub(crate) async fn envelope(&self, owner: Option<&str>, method: &str, payload: Value) -> Value {
+        let body = json!({"type": "client-request", "rpcId": "rpc-1", "method": method, "payload": payload});
+        let mut headers = vec![("content-type", "application/json")];
+        if let Some(owner) = owner {
+            headers.push(("x-dsh-owner", owner));
+        }
+        let (status, _, body) = self.raw("POST", &format!("/api/{method}"), &headers, body.to_string()).await;
+        assert_eq!(status, StatusCode::OK, "{method}: {}", String::from_utf8_lossy(&body));
+        let envelope: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(envelope["type"], "server-response");
+        assert_eq!(envelope["rpcId"], "rpc-1");
+        envelope
+    }
+
+    pub(crate) async fn call_as(&self, owner: Option<&str>, method: &str, payload: Value) -> Value {
+        self.envelope(owner, method, payload).await["result"].take()
+    }
+
+    /// Calls `method` and returns its value, failing on an error result.
+    pub(crate) async fn ok(&self, owner: Option<&str>, method: &str, payload: Value) -> Value {
+        let mut result = self.call_as(owner, method, payload).await;
+        assert_eq!(result["ok"], true, "{method}: {result}");
+        result["value"].take()
+    }
+
+    /// Calls `method` expecting an error with `code`; returns the error.
+    pub(crate) async fn err(&self, owner: Option<&str>, method: &str, payload: Value, code: &str) -> Value {
+        let mut result = self.call_as(owner, method, payload).await;
+        assert_eq!(result["ok"], false, "{method}: {result}");
+        assert_eq!(result["error"]["code"], code, "{method}: {result}");
+        assert!(result["error"]["details"].is_object(), "{result}");
+        result["error"].take()
+    }
+
+    /// Opens a WebSocket downlink.
+    pub(crate) async fn ws(&self, path: &str, owner: Option<&str>) -> Ws {
+        let mut request = format!("ws://{}{path}", self.addr).into_client_request().unwrap();
+        if let Some(owner) = owner {
+            request.headers_mut().insert("x-dsh-owner", owner.parse().unwrap());
+        }
+        let (socket, _) =
+            tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request)).await.expect("timely").unwrap();
+        Ws { socket }
+    }
+
+    pub(crate) async fn stop(mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(WAIT, task).await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+pub(crate) struct Ws {
+    pub(crate) socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+}
+
+impl Ws {
+    /// The next frame's payload (`server-request` envelope checked), or `None` once the server
+    /// closed the socket.
+    pub(crate) async fn next(&mut self) -> Option<Value> {
+        loop {
+            let message = tokio::time::timeout(WAIT, self.socket.next()).await.expect("a frame or a close in time");
+            match message {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return None,
+                Some(Ok(Message::Text(text))) => {
+                    let envelope: Value = serde_json::from_str(&text).unwrap();
+                    assert_eq!(envelope["type"], "server-request", "{envelope}");
+                    assert!(envelope["rpcId"].as_str().is_some_and(|id| !id.is_empty()));
+                    assert_eq!(envelope["method"], envelope["payload"]["type"], "{envelope}");
+                    return Some(envelope["payload"].clone());
+                }
+                Some(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// Frames up to and including the first one `stop` accepts.
+    pub(crate) async fn until(&mut self, stop: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut frames = Vec::new();
+        for _ in 0..100_000 {
+            let frame = self.next().await.expect("the stream stays open");
+            let done = stop(&frame);
+            frames.push(frame);
+            if done {
+                return frames;
+            }
+        }
+        panic!("the expected frame never came");
+    }
+
+    pub(crate) async fn send_text(&mut self, text: &str) {
+        self.socket.send(Message::Text(text.into())).await.unwrap();
+    }
+}
+
+/// A `user/message` event for `session.append`.
+pub(crate) fn user_message(id: &str, text: &str) -> Value {
+    json!({"type": "user/message", "surfaceOp": "append",
+        "data": {"id": id, "role": "user", "source": {"kind": "user"}, "content": [{"type": "text", "text": text}]}})
+}
+
+/// An `assistant/message` event for `session.append`.
+pub(crate) fn assistant_message(id: &str, turn: u64, text: &str) -> Value {
+    json!({"type": "assistant/message", "surfaceOp": "append",
+        "data": {"turn": turn, "step": 1, "message": {"id": id, "role": "assistant",
+            "source": {"kind": "model", "provider": "test", "model": "m"},
+            "content": [{"type": "text", "text": text}]}}})
+}
+
+/// The events of one complete turn: start, prompt, step, answer, end.
+pub(crate) fn turn(turn: u64) -> Vec<Value> {
+    vec![
+        json!({"type": "turn/start", "data": {"turn": turn}}),
+        user_message(&format!("u{turn}"), &format!("question {turn}")),
+        json!({"type": "step/start", "data": {"turn": turn, "step": 1}}),
+        assistant_message(&format!("a{turn}"), turn, &format!("answer {turn}")),
+        json!({"type": "step/end", "data": {"turn": turn, "step": 1}}),
+        json!({"type": "turn/end", "data": {"turn": turn, "reason": {"kind": "completed"}}}),
+    ]
+}
+
+/// Creates a session (as `owner`) with `n_turns` complete turns; returns its id.
+pub(crate) async fn session_with_turns(server: &Server, owner: Option<&str>, id: &str, n_turns: u64) -> String {
+    let created = server.ok(owner, "session.create", json!({"sessionId": id})).await;
+    assert_eq!(created["sessionId"], id);
+    for n in 1..=n_turns {
+        server.ok(owner, "session.append", json!({"sessionId": id, "events": turn(n)})).await;
+    }
+    id.to_owned()
+}
