@@ -26,7 +26,9 @@ Commands:
   bench [--list] [ARGS] [-- CRITERION_ARGS]
                               run the criterion benchmarks of the workspace; ARGS go to
                               `cargo bench` (e.g. -p session-persistence), CRITERION_ARGS to the
-                              benchmark binaries (e.g. --quick, or a name filter)
+                              benchmark binaries (e.g. --quick, or a name filter); a
+                              full run also measures the peak memory of a cold listing
+                              (`cargo run --release -p e2e --bin listing_memory`)
   help                        print this message
 ";
 
@@ -106,7 +108,12 @@ fn bench(args: &[OsString]) -> anyhow::Result<()> {
         cmd.push("--list".into());
     }
     cmd.extend(bench_args.iter().cloned());
-    cargo_step(&cmd)
+    cargo_step(&cmd)?;
+    if list || selects_package {
+        return Ok(());
+    }
+    // Peak memory needs a fresh process per measurement, so it is a binary, not a criterion bench.
+    cargo_step(&["run", "--release", "--package", "e2e", "--bin", "listing_memory"])
 }
 
 /// Runs `cargo <args>` from the workspace root with inherited stdio, printing the command and how
