@@ -220,19 +220,30 @@ pub async fn verify_log(coordinator: &Coordinator, header: &SessionHeader, repai
     }
 }
 
-/// Lists the store and verifies every log, calling `progress(done, total)` after each one.
+/// Surveys the store and verifies every log, calling `progress(done, total)` after each one. A
+/// log whose header cannot be read is reported (corrupt, unsupported or unreadable) instead of
+/// hiding the others.
 pub async fn verify(
     coordinator: &Coordinator,
     repair: bool,
     mut progress: impl FnMut(usize, usize, &LogReport),
 ) -> Result<Vec<LogReport>, ProxyError> {
-    let listed = coordinator.list(&CancellationToken::new()).await?;
-    let mut reports = Vec::with_capacity(listed.len());
-    for (idx, header) in listed.iter().enumerate() {
-        let report = verify_log(coordinator, header, repair).await;
-        progress(idx + 1, listed.len(), &report);
+    let backend = Arc::clone(coordinator.backend());
+    let survey = match tokio::task::spawn_blocking(move || backend.survey(&CancellationToken::new())).await {
+        Ok(survey) => survey?,
+        Err(join_error) => std::panic::resume_unwind(join_error.into_panic()),
+    };
+    let total = survey.len();
+    let mut reports = Vec::with_capacity(total);
+    for (idx, entry) in survey.into_iter().enumerate() {
+        let report = match entry.header {
+            Ok(stored) => verify_log(coordinator, &stored.header, repair).await,
+            Err(error) => LogReport { id: entry.id, path: entry.path, n_events: 0, status: classify(error) },
+        };
+        progress(idx + 1, total, &report);
         reports.push(report);
     }
+    reports.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(reports)
 }
 

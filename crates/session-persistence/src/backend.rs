@@ -38,6 +38,16 @@ pub struct StoredHeader {
     pub revision: Revision,
 }
 
+/// One log found by [`Backend::survey`]: where it is, and its header or why that cannot be read.
+#[derive(Debug)]
+pub struct SurveyEntry {
+    /// The log's id as its location names it (the decoded directory name for JSONL).
+    pub id: SessionId,
+    /// The log file, for backends with files.
+    pub path: Option<PathBuf>,
+    pub header: Result<StoredHeader>,
+}
+
 /// The physical tail of a log that is not committed and must be cut before the next write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TornTail {
@@ -119,6 +129,21 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// Every stored header with its revision. Headers are read, logs are not.
     fn list(&self, cancel: &CancellationToken) -> Result<Vec<StoredHeader>>;
+
+    /// Every log the backend holds, each with its header or the error that keeps it from being
+    /// read. Unlike [`list`](Self::list), one damaged log does not hide the others and is not
+    /// skipped: this is what an operator's `verify` walks. The default reports `list`'s headers.
+    fn survey(&self, cancel: &CancellationToken) -> Result<Vec<SurveyEntry>> {
+        Ok(self
+            .list(cancel)?
+            .into_iter()
+            .map(|stored| SurveyEntry {
+                id: stored.header.id.clone(),
+                path: self.locate(&stored.header),
+                header: Ok(stored),
+            })
+            .collect())
+    }
 
     /// Where `header`'s log lives (or would live), for messages. `None` for backends without files.
     fn locate(&self, _header: &SessionHeader) -> Option<PathBuf> {

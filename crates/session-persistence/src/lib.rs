@@ -14,7 +14,7 @@ mod persistence;
 mod validate;
 
 pub use crate::{
-    backend::{Backend, CollectSink, Revision, ScanOutcome, ScanSink, StoredHeader, TornTail},
+    backend::{Backend, CollectSink, Revision, ScanOutcome, ScanSink, StoredHeader, SurveyEntry, TornTail},
     coordinator::{Coordinator, CoordinatorConfig},
     error::{CorruptKind, Location, PersistenceError, Result},
     format::Compression,

@@ -79,6 +79,10 @@ fn damage(root: &Path) {
     let mut lines: Vec<&str> = text.lines().collect();
     lines[3] = "{\"type\":\"turn/start\",\"seq\":2,\"tim";
     fs::write(&corrupt, format!("{}\n", lines.join("\n"))).unwrap();
+    // A log whose header line is garbage: listings skip it, verify must report it.
+    let junk = corrupt.parent().unwrap().parent().unwrap().join("junk");
+    fs::create_dir_all(&junk).unwrap();
+    fs::write(junk.join("session.jsonl"), "not a header\n").unwrap();
 }
 
 fn status_of(report: &str, id: &str) -> String {
@@ -121,12 +125,17 @@ async fn verify_sessions_and_subagents() {
     let output = run(with(&["verify"]));
     let report = stdout(&output);
     assert_eq!(output.status.code(), Some(3), "{report}");
-    for (id, status) in
-        [("healthy", "healthy"), ("torn", "torn"), ("corrupt", "corrupt"), ("open", "interrupted"), ("kid", "healthy")]
-    {
+    for (id, status) in [
+        ("healthy", "healthy"),
+        ("torn", "torn"),
+        ("corrupt", "corrupt"),
+        ("open", "interrupted"),
+        ("kid", "healthy"),
+        ("junk", "corrupt"),
+    ] {
         assert_eq!(status_of(&report, id), status, "{report}");
     }
-    assert!(report.contains("6 logs, 3 healthy, 3 not healthy"), "{report}");
+    assert!(report.contains("7 logs, 3 healthy, 4 not healthy"), "{report}");
 
     // Repair commits what can be repaired; the corrupt log stays corrupt.
     let output = run(with(&["verify", "--repair"]));
@@ -135,6 +144,7 @@ async fn verify_sessions_and_subagents() {
     assert_eq!(status_of(&report, "torn"), "repaired");
     assert_eq!(status_of(&report, "open"), "repaired");
     assert_eq!(status_of(&report, "corrupt"), "corrupt");
+    assert_eq!(status_of(&report, "junk"), "corrupt");
     let output = run(with(&["verify"]));
     let report = stdout(&output);
     assert_eq!(status_of(&report, "torn"), "healthy", "{report}");

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use self::layout::project_dir_name;
 pub use self::layout::{encode_segment, project_key};
 use crate::{
-    backend::{Backend, Revision, ScanOutcome, ScanSink, StoredHeader},
+    backend::{Backend, Revision, ScanOutcome, ScanSink, StoredHeader, SurveyEntry},
     error::{CorruptKind, Location, PersistenceError, Result},
     format::{ByteSource, Compression, FrameEncoder, encode_batch, encode_header_line, read_header, scan_log},
 };
@@ -917,5 +917,43 @@ impl Backend for JsonlStore {
 
     fn locate(&self, header: &SessionHeader) -> Option<PathBuf> {
         self.log_path(header).ok()
+    }
+
+    fn survey(&self, cancel: &CancellationToken) -> Result<Vec<SurveyEntry>> {
+        check_cancel(cancel)?;
+        let mut entries = Vec::new();
+        let listing = self.listings.fetch_add(1, Ordering::Relaxed) + 1;
+        for project in self.project_dirs()? {
+            check_cancel(cancel)?;
+            let dirs = match self.session_dirs(&project) {
+                Ok(dirs) => dirs,
+                Err(error) => {
+                    entries.push(SurveyEntry { id: artifact_id(&project), path: Some(project), header: Err(error) });
+                    continue;
+                }
+            };
+            for dir in dirs {
+                check_cancel(cancel)?;
+                let path = dir.join(self.compression.file_name());
+                let id = artifact_id(&path);
+                let opposite = dir.join(self.compression.opposite().file_name());
+                let header = match exists(&opposite) {
+                    Ok(true) => Err(self.encoding_mismatch(&opposite)),
+                    Err(error) => Err(error),
+                    Ok(false) if !exists(&path)? => continue,
+                    Ok(false) => self.listed_header(&path, cancel, listing).and_then(|header| {
+                        header.ok_or_else(|| {
+                            PersistenceError::corrupt(
+                                CorruptKind::Header,
+                                Location::file(&path),
+                                "corrupt session log: the first line is missing or is not a session header",
+                            )
+                        })
+                    }),
+                };
+                entries.push(SurveyEntry { id, path: Some(path), header });
+            }
+        }
+        Ok(entries)
     }
 }

@@ -8,6 +8,7 @@ mod layout;
 mod lock;
 mod round_trip;
 mod rows;
+mod survey;
 
 use std::{
     fs,

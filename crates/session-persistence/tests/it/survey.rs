@@ -1,0 +1,50 @@
+//! `survey`: every log with its own status, where `list` would skip or fail as a whole.
+
+use std::fs;
+
+use session_persistence::{Backend, Compression, CorruptKind, PersistenceError};
+use tokio_util::sync::CancellationToken;
+
+use crate::{ENCODINGS, fixture_copy, open};
+
+#[test]
+fn a_damaged_header_is_reported_without_hiding_the_other_logs() {
+    for compression in ENCODINGS {
+        let (_guard, root) = fixture_copy(compression);
+        let project = root.join("--srv-agents-demo--");
+        // A session directory whose log starts with garbage, and one whose log is empty.
+        fs::create_dir_all(project.join("s-junk")).unwrap();
+        fs::write(project.join("s-junk").join(compression.file_name()), b"not a header\n{}\n").unwrap();
+        let store = open(&root, compression);
+        // `list` keeps the reference's behaviour: a raw junk header is skipped, a zstd one that
+        // is not a frame at all fails the whole listing.
+        match (compression, store.list(&CancellationToken::new())) {
+            (Compression::None, Ok(listed)) => assert_eq!(listed.len(), 6),
+            (Compression::Zstd, Err(PersistenceError::Corrupt { .. })) => {}
+            (_, other) => panic!("{compression:?}: {other:?}"),
+        }
+
+        let survey = store.survey(&CancellationToken::new()).unwrap();
+        assert_eq!(survey.len(), 7, "{compression:?}: survey reports every log");
+        let healthy = survey.iter().filter(|entry| entry.header.is_ok()).count();
+        assert_eq!(healthy, 6);
+        let junk = survey.iter().find(|entry| entry.id.as_str() == "s-junk").expect("the junk log is reported");
+        assert!(junk.path.as_ref().is_some_and(|path| path.ends_with(compression.file_name())));
+        match &junk.header {
+            Err(PersistenceError::Corrupt { kind: CorruptKind::Header | CorruptKind::Frame, .. }) => {}
+            other => panic!("{compression:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_other_encoding_is_reported_per_log() {
+    let (_guard, root) = fixture_copy(Compression::Zstd);
+    let stray = root.join("--srv-agents-demo--").join("s-parent").join(Compression::None.file_name());
+    fs::write(&stray, b"").unwrap();
+    let store = open(&root, Compression::Zstd);
+    let survey = store.survey(&CancellationToken::new()).unwrap();
+    let parent = survey.iter().find(|entry| entry.id.as_str() == "s-parent").unwrap();
+    assert!(matches!(parent.header, Err(PersistenceError::FormatUnsupported { .. })), "{:?}", parent.header);
+    assert_eq!(survey.iter().filter(|entry| entry.header.is_ok()).count(), 5);
+}
