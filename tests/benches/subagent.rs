@@ -4,15 +4,12 @@
 //! note's "before" (two full materializations and a deep copy per child). The read count of one
 //! listing in each mode is printed next to the timings.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use e2e::fleet::{self, Fleet};
-use session_core::ManualClock;
-use session_persistence::{Compression, SessionPersistence};
-use session_projection_cache::{CacheConfig, MemoryCheckpointStore, ProjectionCache};
-use subagent::{CheckpointSource, SubagentListEntry};
-use tokio_util::sync::CancellationToken;
+use session_persistence::Compression;
+use subagent::SubagentListEntry;
 
 const N_CHILDREN: usize = 100;
 
@@ -45,20 +42,8 @@ fn listing(c: &mut Criterion) {
         group.bench_function("cold", |b| b.iter(|| assert_children(&runtime.block_on(fleet::list(&catalog)))));
 
         // Cold with a checkpoint cache that holds every child's identity: zero reads.
-        let cache = ProjectionCache::new(
-            cold.registry.clone(),
-            cold.persistence.clone() as Arc<dyn SessionPersistence>,
-            Arc::new(MemoryCheckpointStore::new()),
-            Arc::new(ManualClock::new(0)),
-            CacheConfig::new(100, 5_000).unwrap(),
-        )
-        .unwrap();
-        runtime.block_on(async {
-            for idx in 0..N_CHILDREN {
-                cache.cold_snapshot(&fleet::child_id(idx), &CancellationToken::new()).await.unwrap();
-            }
-        });
-        let cached = cold.runtime(Some(Arc::new(cache) as Arc<dyn CheckpointSource>));
+        let cache = runtime.block_on(cold.filled_cache(N_CHILDREN));
+        let cached = cold.runtime(Some(cache));
         drop(catalog);
         let before = cold.backend.scans();
         assert_children(&runtime.block_on(fleet::list(&cached)));

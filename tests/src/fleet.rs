@@ -18,6 +18,7 @@ use session_persistence::{
     SessionPersistence, StoredHeader, TornTail,
 };
 use session_projection::ProjectionRegistry;
+use session_projection_cache::{CacheConfig, MemoryCheckpointStore, ProjectionCache};
 use subagent::{SubagentListEntry, SubagentRuntime, SubagentServices, parse_descriptor};
 use tokio_util::sync::CancellationToken;
 
@@ -170,6 +171,24 @@ impl Fleet {
             };
             self.sessions.create(Some(id), CreateOptions { seed: Some(seed), meta }).expect("a live child");
         }
+    }
+
+    /// A checkpoint cache over this fleet holding a fresh record of each of the first
+    /// `n_children` children (each filled by one cold read). Call it while a runtime from
+    /// [`Fleet::runtime`] is alive, so the records carry the subagent units' rows.
+    pub async fn filled_cache(&self, n_children: usize) -> Arc<dyn subagent::CheckpointSource> {
+        let cache = ProjectionCache::new(
+            self.registry.clone(),
+            self.persistence.clone() as Arc<dyn SessionPersistence>,
+            Arc::new(MemoryCheckpointStore::new()),
+            Arc::new(ManualClock::new(0)),
+            CacheConfig::new(100, 5_000).expect("a valid cache configuration"),
+        )
+        .expect("the cache opens");
+        for idx in 0..n_children {
+            cache.cold_snapshot(&child_id(idx), &CancellationToken::new()).await.expect("a cold snapshot");
+        }
+        Arc::new(cache)
     }
 
     pub fn runtime(&self, cache: Option<Arc<dyn subagent::CheckpointSource>>) -> SubagentRuntime {

@@ -2,14 +2,9 @@
 //! read per listing, a checkpoint-cache hit and a live child cost none, and every path (and the
 //! design note's "before" double read) finds the same identities.
 
-use std::sync::Arc;
-
 use e2e::fleet::{self, Fleet};
-use session_core::ManualClock;
-use session_persistence::{Compression, SessionPersistence};
-use session_projection_cache::{CacheConfig, MemoryCheckpointStore, ProjectionCache};
-use subagent::{CheckpointSource, SubagentListEntry};
-use tokio_util::sync::CancellationToken;
+use session_persistence::Compression;
+use subagent::SubagentListEntry;
 
 const N_CHILDREN: usize = 6;
 const N_EVENTS: u64 = 600;
@@ -41,21 +36,8 @@ fn every_rung_lists_the_same_children_at_its_documented_cost() {
             assert_eq!(cold.backend.scans() - before, N_CHILDREN as u64, "one read per cold child per listing");
         }
 
-        let cache = ProjectionCache::new(
-            cold.registry.clone(),
-            cold.persistence.clone() as Arc<dyn SessionPersistence>,
-            Arc::new(MemoryCheckpointStore::new()),
-            Arc::new(ManualClock::new(0)),
-            CacheConfig::new(100, 5_000).unwrap(),
-        )
-        .unwrap();
-        runtime.block_on(async {
-            for idx in 0..N_CHILDREN {
-                cache.cold_snapshot(&fleet::child_id(idx), &CancellationToken::new()).await.unwrap();
-            }
-        });
-        // The cache was filled while the catalog's units were registered; the next catalog shares them.
-        let cached = cold.runtime(Some(Arc::new(cache) as Arc<dyn CheckpointSource>));
+        let cache = runtime.block_on(cold.filled_cache(N_CHILDREN));
+        let cached = cold.runtime(Some(cache));
         drop(catalog);
         let before = cold.backend.scans();
         assert_eq!(labels(&runtime.block_on(fleet::list(&cached))), expected);
