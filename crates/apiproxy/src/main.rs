@@ -21,6 +21,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use session_core::SessionStore;
 use session_persistence::{Compression, SessionPersistence};
 use session_projection::ProjectionRegistry;
+use session_projection_cache::{CacheConfig, DiskCheckpointStore, ProjectionCache};
 
 const EXIT_UNHEALTHY: u8 = 3;
 
@@ -311,6 +312,9 @@ async fn verify(options: StoreOptions, repair: bool) -> Result<ExitCode> {
     Ok(if unhealthy == 0 { ExitCode::SUCCESS } else { ExitCode::from(EXIT_UNHEALTHY) })
 }
 
+/// The projection cache's directory inside the store root.
+const CHECKPOINT_DIR: &str = ".projection-cache";
+
 async fn serve(
     options: StoreOptions,
     listen: SocketAddr,
@@ -327,11 +331,21 @@ async fn serve(
     let store = Arc::new(SessionStore::new(Arc::new(SystemClock)));
     coordinator.attach(&store)?;
     let persistence: Arc<dyn SessionPersistence> = coordinator.clone();
-    let config = ProxyConfig { max_body_bytes, access, ..ProxyConfig::default() };
-    let proxy = ApiProxy::new(
-        ProxyParts { store, persistence: Some(persistence), registry: ProjectionRegistry::new() },
-        config,
+    let registry = ProjectionRegistry::new();
+    // Projection checkpoints live beside the logs, in a dot-directory the log store skips. They are
+    // derived data: deleting the directory loses nothing but log reads.
+    let checkpoints = DiskCheckpointStore::open(options.dir.join(CHECKPOINT_DIR))
+        .with_context(|| format!("cannot open the projection cache under {}", options.dir.display()))?;
+    let cache = ProjectionCache::new(
+        Arc::clone(&registry),
+        Arc::clone(&persistence),
+        Arc::new(checkpoints),
+        Arc::new(SystemClock),
+        CacheConfig::new(200, 5_000)?,
     )?;
+    let config = ProxyConfig { max_body_bytes, access, ..ProxyConfig::default() };
+    let proxy =
+        ApiProxy::new(ProxyParts { store, persistence: Some(persistence), registry, cache: Some(cache) }, config)?;
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;
     let demo = if demo { Some(apiproxy::demo::seed(&proxy).await?) } else { None };

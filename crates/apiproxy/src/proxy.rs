@@ -5,6 +5,7 @@ use std::{fmt, future::Future, net::SocketAddr, sync::Arc};
 use session_core::{ObserverId, SessionStore};
 use session_persistence::SessionPersistence;
 use session_projection::{ChangeSubscription, ProjectionRegistry, Registration, StoreAttachment};
+use session_projection_cache::{CacheAttachment, ProjectionCache};
 use tokio::net::TcpListener;
 
 use crate::{access::is_loopback_listen, config::ProxyConfig, error::ProxyError, hub::Hub, units::SessionListMetadata};
@@ -20,6 +21,10 @@ pub struct ProxyParts {
     /// The projection registry, **not** yet attached to `store`: the gateway attaches it after its
     /// hub, so a `session/event` frame precedes the `session/projection` frames of the same seq.
     pub registry: Arc<ProjectionRegistry>,
+    /// The optional projection checkpoint cache over `registry` and `persistence`: rung 2 of the
+    /// subagent listing, and the projections and recency of cold `session.list` rows. The gateway
+    /// attaches its write policy to `store`.
+    pub cache: Option<ProjectionCache>,
 }
 
 impl fmt::Debug for ProxyParts {
@@ -52,6 +57,9 @@ pub(crate) struct Shared {
     _registry_attachment: StoreAttachment,
     _list_metadata: Registration,
     _projection_feed: ChangeSubscription,
+    /// The checkpoint cache, if mounted, with its write policy attached to the store.
+    pub(crate) cache: Option<ProjectionCache>,
+    _cache_attachment: Option<CacheAttachment>,
 }
 
 impl Drop for Shared {
@@ -90,14 +98,22 @@ impl ApiProxy {
                 message: "max_body_bytes and push_queue_frames must be positive".to_owned(),
             });
         }
-        let ProxyParts { store, persistence, registry } = parts;
+        let ProxyParts { store, persistence, registry, cache } = parts;
         let list_metadata = registry.register(SessionListMetadata)?;
         let subagents = subagent::SubagentRuntime::new(subagent::SubagentServices {
             sessions: Some(Arc::clone(&store)),
             projections: Some(Arc::clone(&registry)),
             persistence: persistence.clone(),
-            cache: None,
+            cache: cache.clone().map(|cache| Arc::new(cache) as Arc<dyn subagent::CheckpointSource>),
         })?;
+        // The cache's write policy attaches before the registry, as the cache recommends (it
+        // saves a refold at disposal).
+        let cache_attachment = match &cache {
+            Some(cache) => {
+                Some(cache.attach(&store).map_err(|error| ProxyError::Config { message: error.to_string() })?)
+            }
+            None => None,
+        };
         let hub = Hub::new(config.push_queue_frames);
         let hub_observer = hub.attach(&store);
         let registry_attachment = registry.attach(&store);
@@ -122,6 +138,8 @@ impl ApiProxy {
                 _registry_attachment: registry_attachment,
                 _list_metadata: list_metadata,
                 _projection_feed: projection_feed,
+                cache,
+                _cache_attachment: cache_attachment,
             }),
         })
     }

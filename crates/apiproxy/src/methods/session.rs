@@ -55,8 +55,28 @@ pub(super) fn live_summary(shared: &Shared, session: &Arc<Session>) -> SessionSu
     row
 }
 
-/// `session.list` → `{items}`: live sessions folded from memory, cold ones from their headers
-/// (`blank: false`, `updatedAt = createdAt`, no reads), newest first.
+/// A cold session's row, with no log read: its projections and recency from the checkpoint
+/// cache when one is mounted and holds a record of this lifetime; otherwise from the header alone
+/// (`blank: false`, `updatedAt = createdAt`).
+fn cold_summary(shared: &Shared, header: &SessionHeader) -> SessionSummary {
+    let created_at = header.created_at as i64;
+    let snapshot = shared.cache.as_ref().and_then(|cache| cache.cached_snapshot(header));
+    let Some(snapshot) = snapshot.filter(|snapshot| !snapshot.values.is_empty()) else {
+        return SessionSummary::from_header(header, created_at, false, false);
+    };
+    let metadata = snapshot
+        .values
+        .get(LIST_METADATA_KEY)
+        .and_then(|value| serde_json::from_value::<ListMetadata>(value.clone()).ok());
+    // Only a cached `blank: false` is trusted; a missing or `true` value stays visible (not blank).
+    let updated_at = metadata.and_then(|metadata| metadata.last_prompt_at).map_or(created_at, |at| at.max(created_at));
+    let mut row = SessionSummary::from_header(header, updated_at, false, false);
+    row.projections = Some(ProjectionsBlock { as_of_seq: snapshot.as_of_seq, values: snapshot.values });
+    row
+}
+
+/// `session.list` → `{items}`: live sessions folded from memory, cold ones from their headers and
+/// the checkpoint cache (no log reads), newest first.
 pub(super) async fn list(shared: &Shared, caller: &Caller, cancel: &CancellationToken) -> Result<Value, RpcError> {
     let mut rows = Vec::new();
     let mut live_ids = HashSet::new();
@@ -79,7 +99,7 @@ pub(super) async fn list(shared: &Shared, caller: &Caller, cancel: &Cancellation
             if live_ids.contains(&header.id) || header.cwd.is_none() || !caller.sees(&header) {
                 continue;
             }
-            rows.push(SessionSummary::from_header(&header, header.created_at as i64, false, false));
+            rows.push(cold_summary(shared, &header));
         }
     }
     rows.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.session_id.cmp(&b.session_id)));

@@ -9,6 +9,24 @@ fn row<'a>(list: &'a Value, id: &str) -> Option<&'a Value> {
     list["items"].as_array().unwrap().iter().find(|row| row["sessionId"] == id)
 }
 
+/// With a projection cache mounted, a released (cold) session's row carries the projections its
+/// disposal checkpoint recorded, without reading its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cold_rows_come_from_the_checkpoint_cache() {
+    let server = Server::start_cached().await;
+    server.ok(None, "session.create", json!({"sessionId": "s1", "cwd": "/w"})).await;
+    server.ok(None, "session.append", json!({"sessionId": "s1", "events": turn(1)})).await;
+    server.ok(None, "session.release", json!({"sessionId": "s1"})).await;
+    let cache = server.cache.as_ref().expect("the server mounts a cache");
+    cache.settle().await;
+    let list = server.ok(None, "session.list", json!({})).await;
+    let cold = row(&list, "s1").unwrap();
+    assert_eq!((cold["running"].clone(), cold["blank"].clone()), (json!(false), json!(false)));
+    assert_eq!(cold["projections"]["asOfSeq"], 5, "{cold}");
+    assert_eq!(cold["projections"]["values"]["sessionListMetadata"]["blank"], json!(false), "{cold}");
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_list_append_release_resume() {
     let server = Server::start().await;

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use session_core::ManualClock;
 use session_persistence::{Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore};
 use session_projection::ProjectionRegistry;
+use session_projection_cache::{CacheConfig, MemoryCheckpointStore, ProjectionCache};
 use tempfile::TempDir;
 use tokio::{net::TcpStream, sync::oneshot, task::JoinHandle};
 use tokio_tungstenite::{
@@ -24,6 +25,8 @@ pub(crate) const WAIT: Duration = Duration::from_secs(20);
 
 pub(crate) struct Server {
     pub(crate) proxy: ApiProxy,
+    /// The projection cache, when the server was started with one.
+    pub(crate) cache: Option<ProjectionCache>,
     pub(crate) addr: SocketAddr,
     _dir: TempDir,
     shutdown: Option<oneshot::Sender<()>>,
@@ -37,6 +40,15 @@ impl Server {
 
     /// A gateway over a fresh raw-encoded JSONL store with a manual clock.
     pub(crate) async fn start_with(config: ProxyConfig) -> Server {
+        Server::start_over(config, false).await
+    }
+
+    /// A gateway that also mounts a projection checkpoint cache (in memory).
+    pub(crate) async fn start_cached() -> Server {
+        Server::start_over(ProxyConfig::default(), true).await
+    }
+
+    async fn start_over(config: ProxyConfig, cached: bool) -> Server {
         let dir = tempfile::tempdir().expect("a temp dir");
         let backend = JsonlStore::open(JsonlConfig {
             root: dir.path().join("store"),
@@ -47,7 +59,18 @@ impl Server {
         let coordinator = Arc::new(Coordinator::new(Arc::new(backend), CoordinatorConfig::default()).unwrap());
         let store = Arc::new(SessionStore::new(Arc::new(ManualClock::new(1_700_000_000_000))));
         coordinator.attach(&store).unwrap();
-        let parts = ProxyParts { store, persistence: Some(coordinator), registry: ProjectionRegistry::new() };
+        let registry = ProjectionRegistry::new();
+        let cache = cached.then(|| {
+            ProjectionCache::new(
+                Arc::clone(&registry),
+                coordinator.clone(),
+                Arc::new(MemoryCheckpointStore::new()),
+                Arc::new(ManualClock::new(1_700_000_000_000)),
+                CacheConfig::new(100, 60_000).unwrap(),
+            )
+            .unwrap()
+        });
+        let parts = ProxyParts { store, persistence: Some(coordinator), registry, cache: cache.clone() };
         let config = ProxyConfig { default_cwd: "/srv/work".to_owned(), ..config };
         let proxy = ApiProxy::new(parts, config).expect("the proxy builds");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -60,7 +83,7 @@ impl Server {
             };
             serving.serve(listener, stop).await.expect("the server runs");
         });
-        Server { proxy, addr, _dir: dir, shutdown: Some(shutdown), task: Some(task) }
+        Server { proxy, cache, addr, _dir: dir, shutdown: Some(shutdown), task: Some(task) }
     }
 
     pub(crate) fn store(&self) -> &Arc<SessionStore> {

@@ -334,8 +334,13 @@ impl JsonlStore {
     // --- discovery ---
 
     /// The real project directories under the root; symlinked entries are not followed.
+    /// The project directories of the root. Hidden directories (a leading `.`) are not projects:
+    /// project keys never start with a dot, so a host may keep its own data there (the gateway
+    /// keeps its projection checkpoints in `.projection-cache`).
     fn project_dirs(&self) -> Result<Vec<PathBuf>> {
-        subdirectories(&self.root)
+        let mut dirs = subdirectories(&self.root)?;
+        dirs.retain(|dir| !dir.file_name().is_some_and(|name| name.to_string_lossy().starts_with('.')));
+        Ok(dirs)
     }
 
     /// The session directories of a project; a transcript file directly in the project is the

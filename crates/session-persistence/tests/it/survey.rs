@@ -48,3 +48,14 @@ fn the_other_encoding_is_reported_per_log() {
     assert!(matches!(parent.header, Err(PersistenceError::FormatUnsupported { .. })), "{:?}", parent.header);
     assert_eq!(survey.iter().filter(|entry| entry.header.is_ok()).count(), 5);
 }
+
+#[test]
+fn hidden_directories_of_the_root_are_not_projects() {
+    let (_guard, root) = fixture_copy(Compression::Zstd);
+    let hidden = root.join(".projection-cache").join("records");
+    fs::create_dir_all(hidden.join("s-x")).unwrap();
+    fs::write(hidden.join("s-x").join(Compression::Zstd.file_name()), b"junk").unwrap();
+    let store = open(&root, Compression::Zstd);
+    assert_eq!(store.list(&CancellationToken::new()).unwrap().len(), 6);
+    assert_eq!(store.survey(&CancellationToken::new()).unwrap().len(), 6);
+}
