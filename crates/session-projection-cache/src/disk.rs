@@ -243,25 +243,5 @@ impl CheckpointStore for DiskCheckpointStore {
 
 /// The CRC-32 (IEEE 802.3, reflected, as in zlib) of `bytes`.
 pub(crate) fn crc32(bytes: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &byte in bytes {
-        crc = CRC_TABLE[((crc ^ u32::from(byte)) & 0xFF) as usize] ^ (crc >> 8);
-    }
-    !crc
+    crc32fast::hash(bytes)
 }
-
-const CRC_TABLE: [u32; 256] = {
-    let mut table = [0u32; 256];
-    let mut idx = 0;
-    while idx < 256 {
-        let mut crc = idx as u32;
-        let mut bit = 0;
-        while bit < 8 {
-            crc = if crc & 1 == 1 { 0xEDB8_8320 ^ (crc >> 1) } else { crc >> 1 };
-            bit += 1;
-        }
-        table[idx] = crc;
-        idx += 1;
-    }
-    table
-};
