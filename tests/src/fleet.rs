@@ -19,7 +19,7 @@ use session_persistence::{
 };
 use session_projection::ProjectionRegistry;
 use session_projection_cache::{CacheConfig, MemoryCheckpointStore, ProjectionCache};
-use subagent::{SubagentListEntry, SubagentRuntime, SubagentServices, parse_descriptor};
+use subagent::{SubagentListEntry, SubagentRuntime, SubagentServices};
 use tokio_util::sync::CancellationToken;
 
 use crate::workload::TranscriptBuilder;
@@ -227,7 +227,7 @@ pub async fn list_before(persistence: &Arc<Coordinator>, n_children: usize) -> V
                 std::hint::black_box(&listed_copy);
                 let mut label = None;
                 for event in read_copy.iter().filter(|event| event.kind == subagent::DESCRIPTOR_EVENT) {
-                    label = match parse_descriptor(&event.data.to_value()) {
+                    label = match subagent::Descriptor::parse_event(event) {
                         Ok(subagent::DescriptorParse::Supported(descriptor)) => descriptor.label().map(str::to_owned),
                         _ => None,
                     };

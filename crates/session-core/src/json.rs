@@ -170,10 +170,10 @@ impl JsonData {
         &self.0
     }
 
-    /// Parses the payload as a tree. Parsing validated text cannot fail; a failure would mean the
-    /// invariant of this type was broken.
-    pub fn to_value(&self) -> Value {
-        serde_json::from_str(self.0.get()).expect("JsonData holds valid JSON text")
+    /// Parses the payload as a tree. Text decoded from storage is checked for syntax only, so it
+    /// may hold a number no tree can represent (`1e400`): that is an error, never a panic.
+    pub fn to_value(&self) -> Result<Value, serde_json::Error> {
+        serde_json::from_str(self.0.get())
     }
 
     /// Parses the payload into a typed view.
@@ -231,8 +231,10 @@ impl<'de> Deserialize<'de> for JsonData {
     }
 }
 
-impl From<JsonData> for Value {
-    fn from(data: JsonData) -> Value {
+impl TryFrom<JsonData> for Value {
+    type Error = serde_json::Error;
+
+    fn try_from(data: JsonData) -> Result<Value, serde_json::Error> {
         data.to_value()
     }
 }
@@ -284,5 +286,18 @@ mod tests {
         let b = JsonData::from_text(r#"{"b":2,"a":1}"#).unwrap();
         assert_eq!(a, b);
         assert_ne!(a, JsonData::from_text(r#"{"a":1}"#).unwrap());
+    }
+}
+
+#[cfg(test)]
+mod out_of_range_tests {
+    use super::*;
+
+    #[test]
+    fn a_number_no_tree_can_hold_is_an_error_not_a_panic() {
+        let raw: Box<RawValue> = serde_json::from_str(r#"{"label":1e400}"#).unwrap();
+        let data = JsonData::from_raw(raw);
+        assert!(data.to_value().is_err());
+        assert_ne!(data, JsonData::from_text(r#"{"label":1}"#).unwrap());
     }
 }

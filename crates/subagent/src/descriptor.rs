@@ -157,7 +157,11 @@ impl Descriptor {
 
     /// Strictly parses the payload of a `subagent/descriptor` event.
     pub fn parse_event(event: &SessionEvent) -> Result<DescriptorParse, DescriptorError> {
-        parse_descriptor(&event.data.to_value())
+        match event.data.to_value() {
+            Ok(payload) => parse_descriptor(&payload),
+            // Valid JSON text with a number no tree can hold: a corrupt payload, not a crash.
+            Err(error) => Err(corrupt(format!("payload is not representable: {error}"))),
+        }
     }
 }
 

@@ -166,7 +166,10 @@ fn crash_recovery_of_an_open_step() {
         let inspected = persistence.inspect(&id, &cancel()).await.unwrap();
         assert_eq!(seqs(&inspected.events), (0..11).collect::<Vec<_>>());
         assert_eq!(kinds(&inspected.events[9..]), ["step/end", "turn/end"]);
-        assert_eq!(inspected.events[10].data.to_value(), json!({"turn": 2, "reason": {"kind": "interrupted"}}));
+        assert_eq!(
+            inspected.events[10].data.to_value().unwrap(),
+            json!({"turn": 2, "reason": {"kind": "interrupted"}})
+        );
         assert_eq!(persistence.list_snapshots(&cancel()).await.unwrap(), before, "inspect must not write");
 
         let loaded = persistence.load(&id, &cancel()).await.unwrap();
@@ -202,10 +205,10 @@ fn crash_recovery_of_pending_tool_calls() {
         persistence.append(&id, events, &cancel()).await.unwrap();
         let inspected = persistence.inspect(&id, &cancel()).await.unwrap();
         assert_eq!(kinds(&inspected.events[5..]), ["tool/result", "tool/result", "step/end", "turn/end"]);
-        let unknown = inspected.events[5].data.to_value();
+        let unknown = inspected.events[5].data.to_value().unwrap();
         assert_eq!(unknown["error"], json!({"name": "ToolOutcomeUnknownError", "code": "TOOL_OUTCOME_UNKNOWN"}));
         assert_eq!(inspected.events[5].source_event_seqs.as_deref(), Some(&[4][..]));
-        let not_started = inspected.events[6].data.to_value();
+        let not_started = inspected.events[6].data.to_value().unwrap();
         assert_eq!(not_started["error"], json!({"name": "ToolNotStartedError", "code": "TOOL_NOT_STARTED"}));
         assert_eq!(not_started["message"]["source"]["callId"], "call-b");
         assert_eq!(inspected.events[6].source_event_seqs, None);

@@ -93,10 +93,10 @@ fn packed_rows_expand_to_plain_chunks() {
         r#"{"turn":1,"step":1,"chunk":{"type":"reasoning-delta","index":0,"text":"I should "}}"#
     );
     assert_eq!(events[9].time, 1_772_442_000_772 + 22);
-    assert_eq!(events[19].data.to_value()["chunk"]["text"], "usual suspect.");
+    assert_eq!(events[19].data.to_value().unwrap()["chunk"]["text"], "usual suspect.");
     // A tool-call row keeps the call id on every member.
-    assert_eq!(events[30].data.to_value()["chunk"]["id"], "call_n1a7");
-    assert_eq!(events[33].data.to_value()["chunk"]["argumentsDelta"], "log\"}");
+    assert_eq!(events[30].data.to_value().unwrap()["chunk"]["id"], "call_n1a7");
+    assert_eq!(events[33].data.to_value().unwrap()["chunk"]["argumentsDelta"], "log\"}");
 }
 
 fn closers(compression: Compression, session: &str) -> Vec<SessionEvent> {

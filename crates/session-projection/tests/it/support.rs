@@ -217,7 +217,7 @@ impl ProjectionUnit for Sum {
     }
 
     fn apply(&self, state: &SumState, event: &SessionEvent) -> Result<Option<SumState>, UnitError> {
-        let n: i64 = event.data.to_value()["n"].as_i64().ok_or("test/add needs an integer n")?;
+        let n: i64 = event.data.to_value()?["n"].as_i64().ok_or("test/add needs an integer n")?;
         let mut seqs = state.seqs.clone();
         seqs.push(event.seq);
         Ok(Some(SumState { total: state.total + n, seqs }))
@@ -256,7 +256,7 @@ impl ProjectionUnit for Touch {
     }
 
     fn apply(&self, _state: &Value, event: &SessionEvent) -> Result<Option<Value>, UnitError> {
-        Ok(Some(json!({ "tag": event.data.to_value()["tag"].clone() })))
+        Ok(Some(json!({ "tag": event.data.to_value()?["tag"].clone() })))
     }
 }
 
@@ -292,7 +292,7 @@ impl ProjectionUnit for Title {
     }
 
     fn apply(&self, state: &Option<String>, event: &SessionEvent) -> Result<Option<Option<String>>, UnitError> {
-        let next = event.data.to_value()["title"].as_str().map(str::to_owned);
+        let next = event.data.to_value()?["title"].as_str().map(str::to_owned);
         Ok((next != *state).then_some(next))
     }
 }
@@ -325,7 +325,7 @@ impl ProjectionUnit for Flaky {
     }
 
     fn apply(&self, state: &u64, event: &SessionEvent) -> Result<Option<u64>, UnitError> {
-        match event.data.to_value()["fail"].as_str() {
+        match event.data.to_value()?["fail"].as_str() {
             Some("error") => Err(format!("cannot fold event {}", event.seq).into()),
             Some("panic") => panic!("flaky unit hit event {} {DELIBERATE}", event.seq),
             _ => Ok(Some(state + 1)),
@@ -374,7 +374,7 @@ impl ProjectionUnit for Descriptor {
 
     fn apply(&self, _state: &Option<Value>, event: &SessionEvent) -> Result<Option<Option<Value>>, UnitError> {
         self.applied.fetch_add(1, Ordering::SeqCst);
-        let data = event.data.to_value();
+        let data = event.data.to_value()?;
         Ok(Some(data["mode"].as_str().map(|mode| json!({ "mode": mode, "seq": event.seq }))))
     }
 }

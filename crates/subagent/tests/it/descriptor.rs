@@ -219,3 +219,13 @@ fn the_first_wins_fold_takes_the_first_descriptor() {
         "persisted subagent descriptor provider must be a string"
     );
 }
+
+/// A stored payload is checked for syntax only; a number no tree can hold makes the descriptor
+/// corrupt instead of crashing the fold.
+#[test]
+fn an_unrepresentable_number_is_a_corrupt_descriptor() {
+    let data: Box<serde_json::value::RawValue> =
+        serde_json::from_str(r#"{"version":2,"mode":"continuable","provider":"p","label":"x","n":1e400}"#).unwrap();
+    let event = session_core::SessionEvent::new("subagent/descriptor", 0, 0, session_core::JsonData::from_raw(data));
+    assert!(subagent::Descriptor::parse_event(&event).is_err());
+}

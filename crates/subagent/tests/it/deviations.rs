@@ -113,7 +113,7 @@ fn six_a_stale_record_keeps_serving_the_first_own_identity() {
         // The cut the cache recorded: through the first own descriptor.
         let cut = Session::create(header.clone(), None, h.clock.clone()).unwrap();
         for event in child_events(continuable("first")) {
-            append(&cut, &event.kind, event.data.to_value());
+            append(&cut, &event.kind, event.data.to_value().unwrap());
         }
         let record =
             CheckpointRecord::from_checkpoint(RecordIdentity::of(&header), &h.registry.checkpoint(&cut)).unwrap();

@@ -206,7 +206,7 @@ impl Harness {
         };
         let session = self.store.create(Some(header.id.clone()), CreateOptions { seed: None, meta }).unwrap();
         for event in events {
-            append(&session, &event.kind, event.data.to_value());
+            append(&session, &event.kind, event.data.to_value().unwrap());
         }
         session
     }
@@ -817,7 +817,7 @@ impl ProjectionUnit for HostileUnit {
     }
 
     fn apply(&self, _state: &HostileState, event: &SessionEvent) -> Result<Option<HostileState>, UnitError> {
-        let poisoned = event.data.to_value().get("label") == Some(&json!("poison me"));
+        let poisoned = event.data.to_value().unwrap().get("label") == Some(&json!("poison me"));
         if !poisoned {
             return Ok(None);
         }
