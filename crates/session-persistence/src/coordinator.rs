@@ -415,15 +415,14 @@ impl Inner {
     }
 
     /// Unbinds a disposed live session after its buffered events are written.
-    pub(crate) async fn retire(self: &Arc<Self>, session: Arc<Session>) {
+    /// Unbinds a live session after its buffered events are written. A failed write keeps the
+    /// binding (and the buffer), so a later flush or release can retry.
+    pub(crate) async fn retire(self: &Arc<Self>, session: Arc<Session>) -> Result<()> {
         let writer = self.live.lock().get(session.id()).cloned();
         if let Some(writer) = &writer
             && Arc::ptr_eq(writer.session(), &session)
         {
-            if let Err(err) = writer.drain(self).await {
-                tracing::warn!(session = %session.id(), error = %err, "failed to write a disposed session's last events");
-                return;
-            }
+            writer.drain(self).await?;
             let mut live = self.live.lock();
             if live.get(session.id()).is_some_and(|current| Arc::ptr_eq(current, writer)) {
                 live.remove(session.id());
@@ -434,6 +433,7 @@ impl Inner {
         if states.get(session.id()).and_then(IdState::owner).is_some_and(|owner| Arc::ptr_eq(&owner, &session)) {
             states.remove(session.id());
         }
+        Ok(())
     }
 
     fn live_inspection(session: &Arc<Session>) -> Inspection {
@@ -684,6 +684,15 @@ impl SessionPersistence for Coordinator {
         }
     }
 
+    async fn release(&self, id: &SessionId, cancel: &CancellationToken) -> Result<()> {
+        check_cancel(cancel)?;
+        let writer = self.inner.live.lock().get(id).cloned();
+        match writer {
+            Some(writer) => self.inner.retire(writer.session().clone()).await,
+            None => Ok(()),
+        }
+    }
+
     fn locate(&self, header: &SessionHeader) -> Option<PathBuf> {
         self.inner.backend.locate(header)
     }
@@ -752,7 +761,11 @@ impl StoreObserver for LiveObserver {
             StoreEvent::Disposed(session) => {
                 let session = Arc::clone(session);
                 let retiring = inner.clone();
-                self.runtime.spawn(async move { retiring.retire(session).await });
+                self.runtime.spawn(async move {
+                    if let Err(err) = retiring.retire(Arc::clone(&session)).await {
+                        tracing::warn!(session = %session.id(), error = %err, "failed to write a disposed session's last events");
+                    }
+                });
             }
         }
         Ok(())

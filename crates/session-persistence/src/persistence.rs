@@ -81,6 +81,13 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
     /// Waits until everything a live session appended so far is durable.
     async fn flush(&self, id: &SessionId, cancel: &CancellationToken) -> Result<()>;
 
+    /// Lets go of a live session that its store no longer holds: writes what it buffered, then
+    /// forgets the binding, so the id is served cold from then on and may be resumed at once.
+    /// Idempotent; the default only flushes.
+    async fn release(&self, id: &SessionId, cancel: &CancellationToken) -> Result<()> {
+        self.flush(id, cancel).await
+    }
+
     /// Where `header`'s log lives, if the backend has files.
     fn locate(&self, header: &SessionHeader) -> Option<PathBuf>;
 }

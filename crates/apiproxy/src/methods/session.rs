@@ -1,7 +1,7 @@
 //! The `session.*` methods: list, history, create (with explicit-id adoption and cold resume),
 //! fork, and the out-of-process runtime's append and release.
 
-use std::{collections::HashSet, sync::Arc, time::Duration};
+use std::{collections::HashSet, sync::Arc};
 
 use serde_json::{Value, json};
 use session_core::{
@@ -434,19 +434,12 @@ pub(super) async fn release(shared: &Shared, caller: &Caller, request: ReleaseRe
     if shared.store.detach(&session_id).is_none() {
         return Err(RpcError::session_not_attached(id));
     }
-    wait_until_unreferenced(session).await;
-    Ok(json!({"released": true, "lastSeq": last_seq}))
-}
-
-/// Waits (bounded) until nothing but this handler holds the detached session: the persistence
-/// coordinator retires a disposed session asynchronously, and a resume of the same id must not
-/// race that.
-async fn wait_until_unreferenced(session: Arc<Session>) {
-    for _ in 0..2_000 {
-        if Arc::strong_count(&session) == 1 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
+    drop(session);
+    if let Some(persistence) = &shared.persistence
+        && let Err(error) = persistence.release(&session_id, &CancellationToken::new()).await
+    {
+        tracing::error!(session = id, %error, "releasing a session from persistence failed");
+        return Err(RpcError::internal(format!("failed to release session \"{id}\": it could not be made durable")));
     }
-    tracing::warn!(session = %session.id(), "a released session is still referenced; continuing");
+    Ok(json!({"released": true, "lastSeq": last_seq}))
 }

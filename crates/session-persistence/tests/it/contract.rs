@@ -578,3 +578,29 @@ fn a_live_session_is_inspected_live_before_its_first_write() {
         assert!(matches!(err, Err(PersistenceError::Conflict { .. })), "{err:?}");
     });
 }
+
+#[test]
+fn release_lets_go_of_a_detached_session_at_once() {
+    run(async |h| {
+        let persistence = h.open();
+        let store = store();
+        persistence.attach(&store).unwrap();
+        let id = SessionId::from("s-release");
+        let session = store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta() }).unwrap();
+        append_turn(&session, 1);
+        store.detach(&id);
+        persistence.release(&id, &cancel()).await.unwrap();
+        // Whatever still holds the old session object, the id is cold now and can be resumed.
+        let inspected = persistence.inspect(&id, &cancel()).await.unwrap();
+        assert!(!inspected.live);
+        assert_eq!(inspected.events.len(), 2);
+        let loaded = persistence.load(&id, &cancel()).await.unwrap();
+        let meta = HeaderMeta { created_at: Some(loaded.header.created_at), ..meta() };
+        let resumed =
+            store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }).unwrap();
+        append_turn(&resumed, 2);
+        store.flush(&id).await.unwrap();
+        assert_eq!(persistence.read_from(&id, 0, &cancel()).await.unwrap().events.len(), 5);
+        drop(session);
+    });
+}
