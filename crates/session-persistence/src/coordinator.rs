@@ -154,6 +154,11 @@ impl Coordinator {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// How many ids currently have a storage lock entry (held or awaited).
+    pub fn n_locked_ids(&self) -> usize {
+        self.inner.locks.lock().len()
+    }
+
     /// The number of cached inspections and the payload bytes they hold.
     pub fn inspect_cache_usage(&self) -> (usize, u64) {
         let cache = self.inner.cache.lock();
@@ -175,6 +180,24 @@ async fn blocking<T: Send + 'static>(
 
 fn check_cancel(cancel: &CancellationToken) -> Result<()> {
     if cancel.is_cancelled() { Err(PersistenceError::Cancelled) } else { Ok(()) }
+}
+
+/// Holds one id's storage lock; on drop, removes the lock from the map if nobody else uses it.
+struct IdGuard<'a> {
+    locks: &'a Mutex<HashMap<SessionId, Arc<AsyncMutex<()>>>>,
+    id: SessionId,
+    guard: Option<OwnedMutexGuard<()>>,
+}
+
+impl Drop for IdGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut locks = self.locks.lock();
+        // Under the map lock, a count of one means no holder and no waiter: waiters keep a clone.
+        if locks.get(&self.id).is_some_and(|lock| Arc::strong_count(lock) == 1) {
+            locks.remove(&self.id);
+        }
+    }
 }
 
 /// A scan's collected output, validated and with its closers.
@@ -202,9 +225,12 @@ impl ScanSink for ArcCollect {
 }
 
 impl Inner {
-    async fn lock_id(&self, id: &SessionId) -> OwnedMutexGuard<()> {
+    /// Serializes storage work on `id`. The lock's map entry lives only while someone holds or
+    /// awaits it, so the map does not grow with the number of ids ever touched.
+    async fn lock_id(&self, id: &SessionId) -> IdGuard<'_> {
         let lock = self.locks.lock().entry(id.clone()).or_default().clone();
-        lock.lock_owned().await
+        let guard = lock.lock_owned().await;
+        IdGuard { locks: &self.locks, id: id.clone(), guard: Some(guard) }
     }
 
     /// The live session of `id`: one published in an attached store (even before its first write

@@ -187,6 +187,7 @@ fn inspections_are_cached_until_the_log_changes() {
         let reads = futures::future::join_all((0..4).map(|_| persistence.inspect(&id, &cancel))).await;
         assert!(reads.iter().all(|read| read.as_ref().is_ok_and(|read| read.events.len() == 6)));
         assert_eq!(scans(), before + 1);
+        assert_eq!(persistence.n_locked_ids(), 0, "per-id locks are dropped once unused");
     });
 }
 
