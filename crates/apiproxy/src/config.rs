@@ -16,6 +16,10 @@ pub struct ProxyConfig {
     pub push_queue_frames: usize,
     /// How long one WebSocket send may block before the connection is dropped.
     pub push_send_timeout: Duration,
+    /// `session.list` reads a cold log whose stored size is at most this many bytes to tell
+    /// whether it is blank, when no checkpoint says it is not (reference `coldBlankProbeMaxBytes`).
+    /// 0 disables the probe: such a row is then listed as not blank.
+    pub cold_blank_probe_max_bytes: u64,
     pub access: AccessConfig,
 }
 
@@ -32,6 +36,7 @@ impl Default for ProxyConfig {
             max_body_bytes: 16 << 20,
             push_queue_frames: 1024,
             push_send_timeout: Duration::from_secs(30),
+            cold_blank_probe_max_bytes: 1024,
             access: AccessConfig::default(),
         }
     }

@@ -36,6 +36,9 @@ impl fmt::Debug for Revision {
 pub struct StoredHeader {
     pub header: Arc<SessionHeader>,
     pub revision: Revision,
+    /// The stored log's size in bytes, as stored (compressed for zstd), when the backend knows it
+    /// without reading the log. Lets a caller decide whether a read is cheap.
+    pub n_bytes: Option<u64>,
 }
 
 /// One log found by [`Backend::survey`]: where it is, and its header or why that cannot be read.

@@ -133,7 +133,11 @@ impl Backend for MemoryStore {
             .logs
             .lock()
             .values()
-            .map(|log| StoredHeader { header: log.header.clone(), revision: log.revision(self.store_no) })
+            .map(|log| StoredHeader {
+                header: log.header.clone(),
+                revision: log.revision(self.store_no),
+                n_bytes: Some(log.n_bytes),
+            })
             .collect())
     }
 }

@@ -7,14 +7,15 @@ use serde_json::{Value, json};
 use session_core::{
     CreateOptions, HeaderMeta, JsonData, Session, SessionEvent, SessionHeader, SessionId, StoreError, messages,
 };
-use session_persistence::{KnownTypes, PersistenceError};
+use session_persistence::{KnownTypes, PersistenceError, StoredHeader};
+use session_projection::ProjectionUnit;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     access::Caller,
     history::{self, ReadError},
     proxy::Shared,
-    units::{LIST_METADATA_KEY, ListMetadata},
+    units::{LIST_METADATA_KEY, ListMetadata, SessionListMetadata},
     wire::{
         ErrorKind, Issue, PathSegment, ProjectionsBlock, RpcError, SessionSummary,
         payload::{AppendRequest, CreateRequest, ForkRequest, HistoryRequest, NewEvent, ReleaseRequest},
@@ -55,24 +56,51 @@ pub(super) fn live_summary(shared: &Shared, session: &Arc<Session>) -> SessionSu
     row
 }
 
-/// A cold session's row, with no log read: its projections and recency from the checkpoint
-/// cache when one is mounted and holds a record of this lifetime; otherwise from the header alone
-/// (`blank: false`, `updatedAt = createdAt`).
-fn cold_summary(shared: &Shared, header: &SessionHeader) -> SessionSummary {
+/// A cold session's row. Projections and recency come from the checkpoint cache when one is
+/// mounted and holds a record of this lifetime. Blankness: a cached `blank: false` is trusted;
+/// otherwise a log no larger than the probe limit is read and folded exactly (reference 04 §7.1);
+/// any other row is listed as not blank.
+async fn cold_summary(shared: &Shared, stored: &StoredHeader, cancel: &CancellationToken) -> SessionSummary {
+    let header = &stored.header;
     let created_at = header.created_at as i64;
     let snapshot = shared.cache.as_ref().and_then(|cache| cache.cached_snapshot(header));
-    let Some(snapshot) = snapshot.filter(|snapshot| !snapshot.values.is_empty()) else {
-        return SessionSummary::from_header(header, created_at, false, false);
-    };
-    let metadata = snapshot
-        .values
-        .get(LIST_METADATA_KEY)
+    let snapshot = snapshot.filter(|snapshot| !snapshot.values.is_empty());
+    let cached = snapshot
+        .as_ref()
+        .and_then(|snapshot| snapshot.values.get(LIST_METADATA_KEY))
         .and_then(|value| serde_json::from_value::<ListMetadata>(value.clone()).ok());
-    // Only a cached `blank: false` is trusted; a missing or `true` value stays visible (not blank).
+    let metadata = match cached {
+        Some(metadata) if !metadata.blank => Some(metadata),
+        _ => probe_blank(shared, stored, cancel)
+            .await
+            .or(cached.map(|metadata| ListMetadata { blank: false, ..metadata })),
+    };
+    let blank = metadata.as_ref().is_some_and(|metadata| metadata.blank);
     let updated_at = metadata.and_then(|metadata| metadata.last_prompt_at).map_or(created_at, |at| at.max(created_at));
-    let mut row = SessionSummary::from_header(header, updated_at, false, false);
-    row.projections = Some(ProjectionsBlock { as_of_seq: snapshot.as_of_seq, values: snapshot.values });
+    let mut row = SessionSummary::from_header(header, updated_at, false, blank);
+    if let Some(snapshot) = snapshot {
+        row.projections = Some(ProjectionsBlock { as_of_seq: snapshot.as_of_seq, values: snapshot.values });
+    }
     row
+}
+
+/// Reads a small cold log and folds its list metadata exactly; `None` when the log is too big,
+/// its size is unknown, the probe is disabled, or the read fails (the row then stays visible).
+async fn probe_blank(shared: &Shared, stored: &StoredHeader, cancel: &CancellationToken) -> Option<ListMetadata> {
+    let limit = shared.config.cold_blank_probe_max_bytes;
+    let persistence = shared.persistence.as_ref()?;
+    if limit == 0 || stored.n_bytes.is_none_or(|n_bytes| n_bytes > limit) {
+        return None;
+    }
+    let read = persistence.read_from(&stored.header.id, 0, cancel).await.ok()?;
+    let unit = SessionListMetadata;
+    let mut metadata = unit.init();
+    for event in read.events.iter() {
+        if let Ok(Some(next)) = unit.apply(&metadata, event) {
+            metadata = next;
+        }
+    }
+    Some(metadata)
 }
 
 /// `session.list` → `{items}`: live sessions folded from memory, cold ones from their headers and
@@ -87,7 +115,7 @@ pub(super) async fn list(shared: &Shared, caller: &Caller, cancel: &Cancellation
         }
     }
     if let Some(persistence) = &shared.persistence {
-        let headers = match persistence.list(cancel).await {
+        let headers = match persistence.list_snapshots(cancel).await {
             Ok(headers) => headers,
             Err(PersistenceError::Cancelled) => return Err(RpcError::cancelled("session list was cancelled")),
             Err(error) => {
@@ -95,11 +123,12 @@ pub(super) async fn list(shared: &Shared, caller: &Caller, cancel: &Cancellation
                 return Err(RpcError::internal("session list unavailable: the session store could not be listed"));
             }
         };
-        for header in headers {
-            if live_ids.contains(&header.id) || header.cwd.is_none() || !caller.sees(&header) {
+        for stored in headers {
+            let header = &stored.header;
+            if live_ids.contains(&header.id) || header.cwd.is_none() || !caller.sees(header) {
                 continue;
             }
-            rows.push(cold_summary(shared, &header));
+            rows.push(cold_summary(shared, &stored, cancel).await);
         }
     }
     rows.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.session_id.cmp(&b.session_id)));

@@ -27,6 +27,26 @@ async fn cold_rows_come_from_the_checkpoint_cache() {
     server.stop().await;
 }
 
+/// A small cold log that never started a turn is read and listed as blank; a bigger one is not
+/// read (and listed as not blank), unless a checkpoint says otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_cold_logs_are_probed_for_blankness() {
+    let server = Server::start().await;
+    for id in ["quiet", "busy"] {
+        server.ok(None, "session.create", json!({"sessionId": id, "cwd": "/w"})).await;
+        let context = json!({"type": "request/context", "data": {"provider": "p", "model": "m"}});
+        server.ok(None, "session.append", json!({"sessionId": id, "events": [context]})).await;
+    }
+    server.ok(None, "session.append", json!({"sessionId": "busy", "events": turn(1)})).await;
+    for id in ["quiet", "busy"] {
+        server.ok(None, "session.release", json!({"sessionId": id})).await;
+    }
+    let list = server.ok(None, "session.list", json!({})).await;
+    assert_eq!(row(&list, "quiet").unwrap()["blank"], json!(true), "{list}");
+    assert_eq!(row(&list, "busy").unwrap()["blank"], json!(false), "{list}");
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_list_append_release_resume() {
     let server = Server::start().await;

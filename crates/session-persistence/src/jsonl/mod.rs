@@ -636,7 +636,11 @@ impl JsonlStore {
             });
             if let Some(header) = cached {
                 self.header_hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(Some(StoredHeader { header, revision: revision_of(metadata) }));
+                return Ok(Some(StoredHeader {
+                    header,
+                    revision: revision_of(metadata),
+                    n_bytes: Some(metadata.len()),
+                }));
             }
         }
         if let Some(session_dir) = path.parent() {
@@ -661,7 +665,7 @@ impl JsonlStore {
         let header = Arc::new(header);
         self.headers.lock().insert(path.to_owned(), CachedHeader { identity, header: Arc::clone(&header), listing });
         self.index.lock().insert(header.id.clone(), path.to_owned());
-        Ok(Some(StoredHeader { header, revision: revision_of(&metadata) }))
+        Ok(Some(StoredHeader { header, revision: revision_of(&metadata), n_bytes: Some(metadata.len()) }))
     }
 }
 
