@@ -266,6 +266,161 @@ impl Serialize for SessionEvent {
     }
 }
 
+impl SessionEvent {
+    /// Decodes one stored envelope line, with the same result as deserializing it with
+    /// `serde_json` (the strict envelope rules, `data` checked for syntax only).
+    ///
+    /// Lines in the canonical compact shape, which every writer of a log produces, take a fast
+    /// path that checks `data` without `serde_json`; anything else is decoded by `serde_json`.
+    pub fn from_json_line(line: &str) -> Result<SessionEvent, serde_json::Error> {
+        match fast_envelope(line) {
+            Some(event) => Ok(event),
+            None => serde_json::from_str(line),
+        }
+    }
+
+    /// Appends the event's canonical JSON, byte for byte what `serde_json` writes for it,
+    /// without re-checking the payload text.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        use std::io::Write;
+        out.extend_from_slice(b"{\"type\":");
+        serde_json::to_writer(&mut *out, self.kind.as_str()).expect("writing a string into memory cannot fail");
+        let _ = write!(out, ",\"seq\":{},\"time\":{},\"data\":", self.seq, self.time);
+        out.extend_from_slice(self.data.as_str().as_bytes());
+        if let Some(sources) = &self.source_event_seqs {
+            out.extend_from_slice(b",\"sourceEventSeqs\":[");
+            for (idx, source) in sources.iter().enumerate() {
+                if idx > 0 {
+                    out.push(b',');
+                }
+                let _ = write!(out, "{source}");
+            }
+            out.push(b']');
+        }
+        match self.surface_op {
+            None => {}
+            Some(SurfaceOp::Append) => out.extend_from_slice(b",\"surfaceOp\":\"append\""),
+            Some(SurfaceOp::Replace { start, end }) => {
+                let _ = write!(out, ",\"surfaceOp\":{{\"op\":\"replace\",\"start\":{start},\"end\":{end}}}");
+            }
+        }
+        if self.ignorable {
+            out.extend_from_slice(b",\"ignorable\":true");
+        }
+        out.push(b'}');
+    }
+}
+
+/// The canonical envelope `{"type":..,"seq":..,"time":..,"data":..[,"sourceEventSeqs":..]
+/// [,"surfaceOp":..][,"ignorable":true]}` with plain tokens; `None` for any other line, which
+/// `serde_json` then decodes (or rejects).
+fn fast_envelope(line: &str) -> Option<SessionEvent> {
+    let bytes = line.as_bytes();
+    let mut cursor = Cursor { bytes, idx: 0 };
+    cursor.expect(b"{\"type\":\"")?;
+    let kind_start = cursor.idx;
+    let kind_end = memchr::memchr2(b'"', b'\\', &bytes[kind_start..])? + kind_start;
+    if bytes[kind_end] != b'"' || bytes[kind_start..kind_end].iter().any(|byte| *byte < 0x20) {
+        return None;
+    }
+    cursor.idx = kind_end + 1;
+    cursor.expect(b",\"seq\":")?;
+    let seq = cursor.safe_u64()?;
+    cursor.expect(b",\"time\":")?;
+    let negative = cursor.eat(b"-");
+    let magnitude = cursor.safe_u64()?;
+    let time = match (negative, magnitude) {
+        (false, time) => time as i64,
+        // `-0` is left to serde_json.
+        (true, 0) => return None,
+        (true, time) => -(time as i64),
+    };
+    cursor.expect(b",\"data\":")?;
+    let data_start = cursor.idx;
+    let kind = &line[kind_start..kind_end];
+    // A message is walked with its shape check, which validates it in the same pass; any other
+    // payload (or a message the walk leaves to the full rules) is validated on its own.
+    let walked = crate::messages::MessageKind::of(kind).and_then(|message| {
+        crate::messages::walk_message(message, &line[data_start..]).map(|len| (data_start + len, message))
+    });
+    let (data_end, verified) = match walked {
+        Some((end, message)) => (end, Some(message)),
+        None => (crate::jsontext::skip_value(bytes, data_start)?, None),
+    };
+    cursor.idx = data_end;
+    let data_text = &line[data_start..data_end];
+    let data = JsonData::from_scanned(data_text, verified);
+    let mut source_event_seqs = None;
+    if cursor.eat(b",\"sourceEventSeqs\":[") {
+        let mut sources = Vec::new();
+        if !cursor.eat(b"]") {
+            loop {
+                sources.push(cursor.safe_u64()?);
+                if cursor.eat(b"]") {
+                    break;
+                }
+                cursor.expect(b",")?;
+            }
+        }
+        source_event_seqs = Some(sources.into_boxed_slice());
+    }
+    let mut surface_op = None;
+    if cursor.eat(b",\"surfaceOp\":") {
+        if cursor.eat(b"\"append\"") {
+            surface_op = Some(SurfaceOp::Append);
+        } else {
+            cursor.expect(b"{\"op\":\"replace\",\"start\":")?;
+            let start = cursor.safe_u64()?;
+            cursor.expect(b",\"end\":")?;
+            let end = cursor.safe_u64()?;
+            cursor.expect(b"}")?;
+            surface_op = Some(SurfaceOp::Replace { start, end });
+        }
+    }
+    let ignorable = cursor.eat(b",\"ignorable\":true");
+    cursor.expect(b"}")?;
+    if cursor.idx != bytes.len() {
+        return None;
+    }
+    Some(SessionEvent { kind: EventType::new(kind), seq, time, data, source_event_seqs, surface_op, ignorable })
+}
+
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    idx: usize,
+}
+
+impl Cursor<'_> {
+    fn eat(&mut self, token: &[u8]) -> bool {
+        let found = self.bytes[self.idx..].starts_with(token);
+        if found {
+            self.idx += token.len();
+        }
+        found
+    }
+
+    fn expect(&mut self, token: &[u8]) -> Option<()> {
+        self.eat(token).then_some(())
+    }
+
+    /// A plain non-negative integer of at most 16 digits, no leading zero, at most
+    /// [`MAX_SAFE_INTEGER`].
+    fn safe_u64(&mut self) -> Option<u64> {
+        let digits = self.bytes[self.idx..].iter().take_while(|byte| byte.is_ascii_digit()).count();
+        if digits == 0 || digits > 16 || (digits > 1 && self.bytes[self.idx] == b'0') {
+            return None;
+        }
+        let value =
+            self.bytes[self.idx..self.idx + digits].iter().fold(0u64, |acc, byte| acc * 10 + u64::from(byte - b'0'));
+        // A fraction or exponent after the digits is left to serde_json.
+        if matches!(self.bytes.get(self.idx + digits), Some(b'.' | b'e' | b'E')) || value > MAX_SAFE_INTEGER {
+            return None;
+        }
+        self.idx += digits;
+        Some(value)
+    }
+}
+
 /// Whether `seqs` repeats a value. Source lists are short, so small ones are compared pairwise
 /// rather than hashed (this runs for every message read from a log).
 fn has_duplicates(seqs: &[u64]) -> bool {

@@ -10,6 +10,8 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de::DeserializeOwned};
 use serde_json::{Value, value::RawValue};
 
+use crate::messages::MessageKind;
+
 /// The largest integer JSON peers in this ecosystem represent exactly (`Number.MAX_SAFE_INTEGER`).
 pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
@@ -122,15 +124,23 @@ pub fn as_safe_i64(value: &Value) -> Option<i64> {
 }
 
 /// An event payload: syntactically valid JSON text in the lossless domain.
+///
+/// The text is owned as a plain string whose validity is this type's invariant: every
+/// constructor checks it, with `serde_json` or with the fast scanner of [`crate::jsontext`].
 #[derive(Clone)]
-pub struct JsonData(Box<RawValue>);
+pub struct JsonData {
+    text: Box<str>,
+    /// Set by the log decoder when the text was checked, in the same pass that decoded it, to be
+    /// a well-formed message of this kind; the shape check then has nothing left to do.
+    verified: Option<MessageKind>,
+}
 
 impl JsonData {
     /// Serializes `value`, rejecting values outside the lossless domain.
     pub fn from_value(value: &Value) -> Result<JsonData, LosslessError> {
         check_lossless(value)?;
         let text = serde_json::to_string(value).map_err(|err| LosslessError::InvalidText(err.to_string()))?;
-        Ok(JsonData(RawValue::from_string(text).map_err(|err| LosslessError::InvalidText(err.to_string()))?))
+        Ok(JsonData::new(text.into_boxed_str()))
     }
 
     /// Serializes any serializable payload, rejecting values outside the lossless domain.
@@ -144,46 +154,58 @@ impl JsonData {
     pub fn from_text(text: impl Into<String>) -> Result<JsonData, LosslessError> {
         let raw = RawValue::from_string(text.into()).map_err(|err| LosslessError::InvalidText(err.to_string()))?;
         check_lossless_text(raw.get())?;
-        Ok(JsonData(raw))
+        Ok(JsonData::new(raw.into()))
     }
 
     /// Wraps an already validated raw value (used by decoders). Only the syntax is guaranteed; a
     /// `Session` re-checks the lossless domain of every event it is seeded with.
     pub fn from_raw(raw: Box<RawValue>) -> JsonData {
-        JsonData(raw)
+        JsonData::new(raw.into())
+    }
+
+    fn new(text: Box<str>) -> JsonData {
+        JsonData { text, verified: None }
+    }
+
+    /// Wraps `text` that [`crate::jsontext`] validated; decoders reach it through
+    /// [`SessionEvent::from_json_line`](crate::SessionEvent::from_json_line).
+    pub(crate) fn from_scanned(text: &str, verified: Option<MessageKind>) -> JsonData {
+        debug_assert!(crate::jsontext::is_compact_value(text));
+        JsonData { text: text.into(), verified }
+    }
+
+    /// The message kind this payload was verified to be well-formed for, if any.
+    pub(crate) fn verified_message(&self) -> Option<MessageKind> {
+        self.verified
     }
 
     /// The empty object, `{}`.
     pub fn empty_object() -> JsonData {
-        JsonData(RawValue::from_string("{}".to_owned()).expect("`{}` is valid JSON"))
+        JsonData::new("{}".into())
     }
 
     pub fn null() -> JsonData {
-        JsonData(RawValue::from_string("null".to_owned()).expect("`null` is valid JSON"))
+        JsonData::new("null".into())
     }
 
     pub fn as_str(&self) -> &str {
-        self.0.get()
-    }
-
-    pub fn as_raw(&self) -> &RawValue {
-        &self.0
+        &self.text
     }
 
     /// Parses the payload as a tree. Text decoded from storage is checked for syntax only, so it
     /// may hold a number no tree can represent (`1e400`): that is an error, never a panic.
     pub fn to_value(&self) -> Result<Value, serde_json::Error> {
-        serde_json::from_str(self.0.get())
+        serde_json::from_str(&self.text)
     }
 
     /// Parses the payload into a typed view.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
-        serde_json::from_str(self.0.get())
+        serde_json::from_str(&self.text)
     }
 
     /// Parses the payload into a typed view that may borrow from the text.
     pub fn parse_borrowed<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
-        serde_json::from_str(self.0.get())
+        serde_json::from_str(&self.text)
     }
 
     pub fn is_null(&self) -> bool {
@@ -219,15 +241,19 @@ impl fmt::Display for JsonData {
     }
 }
 
+/// Serializes the text verbatim. `serde_json` only writes raw text through its own `RawValue`,
+/// so the text is borrowed as one (a validating scan); the log writer does not come this way
+/// (`SessionEvent::write_json`).
 impl Serialize for JsonData {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
+        let raw: &RawValue = serde_json::from_str(&self.text).map_err(serde::ser::Error::custom)?;
+        raw.serialize(serializer)
     }
 }
 
 impl<'de> Deserialize<'de> for JsonData {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<JsonData, D::Error> {
-        Box::<RawValue>::deserialize(deserializer).map(JsonData)
+        Box::<RawValue>::deserialize(deserializer).map(JsonData::from_raw)
     }
 }
 

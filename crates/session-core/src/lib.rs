@@ -11,6 +11,7 @@ mod event;
 mod header;
 mod id;
 pub mod json;
+mod jsontext;
 pub mod messages;
 mod mutations;
 mod repair;

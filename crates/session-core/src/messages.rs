@@ -10,7 +10,10 @@ use serde_json::value::RawValue;
 
 use crate::{
     SessionEvent,
-    view::{BorrowedStr, Entries, Field, array, is_array, is_object, non_empty_string, object, present, string},
+    jsontext::Walker,
+    view::{
+        BorrowedStr, Entries, Field, array, is_array, is_object, non_empty_string, object, object_text, present, string,
+    },
 };
 
 fn is_true(field: Field<'_>) -> bool {
@@ -61,12 +64,11 @@ struct ToolResultBlockView<'a> {
 
 /// The message an event carries: `data` itself for `user/message`, `data.message` for
 /// `assistant/message` and `tool/result`.
-fn message_field<'a>(event: &'a SessionEvent) -> Field<'a> {
+fn message_text<'a>(event: &'a SessionEvent) -> Option<&'a str> {
     if event.kind == "user/message" {
-        return Some(event.data.as_raw());
+        return Some(event.data.as_str());
     }
-    let data: Field<'a> = Some(event.data.as_raw());
-    object::<WrappedMessage<'a>>(data).and_then(|wrapped| wrapped.message)
+    object_text::<WrappedMessage<'a>>(event.data.as_str()).and_then(|wrapped| wrapped.message).map(RawValue::get)
 }
 
 /// Checks the shape of the message a `user/message`, `assistant/message` or `tool/result` event
@@ -79,16 +81,60 @@ pub fn check_message_shape(event: &SessionEvent) -> Result<(), String> {
 /// [`check_message_shape`] with a caller-chosen `subject` starting every message
 /// (`seed tool/result at index 4`).
 pub fn check_message_shape_as(event: &SessionEvent, subject: &str) -> Result<(), String> {
+    let kind = MessageKind::of(&event.kind);
+    if kind.is_some() && event.data.verified_message() == kind {
+        return Ok(());
+    }
     if fast::message_is_valid(event) {
         return Ok(());
     }
+    check_message_shape_fields(event, subject)
+}
+
+#[cfg(test)]
+pub(crate) fn fast_message_is_valid(event: &SessionEvent) -> bool {
+    fast::message_is_valid(event)
+}
+
+/// The event types that carry a message, whose shape rules differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MessageKind {
+    User,
+    Assistant,
+    ToolResult,
+}
+
+impl MessageKind {
+    pub(crate) fn of(event_type: &str) -> Option<MessageKind> {
+        match event_type {
+            "user/message" => Some(MessageKind::User),
+            "assistant/message" => Some(MessageKind::Assistant),
+            "tool/result" => Some(MessageKind::ToolResult),
+            _ => None,
+        }
+    }
+}
+
+/// Walks the payload of a `kind` message at the start of `text` (a decoder's line from where
+/// `data` begins) with the one-pass shape check, validating its syntax on the way. Returns where
+/// the payload ends if it is a well-formed message in compact text; `None` otherwise, and the
+/// decoder then validates the payload on its own. So a message in a log is read in one pass.
+pub(crate) fn walk_message(kind: MessageKind, text: &str) -> Option<usize> {
+    let mut walker = Walker::new(text);
+    fast::check(kind, &mut walker)?;
+    Some(walker.position())
+}
+
+/// The field-by-field shape rules, which decide and word every error.
+pub(crate) fn check_message_shape_fields(event: &SessionEvent, subject: &str) -> Result<(), String> {
     let kind = event.kind.as_str();
     let is_assistant = kind == "assistant/message";
     let is_tool_result = kind == "tool/result";
     if kind != "user/message" && !is_assistant && !is_tool_result {
         return Ok(());
     }
-    let message = object::<MessageView<'_>>(message_field(event))
+    let message = message_text(event)
+        .and_then(object_text::<MessageView<'_>>)
         .filter(|message| non_empty_string(message.id).is_some())
         .ok_or_else(|| format!("{subject} lacks an identified message"))?;
     let expected_role = if is_assistant { "assistant" } else { "user" };
@@ -169,8 +215,8 @@ pub fn check_seed_event_shape(event: &SessionEvent, index: u64) -> Result<(), St
 }
 
 fn check_request_header(event: &SessionEvent, index: u64) -> Result<(), String> {
-    let data: Field<'_> = Some(event.data.as_raw());
-    let header = object::<RequestHeaderData<'_>>(data).and_then(|data| object::<EpochHeaderView<'_>>(data.header));
+    let header = object_text::<RequestHeaderData<'_>>(event.data.as_str())
+        .and_then(|data| object::<EpochHeaderView<'_>>(data.header));
     let config = header.as_ref().and_then(|header| object::<ConfigView<'_>>(header.config));
     let Some(config) =
         config.filter(|config| non_empty_string(config.provider).is_some() && non_empty_string(config.model).is_some())
@@ -257,7 +303,7 @@ pub fn legacy_shape(event: &SessionEvent) -> Option<&'static str> {
         "turn/start" | "turn/end" | "user/message" | "assistant/message" | "tool/result" => {}
         _ => return None,
     }
-    let view = object::<LegacyView<'_>>(Some(event.data.as_raw()))?;
+    let view = object_text::<LegacyView<'_>>(event.data.as_str())?;
     match kind {
         "turn/start" if view.trigger.is_some() => Some("pre-react-loop turn/start with a trigger"),
         "turn/end" => {
@@ -305,115 +351,140 @@ pub fn check_legacy_shape(event: &SessionEvent) -> Result<(), String> {
     }
 }
 
-/// A one-pass check for the common case: a well-formed message decodes straight into typed
-/// views and passes. Anything unusual (a wrong type anywhere, a missing field) makes this return
-/// `false`, and the field-by-field checks above decide and word the error.
+/// A one-pass check for the common case: a well-formed message in compact text passes while it
+/// is walked once with the cursor of [`crate::jsontext`], entering only the objects the rules
+/// read. Anything unusual (a wrong type, a missing or repeated field, an escaped key or value,
+/// text outside the fast subset) makes this return `false`, and the field-by-field checks above
+/// decide and word the error. So this only ever accepts what those checks accept.
 mod fast {
-    use std::{borrow::Cow, fmt};
-
-    use serde::{
-        Deserialize, Deserializer,
-        de::{IgnoredAny, SeqAccess, Visitor},
+    use super::MessageKind as Kind;
+    use crate::{
+        SessionEvent,
+        jsontext::{Walker, plain_str},
     };
 
-    use crate::SessionEvent;
-
-    #[derive(Deserialize)]
-    struct Wrapped<'a> {
-        #[serde(borrow)]
-        message: Message<'a>,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Message<'a> {
-        #[serde(borrow)]
-        id: Cow<'a, str>,
-        #[serde(borrow)]
-        role: Cow<'a, str>,
-        #[serde(borrow)]
-        source: Source<'a>,
-        #[serde(borrow)]
-        content: Vec<Block<'a>>,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Source<'a> {
-        #[serde(borrow)]
-        kind: Cow<'a, str>,
-        #[serde(default, borrow)]
-        provider: Option<Cow<'a, str>>,
-        #[serde(default, borrow)]
-        model: Option<Cow<'a, str>>,
-        #[serde(default, borrow)]
-        call_id: Option<Cow<'a, str>>,
-    }
-
-    /// A content block: only the fields a tool result's checks read; text is skipped.
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Block<'a> {
-        #[serde(default, borrow, rename = "type")]
-        kind: Option<Cow<'a, str>>,
-        #[serde(default, borrow)]
-        tool_call_id: Option<Cow<'a, str>>,
-        #[serde(default)]
-        content: Option<IsArray>,
-    }
-
-    /// Whether a value is an array; its elements are skipped unparsed.
-    struct IsArray(bool);
-
-    impl<'de> Deserialize<'de> for IsArray {
-        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<IsArray, D::Error> {
-            struct ArrayProbe;
-            impl<'de> Visitor<'de> for ArrayProbe {
-                type Value = IsArray;
-                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                    f.write_str("an array")
-                }
-                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<IsArray, A::Error> {
-                    while seq.next_element::<IgnoredAny>()?.is_some() {}
-                    Ok(IsArray(true))
-                }
-            }
-            deserializer.deserialize_seq(ArrayProbe)
-        }
-    }
-
-    fn non_empty(text: &Option<Cow<'_, str>>) -> bool {
-        text.as_deref().is_some_and(|text| !text.is_empty())
-    }
-
     pub(super) fn message_is_valid(event: &SessionEvent) -> bool {
-        let text = event.data.as_str();
-        let message = match event.kind.as_str() {
-            "user/message" => serde_json::from_str::<Message<'_>>(text),
-            "assistant/message" | "tool/result" => serde_json::from_str::<Wrapped<'_>>(text).map(|data| data.message),
-            _ => return false,
+        Kind::of(&event.kind).is_some_and(|kind| check(kind, &mut Walker::new(event.data.as_str())).is_some())
+    }
+
+    /// Stores the first occurrence of a field; a repeated field gives up (the typed views the
+    /// field rules use refuse duplicates).
+    fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+        slot.replace(value).is_none().then_some(())
+    }
+
+    fn non_empty(token: Option<&str>) -> Option<&str> {
+        plain_str(token?).filter(|text| !text.is_empty())
+    }
+
+    /// Walks one message payload of `kind` from the walker's position, consuming exactly the
+    /// payload when it passes.
+    pub(super) fn check(kind: Kind, walker: &mut Walker<'_>) -> Option<()> {
+        if kind == Kind::User {
+            return message(walker, kind);
+        }
+        walker.enter_object()?;
+        let mut checked = None;
+        while let Some(key) = walker.next_key()? {
+            if key == "message" {
+                once(&mut checked, message(walker, kind)?)?;
+            } else {
+                walker.value()?;
+            }
+        }
+        checked
+    }
+
+    /// The `source` of a message: `kind`, `provider`, `model`, `callId` as raw tokens.
+    #[derive(Default)]
+    struct Source<'a>([Option<&'a str>; 4]);
+
+    fn source<'a>(walker: &mut Walker<'a>) -> Option<Source<'a>> {
+        walker.enter_object()?;
+        let mut found = Source::default();
+        while let Some(key) = walker.next_key()? {
+            let slot = match key {
+                "kind" => 0,
+                "provider" => 1,
+                "model" => 2,
+                "callId" => 3,
+                _ => {
+                    walker.value()?;
+                    continue;
+                }
+            };
+            once(&mut found.0[slot], walker.value()?)?;
+        }
+        Some(found)
+    }
+
+    /// A tool result's content: exactly one `tool-result` block; returns its `toolCallId` token.
+    fn tool_result_content<'a>(walker: &mut Walker<'a>) -> Option<&'a str> {
+        walker.enter_array()?;
+        if !walker.next_element()? {
+            return None;
+        }
+        walker.enter_object()?;
+        let (mut block_kind, mut call_id, mut content) = (None, None, None);
+        while let Some(key) = walker.next_key()? {
+            match key {
+                "type" => once(&mut block_kind, walker.value()?)?,
+                "toolCallId" => once(&mut call_id, walker.value()?)?,
+                "content" => once(&mut content, walker.value()?)?,
+                _ => {
+                    walker.value()?;
+                }
+            }
+        }
+        // A second block fails the rules.
+        if walker.next_element()? {
+            return None;
+        }
+        let valid = plain_str(block_kind?) == Some("tool-result") && content?.starts_with('[');
+        valid.then_some(call_id?)
+    }
+
+    fn message(walker: &mut Walker<'_>, kind: Kind) -> Option<()> {
+        walker.enter_object()?;
+        let (mut id, mut role, mut found_source, mut content) = (None, None, None, None);
+        while let Some(key) = walker.next_key()? {
+            match key {
+                "id" => once(&mut id, walker.value()?)?,
+                "role" => once(&mut role, walker.value()?)?,
+                "source" => once(&mut found_source, source(walker)?)?,
+                // Only a tool result's content is read; any other content only has to be an array.
+                "content" if kind == Kind::ToolResult => once(&mut content, tool_result_content(walker)?)?,
+                "content" => {
+                    let token = walker.value()?;
+                    once(&mut content, token)?;
+                    if !token.starts_with('[') {
+                        return None;
+                    }
+                }
+                _ => {
+                    walker.value()?;
+                }
+            }
+        }
+        non_empty(id)?;
+        let content = content?;
+        let Source([source_kind, provider, model, call_id]) = found_source?;
+        let source_kind = non_empty(source_kind)?;
+        let role = plain_str(role?)?;
+        let valid = match kind {
+            Kind::User => role == "user",
+            Kind::Assistant => {
+                role == "assistant"
+                    && source_kind == "model"
+                    && non_empty(provider).is_some()
+                    && non_empty(model).is_some()
+            }
+            Kind::ToolResult => {
+                role == "user"
+                    && source_kind == "tool"
+                    && non_empty(call_id).is_some_and(|call_id| plain_str(content) == Some(call_id))
+            }
         };
-        let Ok(message) = message else { return false };
-        if message.id.is_empty() || message.source.kind.is_empty() {
-            return false;
-        }
-        match event.kind.as_str() {
-            "user/message" => message.role == "user",
-            "assistant/message" => {
-                message.role == "assistant"
-                    && message.source.kind == "model"
-                    && non_empty(&message.source.provider)
-                    && non_empty(&message.source.model)
-            }
-            _ => {
-                let [block] = message.content.as_slice() else { return false };
-                message.role == "user"
-                    && message.source.kind == "tool"
-                    && non_empty(&message.source.call_id)
-                    && block.kind.as_deref() == Some("tool-result")
-                    && block.content.as_ref().is_some_and(|content| content.0)
-                    && block.tool_call_id == message.source.call_id
-            }
-        }
+        valid.then_some(())
     }
 }

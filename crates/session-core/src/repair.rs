@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 
 use crate::{
     JsonData, SessionEvent, SurfaceOp,
-    view::{Field, array, is_null, object, present, string},
+    view::{Field, array, is_null, object, object_text, present, string},
 };
 
 /// `error.code` of a closer for a tool call that was never recorded as started.
@@ -154,7 +154,7 @@ impl RepairScan {
             _ => return,
         }
         // A payload that is not an object has no fields; the rules then see them all absent.
-        let data: DataView<'_> = object(Some(event.data.as_raw())).unwrap_or_default();
+        let data: DataView<'_> = object_text(event.data.as_str()).unwrap_or_default();
         match event.kind.as_str() {
             "turn/start" => {
                 self.open_turn = Bracket::from_field(data.turn);
@@ -178,7 +178,7 @@ impl RepairScan {
     fn pending(&self) -> Pending {
         let mut pending = Pending::default();
         for event in &self.window {
-            let data: DataView<'_> = object(Some(event.data.as_raw())).unwrap_or_default();
+            let data: DataView<'_> = object_text(event.data.as_str()).unwrap_or_default();
             match event.kind.as_str() {
                 "assistant/message" => {
                     let message: Option<MessageView<'_>> = object(data.message);

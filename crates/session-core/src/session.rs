@@ -31,7 +31,7 @@ use crate::{
     mutations::{CommitOrder, carries_receipts, check_file_mutations, file_mutation_orders},
     store::StoreShared,
     surface::{SurfaceIntent, SurfacePlan, SurfaceState},
-    view::{Field, object, present},
+    view::{Field, object_text, present},
 };
 
 /// One session: an immutable header and an append-only log whose `seq` equals the index.
@@ -105,7 +105,7 @@ impl LogState {
         self.mutation_orders.extend(orders);
         match event.kind.as_str() {
             "turn/start" => {
-                let view: Option<TurnView<'_>> = object(Some(event.data.as_raw()));
+                let view: Option<TurnView<'_>> = object_text(event.data.as_str());
                 let turn = view.and_then(|view| view.turn).and_then(|raw| serde_json::from_str::<u64>(raw.get()).ok());
                 self.turn = TurnState::Open { turn };
             }

@@ -35,7 +35,7 @@ use crate::{
     Clock, ForkError, ForkErrorCode, HeaderError, HeaderMeta, ObserverError, Session, SessionError, SessionEvent,
     SessionHeader, SessionId, StoreError,
     session::{Publication, PublishingFlag},
-    view::{Field, object, present, string},
+    view::{Field, object_text, present, string},
 };
 
 /// What an observer is told.
@@ -498,7 +498,7 @@ fn fork_seed(source: &Session, boundary: Option<i64>) -> Result<Vec<Arc<SessionE
     let prefix = &events[..=end];
     let last_bracket = prefix.iter().rev().find(|event| event.kind == "turn/start" || event.kind == "turn/end");
     if let Some(start) = last_bracket.filter(|event| event.kind == "turn/start") {
-        let view: Option<TurnView<'_>> = object(Some(start.data.as_raw()));
+        let view: Option<TurnView<'_>> = object_text(start.data.as_str());
         let turn = view.and_then(|view| view.turn);
         let turn = string(turn).map(|text| text.into_owned()).or_else(|| turn.map(|raw| raw.get().to_owned()));
         let turn = turn.unwrap_or_else(|| "undefined".to_owned());

@@ -57,6 +57,14 @@ pub(crate) fn object<'a, T: Deserialize<'a>>(field: Field<'a>) -> Option<T> {
     serde_json::from_str(raw.get()).ok()
 }
 
+/// Parses object text (an event payload) into a view; `None` for anything that is not an object.
+pub(crate) fn object_text<'a, T: Deserialize<'a>>(text: &'a str) -> Option<T> {
+    if !text.starts_with('{') {
+        return None;
+    }
+    serde_json::from_str(text).ok()
+}
+
 /// The elements of an array field, borrowed; `None` for anything that is not an array.
 pub(crate) fn array<'a>(field: Field<'a>) -> Option<Vec<&'a RawValue>> {
     let raw = field?;

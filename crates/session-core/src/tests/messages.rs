@@ -218,3 +218,20 @@ fn legacy_shapes_are_detected_with_their_seq() {
     check_legacy("tool/result", tool_result(1, 1, "r", "c", "ok"), Ok(()));
     check_legacy("plugin/x", json!(null), Ok(()));
 }
+
+/// Well-formed messages of every kind take the one-pass path, so a long log is checked in one
+/// scan per payload.
+#[test]
+fn well_formed_messages_take_the_one_pass_path() {
+    for (kind, data) in [
+        ("user/message", user_message("m1", "hi \"there\"\n")),
+        ("assistant/message", assistant_message(1, 1, "a1", json!([{"type": "text", "text": "hi"}]))),
+        ("tool/result", tool_result(1, 1, "r1", "c1", "ok")),
+    ] {
+        assert!(crate::messages::fast_message_is_valid(&event(kind, 0, data.clone())), "{kind} {data}");
+    }
+    // A message the field rules accept but the one pass leaves to them: an escaped id.
+    let escaped = user_message("m\"1", "hi");
+    assert!(!crate::messages::fast_message_is_valid(&event("user/message", 0, escaped.clone())));
+    check("user/message", escaped, Ok(()));
+}

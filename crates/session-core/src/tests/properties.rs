@@ -198,3 +198,148 @@ proptest! {
         prop_assert_eq!(check_lossless_text(&text).is_ok(), check_lossless(&value).is_ok(), "{}", text);
     }
 }
+
+fn envelope() -> impl Strategy<Value = SessionEvent> {
+    let kind = prop_oneof![
+        Just("turn/start".to_owned()),
+        Just("user/message".to_owned()),
+        Just("tool/result".to_owned()),
+        "[a-z/\"\\\\é\u{1}-]{0,12}",
+    ];
+    let surface = prop_oneof![
+        Just(None),
+        Just(Some(crate::SurfaceOp::Append)),
+        (0u64..1 << 53, 0u64..1 << 53).prop_map(|(start, end)| Some(crate::SurfaceOp::Replace { start, end })),
+    ];
+    (
+        kind,
+        0u64..1 << 53,
+        -(1i64 << 53) + 1..1 << 53,
+        json_value(),
+        proptest::option::of(prop::collection::vec(0u64..1 << 53, 0..4)),
+        surface,
+        any::<bool>(),
+    )
+        .prop_map(|(kind, seq, time, data, sources, surface_op, ignorable)| SessionEvent {
+            kind: kind.into(),
+            seq,
+            time,
+            data: crate::JsonData::from_text(serde_json::to_string(&data).unwrap())
+                .unwrap_or_else(|_| crate::JsonData::null()),
+            source_event_seqs: sources.map(Vec::into_boxed_slice),
+            surface_op,
+            ignorable,
+        })
+}
+
+/// A message payload in the current shape, or near it: every check of the shape rules is
+/// exercised by some mutation.
+fn message_event() -> impl Strategy<Value = SessionEvent> {
+    let text =
+        prop_oneof![Just("".to_owned()), Just("x".to_owned()), Just("call-1".to_owned()), Just("a\"b".to_owned())];
+    let value = prop_oneof![
+        text.clone().prop_map(Value::String),
+        Just(Value::Null),
+        Just(json!(1)),
+        Just(json!([])),
+        Just(json!({})),
+    ];
+    let maybe = |value: BoxedStrategy<Value>| proptest::option::weighted(0.85, value);
+    let string = || maybe(prop_oneof![4 => text.clone().prop_map(Value::String), 1 => value.clone()].boxed());
+    let role = maybe(prop_oneof![Just(json!("user")), Just(json!("assistant")), value.clone()].boxed());
+    let source_kind =
+        maybe(prop_oneof![Just(json!("tool")), Just(json!("model")), Just(json!("user")), value.clone()].boxed());
+    let block = (
+        maybe(prop_oneof![Just(json!("tool-result")), Just(json!("text")), value.clone()].boxed()),
+        string(),
+        maybe(prop_oneof![Just(json!([])), value.clone()].boxed()),
+    )
+        .prop_map(|(kind, call, content)| {
+            let mut block = serde_json::Map::new();
+            kind.map(|kind| block.insert("type".into(), kind));
+            call.map(|call| block.insert("toolCallId".into(), call));
+            content.map(|content| block.insert("content".into(), content));
+            Value::Object(block)
+        });
+    let content = maybe(prop_oneof![prop::collection::vec(block, 0..3).prop_map(Value::Array), value.clone()].boxed());
+    let kind = prop_oneof![Just("user/message"), Just("assistant/message"), Just("tool/result")];
+    (kind, string(), role, source_kind, string(), string(), string(), content, any::<bool>()).prop_map(
+        |(kind, id, role, source_kind, provider, model, call_id, content, wrap)| {
+            let mut source = serde_json::Map::new();
+            source_kind.map(|value| source.insert("kind".into(), value));
+            provider.map(|value| source.insert("provider".into(), value));
+            model.map(|value| source.insert("model".into(), value));
+            call_id.map(|value| source.insert("callId".into(), value));
+            let mut message = serde_json::Map::new();
+            id.map(|value| message.insert("id".into(), value));
+            role.map(|value| message.insert("role".into(), value));
+            message.insert("source".into(), Value::Object(source));
+            content.map(|value| message.insert("content".into(), value));
+            let message = Value::Object(message);
+            let data = if kind == "user/message" && !wrap { message } else { json!({"turn": 1, "message": message}) };
+            SessionEvent::new(kind, 0, 0, crate::JsonData::from_value(&data).unwrap())
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The log writer's envelope is byte for byte serde_json's, and the line decoder gives what
+    /// serde_json gives.
+    #[test]
+    fn canonical_envelopes_round_trip(event in envelope()) {
+        let mut line = Vec::new();
+        event.write_json(&mut line);
+        prop_assert_eq!(&line, &serde_json::to_vec(&event).unwrap());
+        let line = String::from_utf8(line).unwrap();
+        prop_assert_eq!(SessionEvent::from_json_line(&line).unwrap(), event);
+    }
+
+    /// On any damaged line, the decoder accepts and rejects exactly what serde_json does.
+    #[test]
+    fn the_line_decoder_agrees_with_serde(event in envelope(), at in any::<prop::sample::Index>(), byte in any::<u8>(), cut in any::<bool>()) {
+        let mut line = serde_json::to_vec(&event).unwrap();
+        let at = at.index(line.len());
+        if cut { line.truncate(at) } else { line[at] = byte }
+        if let Ok(line) = std::str::from_utf8(&line) {
+            let fast = SessionEvent::from_json_line(line).ok();
+            let slow = serde_json::from_str::<SessionEvent>(line).ok();
+            prop_assert_eq!(fast, slow, "{}", line);
+        }
+    }
+
+    /// Damaged message lines, where the decoder validates while it walks the shape: it accepts
+    /// and rejects exactly what serde_json does.
+    #[test]
+    fn damaged_message_lines_agree_with_serde(event in message_event(), at in any::<prop::sample::Index>(), byte in any::<u8>(), cut in any::<bool>()) {
+        let mut line = Vec::new();
+        event.write_json(&mut line);
+        let at = at.index(line.len());
+        if cut { line.truncate(at) } else { line[at] = byte }
+        if let Ok(line) = std::str::from_utf8(&line) {
+            let fast = SessionEvent::from_json_line(line).ok();
+            let slow = serde_json::from_str::<SessionEvent>(line).ok();
+            prop_assert_eq!(fast, slow, "{}", line);
+        }
+    }
+
+    /// The one-pass message check never accepts what the field-by-field rules reject.
+    #[test]
+    fn the_fast_message_check_agrees(event in message_event()) {
+        let fast = super::super::messages::fast_message_is_valid(&event);
+        let slow = super::super::messages::check_message_shape_fields(&event, "event");
+        if fast {
+            prop_assert!(slow.is_ok(), "{} {:?}", event.data, slow);
+        }
+        // The decoder's in-pass verdict agrees too: a decoded event checks exactly like the
+        // original.
+        let mut line = Vec::new();
+        let mut marked = event.clone();
+        marked.surface_op = Some(crate::SurfaceOp::Append);
+        marked.write_json(&mut line);
+        let decoded = SessionEvent::from_json_line(std::str::from_utf8(&line).unwrap()).unwrap();
+        prop_assert_eq!(decoded.data.verified_message().is_some(), fast);
+        prop_assert_eq!(crate::check_message_shape(&decoded), crate::check_message_shape(&marked));
+    }
+}

@@ -97,9 +97,7 @@ impl Record<'_> {
     /// Appends the record's JSON (without a newline) to `out`.
     pub fn write_json(&self, out: &mut Vec<u8>) {
         match self {
-            Record::Event(event) => {
-                serde_json::to_writer(&mut *out, event).expect("serializing an event into memory cannot fail")
-            }
+            Record::Event(event) => event.write_json(out),
             Record::Chunks(row) => row.write_json(out),
         }
     }
@@ -298,7 +296,7 @@ const ROW_DATA_KEYS: [&str; 8] = ["turn", "step", "index", "dt", "texts", "id", 
 /// that is not an event envelope is probed again as a packed row, which fails fast on a row's
 /// second key. A row-tagged value is validated strictly and expanded. On error `out` is unchanged.
 pub fn decode_record(line: &str, out: &mut Vec<SessionEvent>) -> Result<(), RecordError> {
-    let event_error = match serde_json::from_str::<SessionEvent>(line) {
+    let event_error = match SessionEvent::from_json_line(line) {
         Ok(event) => {
             if let Some(kind) = ChunkKind::from_tag(&event.kind) {
                 return Err(RecordError::malformed(kind, "envelope must be exactly {type, seq0, time0, data}"));

@@ -22,11 +22,15 @@ use crate::{
 /// Raw bytes read per call.
 const READ_CHUNK: usize = 256 << 10;
 
+/// Compressed logs longer than this are decompressed on a second thread ahead of decoding.
+const RUN_AHEAD_MIN_BYTES: u64 = 256 << 10;
+
 /// The longest header line (or header frame plaintext) a reader accepts.
 pub(crate) const MAX_HEADER_BYTES: usize = 1 << 20;
 
-/// Positioned reads over a log's bytes; a file, or a buffer in tests.
-pub trait ByteSource {
+/// Positioned reads over a log's bytes; a file, or a buffer in tests. A source is shared with
+/// the thread that decompresses a long log ahead of decoding.
+pub trait ByteSource: Sync {
     /// The number of bytes to read; a scan never reads past it.
     fn len(&self) -> u64;
 
@@ -172,7 +176,7 @@ fn scan_zstd(
     let mut header: Option<Arc<SessionHeader>> = None;
     let mut scanner: Option<LineScanner> = None;
     let mut n_bytes = 0u64;
-    let end = stream.run(0, walk.complete_end, path, cancel, &mut |piece| {
+    let on_piece = &mut |piece: Piece<'_>| {
         match piece {
             Piece::Plaintext(bytes) => {
                 n_bytes += bytes.len() as u64;
@@ -204,7 +208,13 @@ fn scan_zstd(
             },
         }
         Ok(())
-    })?;
+    };
+    // A long log is decompressed on a second thread while this one decodes.
+    let end = if walk.complete_end > RUN_AHEAD_MIN_BYTES {
+        stream.run_ahead(0, walk.complete_end, path, cancel, on_piece)?
+    } else {
+        stream.run(0, walk.complete_end, path, cancel, on_piece)?
+    };
     match end {
         StreamEnd::Exhausted { frame_start } if frame_start == walk.complete_end => {}
         StreamEnd::Exhausted { frame_start } | StreamEnd::Failed { frame_start } => {

@@ -222,6 +222,15 @@ pub(crate) enum StreamEnd {
     Failed { frame_start: u64 },
 }
 
+/// What the decompressing thread of [`FrameStream::run_ahead`] hands over.
+enum Ahead {
+    Plaintext(Vec<u8>),
+    FrameEnd(u64),
+}
+
+/// Plaintext buffers in flight between the decompressing and the consuming thread.
+const AHEAD_DEPTH: usize = 8;
+
 /// Decodes frames from a source with one reused decoder context and bounded buffers.
 pub(crate) struct FrameStream<'s> {
     source: &'s dyn ByteSource,
@@ -236,6 +245,56 @@ impl<'s> FrameStream<'s> {
         let input = usize::try_from(expected).unwrap_or(usize::MAX).clamp(1, INPUT_CHUNK);
         let output = zstd::zstd_safe::DCtx::out_size().min(input.saturating_mul(8).max(4 << 10));
         Ok(FrameStream { source, decoder: Decoder::new()?, input: vec![0; input], output: vec![0; output] })
+    }
+
+    /// [`FrameStream::run`] with decompression on a second thread, so that it overlaps with
+    /// `on_piece`, which runs on the caller's thread. Memory stays bounded: at most
+    /// [`AHEAD_DEPTH`] plaintext buffers are in flight, and they are reused.
+    pub(crate) fn run_ahead(
+        &mut self,
+        start: u64,
+        end: u64,
+        path: &Path,
+        cancel: &CancellationToken,
+        on_piece: &mut dyn FnMut(Piece<'_>) -> Result<()>,
+    ) -> Result<StreamEnd> {
+        let (sender, receiver) = std::sync::mpsc::sync_channel::<Ahead>(AHEAD_DEPTH);
+        let (recycle, recycled) = std::sync::mpsc::channel::<Vec<u8>>();
+        std::thread::scope(|scope| {
+            let producer = scope.spawn(move || {
+                self.run(start, end, path, cancel, &mut |piece| {
+                    let message = match piece {
+                        Piece::Plaintext(bytes) => {
+                            let mut buffer = recycled.try_recv().unwrap_or_default();
+                            buffer.clear();
+                            buffer.extend_from_slice(bytes);
+                            Ahead::Plaintext(buffer)
+                        }
+                        Piece::FrameEnd { end } => Ahead::FrameEnd(end),
+                    };
+                    // The consumer stopped; its own error is the one reported.
+                    sender.send(message).map_err(|_| PersistenceError::Cancelled)
+                })
+            });
+            let mut consumed = Ok(());
+            for message in receiver {
+                let step = match message {
+                    Ahead::Plaintext(buffer) => {
+                        let step = on_piece(Piece::Plaintext(&buffer));
+                        let _ = recycle.send(buffer);
+                        step
+                    }
+                    Ahead::FrameEnd(end) => on_piece(Piece::FrameEnd { end }),
+                };
+                if let Err(error) = step {
+                    consumed = Err(error);
+                    // Dropping the receiver makes the producer's next send fail, which stops it.
+                    break;
+                }
+            }
+            let produced = producer.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            consumed.and(produced)
+        })
     }
 
     /// Decodes the frames in `[start, end)`, handing plaintext and frame ends to `on_piece`.
