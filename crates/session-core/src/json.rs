@@ -10,6 +10,8 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de::DeserializeOwned};
 use serde_json::{Value, value::RawValue};
 
+use smol_str::SmolStr;
+
 use crate::messages::MessageKind;
 
 /// The largest integer JSON peers in this ecosystem represent exactly (`Number.MAX_SAFE_INTEGER`).
@@ -127,9 +129,11 @@ pub fn as_safe_i64(value: &Value) -> Option<i64> {
 ///
 /// The text is owned as a plain string whose validity is this type's invariant: every
 /// constructor checks it, with `serde_json` or with the fast scanner of [`crate::jsontext`].
+/// Short payloads (`{"turn":3,"step":1}`) are stored inline, so decoding them allocates
+/// nothing; longer ones are shared, so a clone is a reference count.
 #[derive(Clone)]
 pub struct JsonData {
-    text: Box<str>,
+    text: SmolStr,
     /// Set by the log decoder when the text was checked, in the same pass that decoded it, to be
     /// a well-formed message of this kind; the shape check then has nothing left to do.
     verified: Option<MessageKind>,
@@ -140,7 +144,7 @@ impl JsonData {
     pub fn from_value(value: &Value) -> Result<JsonData, LosslessError> {
         check_lossless(value)?;
         let text = serde_json::to_string(value).map_err(|err| LosslessError::InvalidText(err.to_string()))?;
-        Ok(JsonData::new(text.into_boxed_str()))
+        Ok(JsonData::new(SmolStr::from(text)))
     }
 
     /// Serializes any serializable payload, rejecting values outside the lossless domain.
@@ -154,16 +158,16 @@ impl JsonData {
     pub fn from_text(text: impl Into<String>) -> Result<JsonData, LosslessError> {
         let raw = RawValue::from_string(text.into()).map_err(|err| LosslessError::InvalidText(err.to_string()))?;
         check_lossless_text(raw.get())?;
-        Ok(JsonData::new(raw.into()))
+        Ok(JsonData::new(SmolStr::new(raw.get())))
     }
 
     /// Wraps an already validated raw value (used by decoders). Only the syntax is guaranteed; a
     /// `Session` re-checks the lossless domain of every event it is seeded with.
     pub fn from_raw(raw: Box<RawValue>) -> JsonData {
-        JsonData::new(raw.into())
+        JsonData::new(SmolStr::new(raw.get()))
     }
 
-    fn new(text: Box<str>) -> JsonData {
+    fn new(text: SmolStr) -> JsonData {
         JsonData { text, verified: None }
     }
 
@@ -171,7 +175,7 @@ impl JsonData {
     /// [`SessionEvent::from_json_line`](crate::SessionEvent::from_json_line).
     pub(crate) fn from_scanned(text: &str, verified: Option<MessageKind>) -> JsonData {
         debug_assert!(crate::jsontext::is_compact_value(text));
-        JsonData { text: text.into(), verified }
+        JsonData { text: SmolStr::new(text), verified }
     }
 
     /// The message kind this payload was verified to be well-formed for, if any.
@@ -181,11 +185,11 @@ impl JsonData {
 
     /// The empty object, `{}`.
     pub fn empty_object() -> JsonData {
-        JsonData::new("{}".into())
+        JsonData::new(SmolStr::new_static("{}"))
     }
 
     pub fn null() -> JsonData {
-        JsonData::new("null".into())
+        JsonData::new(SmolStr::new_static("null"))
     }
 
     pub fn as_str(&self) -> &str {
