@@ -164,7 +164,7 @@ impl JsonData {
     /// Wraps an already validated raw value (used by decoders). Only the syntax is guaranteed; a
     /// `Session` re-checks the lossless domain of every event it is seeded with.
     pub fn from_raw(raw: Box<RawValue>) -> JsonData {
-        JsonData::new(SmolStr::new(raw.get()))
+        JsonData::new(SmolStr::from(Box::<str>::from(raw)))
     }
 
     fn new(text: SmolStr) -> JsonData {
