@@ -207,6 +207,11 @@ pub async fn list(runtime: &SubagentRuntime) -> Vec<SubagentListEntry> {
     runtime.list_children(&SessionId::from(PARENT), &CancellationToken::new()).await.expect("the listing succeeds")
 }
 
+/// A copy of `event` that shares nothing with it, as the reference's `structuredClone` makes.
+fn deep_copy(event: &SessionEvent) -> SessionEvent {
+    SessionEvent { data: event.data.to_unshared(), ..SessionEvent::clone(event) }
+}
+
 /// The design note's "before": per child, two full materializations of the log (`listEvents`
 /// and `readEvent`), each followed by a deep copy, then a last-wins scan for the descriptor.
 /// Children are read four at a time, like the new listing. Returns the labels found.
@@ -220,10 +225,9 @@ pub async fn list_before(persistence: &Arc<Coordinator>, n_children: usize) -> V
             async move {
                 let id = child_id(idx);
                 let listed = persistence.read_from(&id, 0, &cancel).await.expect("listEvents");
-                let listed_copy: Vec<SessionEvent> =
-                    listed.events.iter().map(|event| SessionEvent::clone(event)).collect();
+                let listed_copy: Vec<SessionEvent> = listed.events.iter().map(|event| deep_copy(event)).collect();
                 let read = persistence.read_from(&id, 0, &cancel).await.expect("readEvent");
-                let read_copy: Vec<SessionEvent> = read.events.iter().map(|event| SessionEvent::clone(event)).collect();
+                let read_copy: Vec<SessionEvent> = read.events.iter().map(|event| deep_copy(event)).collect();
                 std::hint::black_box(&listed_copy);
                 let mut label = None;
                 for event in read_copy.iter().filter(|event| event.kind == subagent::DESCRIPTOR_EVENT) {

@@ -50,8 +50,135 @@ fn array_push(state: u64, element: u64) -> u64 {
 /// `tool/result` payloads differ only in rewritable content exactly when their hashes are equal
 /// (up to a 2^-64 collision).
 pub(crate) fn tool_result_shape_hash(data: &JsonData) -> Option<u64> {
+    if let Some(hash) = fast::shape_hash(data.as_str()) {
+        return hash;
+    }
     let mut deserializer = serde_json::Deserializer::from_str(data.as_str());
     DataSeed.deserialize(&mut deserializer).ok().flatten()
+}
+
+/// The same hash computed with the compact-JSON walker, for payloads in the fast subset with
+/// escape-free strings and integer numbers; `None` leaves the payload to the `serde_json`
+/// visitors below, which define the hash.
+mod fast {
+    use super::{ARRAY, NULL, array_push, entry_hash, hash_bytes, mix, object_hash};
+    use crate::jsontext::{Walker, plain_str};
+
+    pub(super) fn shape_hash(text: &str) -> Option<Option<u64>> {
+        if !text.starts_with('{') {
+            // Not an object: no shape, whatever it is (the text is valid JSON).
+            return Some(None);
+        }
+        let mut walker = Walker::new(text);
+        walker.enter_object()?;
+        let mut sum = 0u64;
+        let mut message = None;
+        while let Some(key) = walker.next_key()? {
+            if key == "message" {
+                message = message_hash(&mut walker)?;
+                if let Some(hash) = message {
+                    sum = sum.wrapping_add(entry_hash("message", hash));
+                }
+            } else {
+                sum = sum.wrapping_add(entry_hash(key, plain(&mut walker)?));
+            }
+        }
+        Some(message.map(|_| object_hash(sum)))
+    }
+
+    /// `data.message`, as `MessageVisitor` hashes it.
+    fn message_hash(walker: &mut Walker<'_>) -> Option<Option<u64>> {
+        if walker.enter_object().is_none() {
+            walker.value()?;
+            return Some(None);
+        }
+        let mut sum = 0u64;
+        let mut first_block = 0u64;
+        while let Some(key) = walker.next_key()? {
+            if key == "content" {
+                first_block = content_hash(walker)?;
+            } else {
+                sum = sum.wrapping_add(entry_hash(key, plain(walker)?));
+            }
+        }
+        let block = object_hash(first_block.wrapping_add(entry_hash("content", mix(NULL))));
+        let content = mix(array_push(ARRAY, block));
+        Some(Some(object_hash(sum.wrapping_add(entry_hash("content", content)))))
+    }
+
+    /// `message.content`, as `ContentVisitor` hashes it: the first block's entries without its
+    /// own `content`.
+    fn content_hash(walker: &mut Walker<'_>) -> Option<u64> {
+        if walker.enter_array().is_none() {
+            walker.value()?;
+            return Some(0);
+        }
+        let mut first = 0u64;
+        let mut index = 0;
+        while walker.next_element()? {
+            if index == 0 && walker.enter_object().is_some() {
+                while let Some(key) = walker.next_key()? {
+                    let value = walker_value_hash(walker, key == "content")?;
+                    if key != "content" {
+                        first = first.wrapping_add(entry_hash(key, value));
+                    }
+                }
+            } else {
+                walker.value()?;
+            }
+            index += 1;
+        }
+        Some(first)
+    }
+
+    /// Skips the value when `skip` is set, else hashes it.
+    fn walker_value_hash(walker: &mut Walker<'_>, skip: bool) -> Option<u64> {
+        if skip { walker.value().map(|_| 0) } else { plain(walker) }
+    }
+
+    /// Any value, as `PlainVisitor` hashes it.
+    fn plain(walker: &mut Walker<'_>) -> Option<u64> {
+        if walker.enter_object().is_some() {
+            let mut sum = 0u64;
+            while let Some(key) = walker.next_key()? {
+                sum = sum.wrapping_add(entry_hash(key, plain(walker)?));
+            }
+            return Some(object_hash(sum));
+        }
+        if walker.enter_array().is_some() {
+            let mut state = ARRAY;
+            while walker.next_element()? {
+                state = array_push(state, plain(walker)?);
+            }
+            return Some(mix(state));
+        }
+        let token = walker.value()?;
+        match token.as_bytes()[0] {
+            b'"' => Some(hash_bytes(6, plain_str(token)?.as_bytes())),
+            b'n' => Some(mix(NULL)),
+            b't' => Some(mix(3)),
+            b'f' => Some(mix(2)),
+            _ => integer_hash(token),
+        }
+    }
+
+    /// A plain integer as `serde_json` visits it (`u64`, or `i64` when negative); fractions,
+    /// exponents, `-0` and long numbers are left to `serde_json`.
+    fn integer_hash(token: &str) -> Option<u64> {
+        let digits = token.strip_prefix('-').unwrap_or(token);
+        if digits.is_empty() || digits.len() > 18 || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+            return None;
+        }
+        let value: u64 = digits.parse().ok()?;
+        if token.starts_with('-') {
+            if value == 0 {
+                return None;
+            }
+            let negative = -i64::try_from(value).ok()?;
+            return Some(hash_bytes(4, &negative.to_le_bytes()));
+        }
+        Some(hash_bytes(3, &value.to_le_bytes()))
+    }
 }
 
 /// Any value, hashed structurally.
@@ -329,6 +456,62 @@ mod tests {
         assert_ne!(hash(a), hash(other_type));
         let more_blocks = r#"{"turn":1,"message":{"id":"m","content":[{"type":"tool-result","content":1},{"x":1}]}}"#;
         assert_eq!(hash(a), hash(more_blocks), "later blocks are dropped, as the reference does");
+    }
+
+    fn serde_hash(text: &str) -> Option<u64> {
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        DataSeed.deserialize(&mut deserializer).ok().flatten()
+    }
+
+    fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        use serde_json::{Value, json};
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            Just(json!(-0.0)),
+            (-1e6f64..1e6).prop_map(Value::from),
+            "[a-z\"\\\\é]{0,4}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 32, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![Just("content".to_owned()), Just("message".to_owned()), "[a-z\"]{1,3}"],
+                    inner,
+                    0..4
+                )
+                .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// The walker's hash is the serde visitors' hash wherever it gives one.
+        #[test]
+        fn the_fast_hash_agrees(value in json_value(), message in json_value(), content in json_value(), wrap in proptest::prelude::any::<bool>()) {
+            let mut data = value;
+            if wrap {
+                let mut message = message;
+                if let Some(object) = message.as_object_mut() {
+                    object.insert("content".into(), serde_json::json!([content]));
+                }
+                data = serde_json::json!({"turn": 1, "message": message, "other": data});
+            }
+            let text = serde_json::to_string(&data).unwrap();
+            if let Some(fast) = fast::shape_hash(&text) {
+                proptest::prop_assert_eq!(fast, serde_hash(&text), "{}", text);
+            }
+        }
+    }
+
+    #[test]
+    fn well_formed_results_take_the_fast_hash() {
+        let text = r#"{"turn":1,"step":2,"message":{"id":"t","role":"user","source":{"kind":"tool","callId":"c"},"content":[{"type":"tool-result","toolCallId":"c","isError":false,"content":[{"type":"text","text":"x"}]}]}}"#;
+        assert_eq!(fast::shape_hash(text), Some(serde_hash(text)));
+        assert!(serde_hash(text).is_some());
     }
 
     #[test]

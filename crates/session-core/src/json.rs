@@ -192,6 +192,11 @@ impl JsonData {
         JsonData::new(SmolStr::new_static("null"))
     }
 
+    /// A copy that shares no storage with `self` (a clone shares a long payload's text).
+    pub fn to_unshared(&self) -> JsonData {
+        JsonData { text: SmolStr::new(self.as_str()), verified: self.verified }
+    }
+
     pub fn as_str(&self) -> &str {
         &self.text
     }

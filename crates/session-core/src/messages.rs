@@ -75,17 +75,23 @@ fn message_text<'a>(event: &'a SessionEvent) -> Option<&'a str> {
 /// carries, as the load path does (`session event at seq 9 lacks an identified message`); other
 /// events pass.
 pub fn check_message_shape(event: &SessionEvent) -> Result<(), String> {
+    // The subject is only worded when a message fails the quick checks.
+    if passes_quickly(event) {
+        return Ok(());
+    }
     check_message_shape_as(event, &format!("session event at seq {}", event.seq))
+}
+
+/// A message verified while it was decoded, or one that passes the one-pass check.
+fn passes_quickly(event: &SessionEvent) -> bool {
+    let kind = MessageKind::of(&event.kind);
+    kind.is_none() || event.data.verified_message() == kind || fast::message_is_valid(event)
 }
 
 /// [`check_message_shape`] with a caller-chosen `subject` starting every message
 /// (`seed tool/result at index 4`).
 pub fn check_message_shape_as(event: &SessionEvent, subject: &str) -> Result<(), String> {
-    let kind = MessageKind::of(&event.kind);
-    if kind.is_some() && event.data.verified_message() == kind {
-        return Ok(());
-    }
-    if fast::message_is_valid(event) {
+    if passes_quickly(event) {
         return Ok(());
     }
     check_message_shape_fields(event, subject)

@@ -11,14 +11,17 @@ use crate::{
     error::{CorruptKind, Location, PersistenceError, Result},
 };
 
-/// The event types a reader accepts without `ignorable: true`.
+/// The event types a reader accepts without `ignorable: true`. Every event of a read is looked
+/// up, so the set uses a fast non-cryptographic hash (the keys are not attacker-chosen at scale:
+/// a reader builds the set once from its vocabulary).
 #[derive(Debug, Clone)]
-pub struct KnownTypes(Arc<HashSet<SmolStr>>);
+pub struct KnownTypes(Arc<HashSet<SmolStr, foldhash::fast::FixedState>>);
 
 impl KnownTypes {
     /// The reference vocabulary plus `extra`.
     pub fn with_extra(extra: impl IntoIterator<Item = impl Into<SmolStr>>) -> KnownTypes {
-        let mut set: HashSet<SmolStr> = session_core::KNOWN_SESSION_EVENT_TYPES.iter().map(SmolStr::new).collect();
+        let mut set: HashSet<SmolStr, foldhash::fast::FixedState> =
+            session_core::KNOWN_SESSION_EVENT_TYPES.iter().map(SmolStr::new).collect();
         set.extend(extra.into_iter().map(Into::into));
         KnownTypes(Arc::new(set))
     }
@@ -309,5 +312,14 @@ impl<'a> ScanSink for Relay<'_, '_, 'a> {
                 self.send(Relayed::Restart).is_ok()
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn known_types_hold_the_vocabulary_and_the_extras() {
+        let known = super::KnownTypes::with_extra(["host/custom"]);
+        assert!(known.contains("turn/start") && known.contains("host/custom") && !known.contains("turn/begin"));
     }
 }
