@@ -406,17 +406,24 @@ impl Cursor<'_> {
     /// A plain non-negative integer of at most 16 digits, no leading zero, at most
     /// [`MAX_SAFE_INTEGER`].
     fn safe_u64(&mut self) -> Option<u64> {
-        let digits = self.bytes[self.idx..].iter().take_while(|byte| byte.is_ascii_digit()).count();
-        if digits == 0 || digits > 16 || (digits > 1 && self.bytes[self.idx] == b'0') {
+        let digits = &self.bytes[self.idx..];
+        let mut value = 0u64;
+        let mut len = 0;
+        while let Some(digit) = digits.get(len).filter(|byte| byte.is_ascii_digit()) {
+            if len == 16 {
+                return None;
+            }
+            value = value * 10 + u64::from(digit - b'0');
+            len += 1;
+        }
+        if len == 0 || (len > 1 && digits[0] == b'0') {
             return None;
         }
-        let value =
-            self.bytes[self.idx..self.idx + digits].iter().fold(0u64, |acc, byte| acc * 10 + u64::from(byte - b'0'));
         // A fraction or exponent after the digits is left to serde_json.
-        if matches!(self.bytes.get(self.idx + digits), Some(b'.' | b'e' | b'E')) || value > MAX_SAFE_INTEGER {
+        if matches!(digits.get(len), Some(b'.' | b'e' | b'E')) || value > MAX_SAFE_INTEGER {
             return None;
         }
-        self.idx += digits;
+        self.idx += len;
         Some(value)
     }
 }

@@ -29,15 +29,15 @@ pub(crate) struct Plan {
     pub(crate) generation: u64,
     pub(crate) units: Vec<PlanUnit>,
     /// Event type → indices (ascending) of the units that read it: those that list it and those
-    /// that read every event.
-    by_type: HashMap<Box<str>, Box<[usize]>>,
+    /// that read every event. Looked up once per event folded, so hashed with foldhash.
+    by_type: HashMap<Box<str>, Box<[usize]>, foldhash::fast::FixedState>,
     /// Indices of the units that read every event: the dispatch of an unlisted type.
     every_event: Box<[usize]>,
 }
 
 impl Plan {
     pub(crate) fn empty() -> Plan {
-        Plan { generation: 0, units: Vec::new(), by_type: HashMap::new(), every_event: Box::new([]) }
+        Plan { generation: 0, units: Vec::new(), by_type: HashMap::default(), every_event: Box::new([]) }
     }
 
     pub(crate) fn new(generation: u64, units: Vec<PlanUnit>) -> Plan {

@@ -231,20 +231,56 @@ enum Ahead {
 /// Plaintext buffers in flight between the decompressing and the consuming thread.
 const AHEAD_DEPTH: usize = 8;
 
-/// Decodes frames from a source with one reused decoder context and bounded buffers.
-pub(crate) struct FrameStream<'s> {
-    source: &'s dyn ByteSource,
+/// Decoder contexts kept per thread for the next read. Creating one zeroes over 100 KiB of
+/// tables, which would dominate reading a short log; every run starts with `reinit`.
+const SPARE_DECODERS_PER_THREAD: usize = 2;
+
+/// A decoder context with its buffers, kept for the next stream on the same thread.
+struct Spare {
     decoder: Decoder<'static>,
     input: Vec<u8>,
     output: Vec<u8>,
 }
 
+thread_local! {
+    static SPARE_DECODERS: std::cell::RefCell<Vec<Spare>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Decodes frames from a source with one reused decoder context and bounded buffers.
+pub(crate) struct FrameStream<'s> {
+    source: &'s dyn ByteSource,
+    /// Always present; taken only when the stream is dropped.
+    decoder: Option<Decoder<'static>>,
+    input: Vec<u8>,
+    output: Vec<u8>,
+}
+
+impl Drop for FrameStream<'_> {
+    fn drop(&mut self) {
+        // A context left mid-frame is reset by the next run's `reinit`.
+        let Some(decoder) = self.decoder.take() else { return };
+        let spare = Spare { decoder, input: std::mem::take(&mut self.input), output: std::mem::take(&mut self.output) };
+        let _ = SPARE_DECODERS.try_with(|spares| {
+            let mut spares = spares.borrow_mut();
+            if spares.len() < SPARE_DECODERS_PER_THREAD {
+                spares.push(spare);
+            }
+        });
+    }
+}
+
 impl<'s> FrameStream<'s> {
     /// A stream whose buffers fit `expected` compressed bytes, up to the usual chunk sizes.
     pub(crate) fn new(source: &'s dyn ByteSource, expected: u64) -> io::Result<FrameStream<'s>> {
-        let input = usize::try_from(expected).unwrap_or(usize::MAX).clamp(1, INPUT_CHUNK);
-        let output = zstd::zstd_safe::DCtx::out_size().min(input.saturating_mul(8).max(4 << 10));
-        Ok(FrameStream { source, decoder: Decoder::new()?, input: vec![0; input], output: vec![0; output] })
+        let input_len = usize::try_from(expected).unwrap_or(usize::MAX).clamp(1, INPUT_CHUNK);
+        let output_len = zstd::zstd_safe::DCtx::out_size().min(input_len.saturating_mul(8).max(4 << 10));
+        let Spare { decoder, mut input, mut output } = match SPARE_DECODERS.with_borrow_mut(Vec::pop) {
+            Some(spare) => spare,
+            None => Spare { decoder: Decoder::new()?, input: Vec::new(), output: Vec::new() },
+        };
+        input.resize(input_len, 0);
+        output.resize(output_len, 0);
+        Ok(FrameStream { source, decoder: Some(decoder), input, output })
     }
 
     /// [`FrameStream::run`] with decompression on a second thread, so that it overlaps with
@@ -307,7 +343,8 @@ impl<'s> FrameStream<'s> {
         cancel: &CancellationToken,
         on_piece: &mut dyn FnMut(Piece<'_>) -> Result<()>,
     ) -> Result<StreamEnd> {
-        self.decoder.reinit().map_err(|error| PersistenceError::io(path, error))?;
+        let decoder = self.decoder.as_mut().expect("a stream holds its decoder until it is dropped");
+        decoder.reinit().map_err(|error| PersistenceError::io(path, error))?;
         let mut position = start;
         let mut frame_start = start;
         while position < end {
@@ -327,7 +364,7 @@ impl<'s> FrameStream<'s> {
             loop {
                 let consumed_before = input.pos();
                 let mut output = OutBuffer::around(&mut self.output[..]);
-                let hint = match self.decoder.run(&mut input, &mut output) {
+                let hint = match decoder.run(&mut input, &mut output) {
                     Ok(hint) => hint,
                     Err(_) => return Ok(StreamEnd::Failed { frame_start }),
                 };
