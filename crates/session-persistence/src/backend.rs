@@ -88,6 +88,13 @@ pub trait ScanSink {
     fn restart(&mut self) -> bool {
         false
     }
+
+    /// Whether the backend may read ahead on a helper thread (decompress the next frames of a
+    /// long log while this sink consumes events). Defaults to `false`: the scan then runs on
+    /// the calling thread only. Wrapping sinks should forward this call.
+    fn read_ahead(&self) -> bool {
+        false
+    }
 }
 
 /// Collects a scan into memory.

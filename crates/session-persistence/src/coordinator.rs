@@ -22,7 +22,7 @@ use crate::{
     error::{PersistenceError, Result},
     live::LiveWriter,
     persistence::{Inspection, SessionPersistence, StreamSink, StreamSummary},
-    validate::{KnownTypes, scan_validated},
+    validate::{KnownTypes, ReadThreads, scan_validated},
 };
 
 /// Tuning of a [`Coordinator`]. Validated by [`Coordinator::new`].
@@ -36,6 +36,8 @@ pub struct CoordinatorConfig {
     pub inspect_cache_bytes: u64,
     /// The event types a read accepts without `ignorable: true`.
     pub known_types: KnownTypes,
+    /// When a cold read may use helper threads.
+    pub read_threads: ReadThreads,
 }
 
 impl Default for CoordinatorConfig {
@@ -45,6 +47,7 @@ impl Default for CoordinatorConfig {
             inspect_cache_entries: 5,
             inspect_cache_bytes: 64 << 20,
             known_types: KnownTypes::default(),
+            read_threads: ReadThreads::default(),
         }
     }
 }
@@ -247,10 +250,11 @@ impl Inner {
     async fn read_cold(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<ColdLog>> {
         let id = id.clone();
         let known = self.config.known_types.clone();
+        let threads = self.config.read_threads;
         let cancel = cancel.clone();
         blocking(&self.backend, move |backend| {
             let mut collect = ArcCollect::default();
-            let Some((outcome, closers)) = scan_validated(backend, &id, &known, &cancel, &mut collect)? else {
+            let Some((outcome, closers)) = scan_validated(backend, &id, &known, threads, &cancel, &mut collect)? else {
                 return Ok(None);
             };
             Ok(Some(ColdLog { outcome, events: collect.events, closers }))
@@ -616,8 +620,9 @@ impl SessionPersistence for Coordinator {
             }
         }
         let (id, known, token) = (id.clone(), inner.config.known_types.clone(), cancel.clone());
+        let threads = inner.config.read_threads;
         blocking(&inner.backend, move |backend| {
-            let Some((outcome, closers)) = scan_validated(backend, &id, &known, &token, &mut *sink)? else {
+            let Some((outcome, closers)) = scan_validated(backend, &id, &known, threads, &token, &mut *sink)? else {
                 return Err(PersistenceError::NotFound { id });
             };
             let n_closers = closers.len() as u64;
@@ -641,9 +646,10 @@ impl SessionPersistence for Coordinator {
         let inner = &self.inner;
         let _guard = inner.lock_id(id).await;
         let (id, known, token) = (id.clone(), inner.config.known_types.clone(), cancel.clone());
+        let threads = inner.config.read_threads;
         blocking(&inner.backend, move |backend| {
             let mut suffix = SuffixSink { from_seq, events: Vec::new() };
-            let Some((outcome, _closers)) = scan_validated(backend, &id, &known, &token, &mut suffix)? else {
+            let Some((outcome, _closers)) = scan_validated(backend, &id, &known, threads, &token, &mut suffix)? else {
                 return Err(PersistenceError::NotFound { id });
             };
             Ok(Inspection {

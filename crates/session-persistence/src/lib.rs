@@ -21,5 +21,5 @@ pub use crate::{
     jsonl::{HeaderCacheStats, JsonlConfig, JsonlStore, encode_segment, project_key},
     memory::MemoryStore,
     persistence::{Inspection, SessionPersistence, StreamSink, StreamSummary, inspect_into},
-    validate::KnownTypes,
+    validate::{KnownTypes, ReadThreads},
 };

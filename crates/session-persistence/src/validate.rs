@@ -1,7 +1,14 @@
 //! Read-side validation shared by every cold read: the events a backend decodes are checked
 //! once, as they stream past, and the crash closers are computed on the way.
 
-use std::{collections::HashSet, path::PathBuf, sync::Arc};
+use std::{
+    collections::HashSet,
+    path::PathBuf,
+    sync::{
+        Arc, OnceLock,
+        atomic::{AtomicUsize, Ordering},
+    },
+};
 
 use session_core::{RepairScan, SessionEvent, SessionHeader, SessionId, SurfaceState, messages};
 use smol_str::SmolStr;
@@ -176,6 +183,56 @@ impl ScanSink for ValidatingSink<'_> {
     }
 }
 
+/// When a cold read may use helper threads: a validating thread next to the decoding one, and,
+/// for a compressed log, a thread that decompresses ahead (see [`ScanSink::read_ahead`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReadThreads {
+    /// Helpers only while few cold reads run in the process: fewer than half as many as there
+    /// are cores. One read then uses two or three cores; reads that already run side by side
+    /// (a listing reads several children at once) each stay on one thread, which costs less CPU
+    /// in all than threads handing events to each other.
+    #[default]
+    Auto,
+    /// Every long read uses helper threads.
+    Always,
+    /// Every read runs on the calling thread only.
+    Never,
+}
+
+/// Cold reads running in this process, for [`ReadThreads::Auto`]. Cores are a process-wide
+/// resource, so the count spans every coordinator.
+static READS_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// Holds one place in [`READS_IN_FLIGHT`].
+struct InFlight;
+
+impl InFlight {
+    fn enter() -> (InFlight, usize) {
+        (InFlight, READS_IN_FLIGHT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        READS_IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl ReadThreads {
+    /// Whether a read that starts with `others` reads already running may use helpers.
+    fn allows_helpers(self, others: usize) -> bool {
+        static CORES: OnceLock<usize> = OnceLock::new();
+        match self {
+            ReadThreads::Always => true,
+            ReadThreads::Never => false,
+            ReadThreads::Auto => {
+                let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from));
+                cores > 1 && others * 2 < cores
+            }
+        }
+    }
+}
+
 /// Events relayed in one message between the scanning and the validating thread.
 const RELAY_BATCH: usize = 256;
 
@@ -188,21 +245,24 @@ enum Relayed {
 /// Scans `id`, validating what the backend decodes and forwarding it to `inner`, and returns the
 /// scan's outcome with the closers that balance it.
 ///
-/// A long log is validated on a second thread while the backend keeps decoding (decompression and
-/// JSON decoding on one core, validation and the caller's sink on the other), so one cold read
-/// can use two cores. A log shorter than one relay batch is handled inline without a thread.
-/// Memory stays bounded: at most a few batches are in flight.
+/// When `threads` allows helpers, a long log is validated on a second thread while the backend
+/// keeps decoding (and may decompress ahead on a third), so one cold read can use two cores. A
+/// log shorter than one relay batch is handled inline without a thread. Memory stays bounded:
+/// at most a few batches are in flight.
 pub(crate) fn scan_validated(
     backend: &dyn Backend,
     id: &SessionId,
     known: &KnownTypes,
+    threads: ReadThreads,
     cancel: &tokio_util::sync::CancellationToken,
     inner: &mut (dyn ScanSink + Send),
 ) -> Result<Option<(crate::backend::ScanOutcome, Vec<SessionEvent>)>> {
+    let (_in_flight, others) = InFlight::enter();
+    let helpers = threads.allows_helpers(others);
     let mut validating = ValidatingSink::new(id.clone(), backend, known, inner);
     let scanned = std::thread::scope(|scope| {
         let mut relay =
-            Relay { validating: Some(&mut validating), scope, sender: None, worker: None, batch: Vec::new() };
+            Relay { validating: Some(&mut validating), helpers, scope, sender: None, worker: None, batch: Vec::new() };
         let scanned = backend.scan(id, cancel, &mut relay);
         match (scanned, relay.finish()) {
             (_, Err(error)) => Err(error),
@@ -217,6 +277,8 @@ pub(crate) fn scan_validated(
 struct Relay<'scope, 'env, 'a> {
     /// Present until the validating thread takes it.
     validating: Option<&'env mut ValidatingSink<'a>>,
+    /// Whether this read may use helper threads.
+    helpers: bool,
     scope: &'scope std::thread::Scope<'scope, 'env>,
     sender: Option<std::sync::mpsc::SyncSender<Relayed>>,
     worker: Option<std::thread::ScopedJoinHandle<'scope, Result<()>>>,
@@ -294,11 +356,20 @@ impl<'a> ScanSink for Relay<'_, '_, 'a> {
     }
 
     fn event(&mut self, event: Arc<SessionEvent>) -> Result<()> {
+        if !self.helpers
+            && let Some(validating) = self.validating.as_mut()
+        {
+            return validating.event(event);
+        }
         self.batch.push(event);
         if self.batch.len() >= RELAY_BATCH {
             self.flush_batch()?;
         }
         Ok(())
+    }
+
+    fn read_ahead(&self) -> bool {
+        self.helpers
     }
 
     fn restart(&mut self) -> bool {

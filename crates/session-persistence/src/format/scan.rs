@@ -176,6 +176,7 @@ fn scan_zstd(
     let mut header: Option<Arc<SessionHeader>> = None;
     let mut scanner: Option<LineScanner> = None;
     let mut n_bytes = 0u64;
+    let read_ahead = walk.complete_end > RUN_AHEAD_MIN_BYTES && sink.read_ahead();
     let on_piece = &mut |piece: Piece<'_>| {
         match piece {
             Piece::Plaintext(bytes) => {
@@ -209,8 +210,8 @@ fn scan_zstd(
         }
         Ok(())
     };
-    // A long log is decompressed on a second thread while this one decodes.
-    let end = if walk.complete_end > RUN_AHEAD_MIN_BYTES {
+    // A long log is decompressed on a second thread while this one decodes, if the sink wants.
+    let end = if read_ahead {
         stream.run_ahead(0, walk.complete_end, path, cancel, on_piece)?
     } else {
         stream.run(0, walk.complete_end, path, cancel, on_piece)?

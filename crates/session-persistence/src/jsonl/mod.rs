@@ -216,6 +216,10 @@ impl ScanSink for BoundSink<'_> {
     fn restart(&mut self) -> bool {
         self.inner.restart()
     }
+
+    fn read_ahead(&self) -> bool {
+        self.inner.read_ahead()
+    }
 }
 
 impl JsonlStore {

@@ -13,8 +13,8 @@ use std::{
 use serde_json::json;
 use session_core::{CreateOptions, HeaderMeta, ManualClock, SessionEvent, SessionHeader, SessionId, SessionStore};
 use session_persistence::{
-    Backend, Coordinator, CoordinatorConfig, MemoryStore, PersistenceError, Revision, ScanOutcome, ScanSink,
-    SessionPersistence, StoredHeader, TornTail,
+    Backend, Coordinator, CoordinatorConfig, MemoryStore, PersistenceError, ReadThreads, Revision, ScanOutcome,
+    ScanSink, SessionPersistence, StoredHeader, TornTail,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -235,13 +235,20 @@ fn invalid_configuration_is_rejected_with_the_reference_messages() {
     );
 }
 
-/// Long logs are validated on a second thread: results, errors and closers are the same as for
-/// short ones, including a defect deep in the log.
+/// Long logs are validated on a second thread when reads may use helpers: results, errors and
+/// closers are the same as on one thread, including a defect deep in the log.
 #[test]
 fn long_logs_validate_the_same_on_the_relay_thread() {
+    for read_threads in [ReadThreads::Always, ReadThreads::Never, ReadThreads::Auto] {
+        long_logs_validate_the_same_with(read_threads);
+    }
+}
+
+fn long_logs_validate_the_same_with(read_threads: ReadThreads) {
     runtime().block_on(async {
         let backend = Arc::new(Instrumented::default());
-        let persistence = Coordinator::new(backend.clone(), CoordinatorConfig::default()).unwrap();
+        let config = CoordinatorConfig { read_threads, ..CoordinatorConfig::default() };
+        let persistence = Coordinator::new(backend.clone(), config).unwrap();
         let cancel = CancellationToken::new();
         let id = SessionId::from("s-long");
         persistence.create(SessionHeader::new(id.clone(), 1), &cancel).await.unwrap();

@@ -6,7 +6,7 @@ use std::fs;
 use proptest::prelude::*;
 use session_persistence::{Backend, Compression, CorruptKind, JsonlStore, PersistenceError};
 
-use crate::{arcs, config, event, header, open, scan, scan_ok, turn};
+use crate::{arcs, config, event, header, id, open, scan, scan_ok, turn};
 
 /// Writes a three-batch session and returns the store, its log path and the events.
 fn written(
@@ -256,4 +256,91 @@ proptest! {
         bytes[at] = value;
         check_damaged(compression, &bytes, &events)?;
     }
+}
+
+/// Collects a scan and lets the backend decompress ahead on a helper thread.
+#[derive(Default)]
+struct ReadAheadCollect(session_persistence::CollectSink);
+
+impl session_persistence::ScanSink for ReadAheadCollect {
+    fn event(&mut self, event: std::sync::Arc<session_core::SessionEvent>) -> session_persistence::Result<()> {
+        self.0.event(event)
+    }
+
+    fn read_ahead(&self) -> bool {
+        true
+    }
+}
+
+/// A long zstd log (many frames, far more than one read-ahead chunk) reads the same whether
+/// frames are decompressed ahead on a helper thread or inline: the events, the torn tail of a
+/// cut final frame, and the error of a damaged middle frame.
+#[test]
+fn zstd_read_ahead_reads_exactly_what_an_inline_read_does() {
+    use session_persistence::{CollectSink, ScanSink};
+    use tokio_util::sync::CancellationToken;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), Compression::Zstd);
+    let header = header("big", Some("/p"));
+    // Pseudo-random payloads compress poorly, so the log is several hundred KiB on disk.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut noise = || {
+        (0..48)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                char::from(b'a' + (state % 26) as u8)
+            })
+            .collect::<String>()
+    };
+    let mut seq = 0;
+    for batch in 0..80 {
+        let mut events = vec![event("turn/start", seq, 1, r#"{"turn":1}"#)];
+        for _ in 0..60 {
+            seq += 1;
+            let text = (0..4).map(|_| noise()).collect::<Vec<_>>().join(" ");
+            events.push(event("note/added", seq, 2, &serde_json::json!({ "text": text }).to_string()));
+        }
+        seq += 1;
+        events.push(event("turn/end", seq, 3, r#"{"turn":1,"reason":{"kind":"completed"}}"#));
+        seq += 1;
+        store.append_batch(&header, &arcs(&events), batch > 0).unwrap();
+    }
+    let path = store.locate(&header).unwrap();
+    assert!(fs::metadata(&path).unwrap().len() > 384 << 10, "the log must outgrow the read-ahead threshold");
+
+    let both = |store: &JsonlStore| {
+        let mut ahead = ReadAheadCollect::default();
+        assert!(ahead.read_ahead() && !CollectSink::default().read_ahead());
+        let cancel = CancellationToken::new();
+        let with = store.scan(&id("big"), &cancel, &mut ahead).map(|outcome| outcome.map(|o| (o, ahead.0.events)));
+        let mut inline = CollectSink::default();
+        let without = store.scan(&id("big"), &cancel, &mut inline).map(|outcome| outcome.map(|o| (o, inline.events)));
+        (with, without)
+    };
+    let (with, without) = both(&store);
+    let (with, without) = (with.unwrap().unwrap(), without.unwrap().unwrap());
+    assert_eq!(with.1.len() as u64, seq);
+    assert_eq!(with.0, without.0);
+    assert_eq!(with.1, without.1);
+
+    // A cut final frame: the same torn tail and recovered prefix.
+    let full = fs::read(&path).unwrap();
+    fs::write(&path, &full[..full.len() - 100]).unwrap();
+    let (with, without) = both(&store);
+    let (with, without) = (with.unwrap().unwrap(), without.unwrap().unwrap());
+    assert!(with.0.torn.is_some());
+    assert_eq!(with.0, without.0);
+    assert_eq!(with.1, without.1);
+
+    // A damaged middle frame: the same error.
+    let mut damaged = full.clone();
+    let middle = damaged.len() / 2;
+    damaged[middle] ^= 0x55;
+    fs::write(&path, &damaged).unwrap();
+    let (with, without) = both(&store);
+    let (with, without) = (with.unwrap_err(), without.unwrap_err());
+    assert_eq!(with.to_string(), without.to_string());
 }
