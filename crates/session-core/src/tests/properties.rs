@@ -199,6 +199,23 @@ proptest! {
     }
 }
 
+/// Cuts `line` at `at`, or overwrites the byte there, and checks that the line decoder accepts
+/// and rejects the result exactly as `serde_json` does.
+fn damaged_line_agrees(mut line: Vec<u8>, at: prop::sample::Index, byte: u8, cut: bool) -> Result<(), TestCaseError> {
+    let at = at.index(line.len());
+    if cut {
+        line.truncate(at);
+    } else {
+        line[at] = byte;
+    }
+    if let Ok(line) = std::str::from_utf8(&line) {
+        let fast = SessionEvent::from_json_line(line).ok();
+        let slow = serde_json::from_str::<SessionEvent>(line).ok();
+        prop_assert_eq!(fast, slow, "{}", line);
+    }
+    Ok(())
+}
+
 fn envelope() -> impl Strategy<Value = SessionEvent> {
     let kind = prop_oneof![
         Just("turn/start".to_owned()),
@@ -299,14 +316,7 @@ proptest! {
     /// On any damaged line, the decoder accepts and rejects exactly what serde_json does.
     #[test]
     fn the_line_decoder_agrees_with_serde(event in envelope(), at in any::<prop::sample::Index>(), byte in any::<u8>(), cut in any::<bool>()) {
-        let mut line = serde_json::to_vec(&event).unwrap();
-        let at = at.index(line.len());
-        if cut { line.truncate(at) } else { line[at] = byte }
-        if let Ok(line) = std::str::from_utf8(&line) {
-            let fast = SessionEvent::from_json_line(line).ok();
-            let slow = serde_json::from_str::<SessionEvent>(line).ok();
-            prop_assert_eq!(fast, slow, "{}", line);
-        }
+        damaged_line_agrees(serde_json::to_vec(&event).unwrap(), at, byte, cut)?;
     }
 
     /// Damaged message lines, where the decoder validates while it walks the shape: it accepts
@@ -315,13 +325,7 @@ proptest! {
     fn damaged_message_lines_agree_with_serde(event in message_event(), at in any::<prop::sample::Index>(), byte in any::<u8>(), cut in any::<bool>()) {
         let mut line = Vec::new();
         event.write_json(&mut line);
-        let at = at.index(line.len());
-        if cut { line.truncate(at) } else { line[at] = byte }
-        if let Ok(line) = std::str::from_utf8(&line) {
-            let fast = SessionEvent::from_json_line(line).ok();
-            let slow = serde_json::from_str::<SessionEvent>(line).ok();
-            prop_assert_eq!(fast, slow, "{}", line);
-        }
+        damaged_line_agrees(line, at, byte, cut)?;
     }
 
     /// The one-pass message check never accepts what the field-by-field rules reject.
