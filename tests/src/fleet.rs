@@ -2,20 +2,13 @@
 //! the catalogs that list it: live, cold, cold with a checkpoint cache, and the design note's
 //! "before" baseline. Shared by the listing benchmark and the listing memory probe.
 
-use std::{
-    path::Path,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
-};
+use std::{path::Path, sync::Arc};
 
 use session_core::{
     CreateOptions, HeaderMeta, ManualClock, Origin, SessionEvent, SessionHeader, SessionId, SessionStore,
 };
 use session_persistence::{
-    Backend, Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, Revision, ScanOutcome, ScanSink,
-    SessionPersistence, StoredHeader, TornTail,
+    Compression, Coordinator, CoordinatorConfig, CountingBackend, JsonlConfig, JsonlStore, SessionPersistence,
 };
 use session_projection::ProjectionRegistry;
 use session_projection_cache::{CacheConfig, MemoryCheckpointStore, ProjectionCache};
@@ -71,61 +64,6 @@ pub async fn write_fleet(root: &Path, compression: Compression, n_children: usiz
     }
 }
 
-/// A backend wrapper that counts log reads (scans), to check the listing cost model.
-#[derive(Debug)]
-pub struct CountingBackend {
-    pub inner: Arc<dyn Backend>,
-    pub scans: AtomicU64,
-}
-
-impl CountingBackend {
-    pub fn scans(&self) -> u64 {
-        self.scans.load(Ordering::Relaxed)
-    }
-}
-
-impl Backend for CountingBackend {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
-    fn scan(
-        &self,
-        id: &SessionId,
-        cancel: &CancellationToken,
-        sink: &mut dyn ScanSink,
-    ) -> session_persistence::Result<Option<ScanOutcome>> {
-        self.scans.fetch_add(1, Ordering::Relaxed);
-        self.inner.scan(id, cancel, sink)
-    }
-
-    fn revision(&self, id: &SessionId) -> session_persistence::Result<Option<Revision>> {
-        self.inner.revision(id)
-    }
-
-    fn append_batch(
-        &self,
-        header: &SessionHeader,
-        events: &[Arc<SessionEvent>],
-        materialized: bool,
-    ) -> session_persistence::Result<()> {
-        self.inner.append_batch(header, events, materialized)
-    }
-
-    fn commit_repair(
-        &self,
-        header: &SessionHeader,
-        torn: Option<&TornTail>,
-        closers: &[SessionEvent],
-    ) -> session_persistence::Result<()> {
-        self.inner.commit_repair(header, torn, closers)
-    }
-
-    fn list(&self, cancel: &CancellationToken) -> session_persistence::Result<Vec<StoredHeader>> {
-        self.inner.list(cancel)
-    }
-}
-
 /// Everything a listing needs over one fleet store.
 pub struct Fleet {
     pub backend: Arc<CountingBackend>,
@@ -147,7 +85,7 @@ impl Fleet {
         let store =
             JsonlStore::open_read_only(JsonlConfig { root: root.to_path_buf(), compression, pack_chunks: true })
                 .expect("open the fleet store");
-        let backend = Arc::new(CountingBackend { inner: Arc::new(store), scans: AtomicU64::new(0) });
+        let backend = Arc::new(CountingBackend::new(Arc::new(store)));
         let persistence =
             Arc::new(Coordinator::new(backend.clone(), CoordinatorConfig::default()).expect("coordinator"));
         let sessions = Arc::new(SessionStore::new(Arc::new(ManualClock::new(1_772_442_000_000))));

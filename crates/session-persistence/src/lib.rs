@@ -5,6 +5,7 @@
 
 mod backend;
 mod coordinator;
+mod counting;
 mod error;
 pub mod format;
 mod jsonl;
@@ -16,6 +17,7 @@ mod validate;
 pub use crate::{
     backend::{Backend, CollectSink, Revision, ScanOutcome, ScanSink, StoredHeader, SurveyEntry, TornTail},
     coordinator::{Coordinator, CoordinatorConfig},
+    counting::CountingBackend,
     error::{CorruptKind, Location, PersistenceError, Result},
     format::Compression,
     jsonl::{HeaderCacheStats, JsonlConfig, JsonlStore, encode_segment, project_key},

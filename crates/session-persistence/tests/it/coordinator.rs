@@ -1,80 +1,14 @@
 //! Coordinator mechanics that the contract suite does not see: write-behind batching, failure
-//! retention, and the inspection cache, observed through an instrumented backend.
+//! retention, and the inspection cache, observed through a `CountingBackend`.
 
-use std::{
-    path::PathBuf,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, AtomicUsize, Ordering},
-    },
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use serde_json::json;
 use session_core::{CreateOptions, HeaderMeta, ManualClock, SessionEvent, SessionHeader, SessionId, SessionStore};
 use session_persistence::{
-    Backend, Coordinator, CoordinatorConfig, MemoryStore, PersistenceError, ReadThreads, Revision, ScanOutcome,
-    ScanSink, SessionPersistence, StoredHeader, TornTail,
+    Backend, Coordinator, CoordinatorConfig, CountingBackend, MemoryStore, ReadThreads, SessionPersistence,
 };
 use tokio_util::sync::CancellationToken;
-
-/// A memory backend that counts calls and can be told to fail writes.
-#[derive(Debug, Default)]
-struct Instrumented {
-    inner: MemoryStore,
-    scans: AtomicUsize,
-    appends: AtomicUsize,
-    fail_writes: AtomicBool,
-}
-
-impl Backend for Instrumented {
-    fn name(&self) -> &'static str {
-        "instrumented"
-    }
-
-    fn scan(
-        &self,
-        id: &SessionId,
-        cancel: &CancellationToken,
-        sink: &mut dyn ScanSink,
-    ) -> session_persistence::Result<Option<ScanOutcome>> {
-        self.scans.fetch_add(1, Ordering::SeqCst);
-        self.inner.scan(id, cancel, sink)
-    }
-
-    fn revision(&self, id: &SessionId) -> session_persistence::Result<Option<Revision>> {
-        self.inner.revision(id)
-    }
-
-    fn append_batch(
-        &self,
-        header: &SessionHeader,
-        events: &[Arc<SessionEvent>],
-        materialized: bool,
-    ) -> session_persistence::Result<()> {
-        if self.fail_writes.load(Ordering::SeqCst) {
-            return Err(PersistenceError::io(
-                PathBuf::from("/instrumented"),
-                std::io::Error::other("injected write failure"),
-            ));
-        }
-        self.appends.fetch_add(1, Ordering::SeqCst);
-        self.inner.append_batch(header, events, materialized)
-    }
-
-    fn commit_repair(
-        &self,
-        header: &SessionHeader,
-        torn: Option<&TornTail>,
-        closers: &[SessionEvent],
-    ) -> session_persistence::Result<()> {
-        self.inner.commit_repair(header, torn, closers)
-    }
-
-    fn list(&self, cancel: &CancellationToken) -> session_persistence::Result<Vec<StoredHeader>> {
-        self.inner.list(cancel)
-    }
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
@@ -93,7 +27,7 @@ fn meta() -> HeaderMeta {
 #[test]
 fn events_inside_one_window_are_written_as_one_batch() {
     runtime().block_on(async {
-        let backend = Arc::new(Instrumented::default());
+        let backend = Arc::new(CountingBackend::new(Arc::new(MemoryStore::default())));
         let config =
             CoordinatorConfig { write_batch_max_delay: Duration::from_millis(50), ..CoordinatorConfig::default() };
         let persistence = Coordinator::new(backend.clone(), config).unwrap();
@@ -106,13 +40,13 @@ fn events_inside_one_window_are_written_as_one_batch() {
         }
         // Wait for the window to close on its own (bounded), then check it wrote once.
         for _ in 0..400 {
-            if backend.appends.load(Ordering::SeqCst) > 0 {
+            if backend.appends() > 0 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         persistence.flush(session.id(), &CancellationToken::new()).await.unwrap();
-        assert_eq!(backend.appends.load(Ordering::SeqCst), 1, "20 events in one window make one batch");
+        assert_eq!(backend.appends(), 1, "20 events in one window make one batch");
         let read = persistence.read_from(session.id(), 0, &CancellationToken::new()).await.unwrap();
         assert_eq!(read.events.len(), 20);
     });
@@ -121,12 +55,12 @@ fn events_inside_one_window_are_written_as_one_batch() {
 #[test]
 fn a_failed_write_keeps_the_batch_in_order_and_the_next_flush_writes_it() {
     runtime().block_on(async {
-        let backend = Arc::new(Instrumented::default());
+        let backend = Arc::new(CountingBackend::new(Arc::new(MemoryStore::default())));
         let persistence = Coordinator::new(backend.clone(), CoordinatorConfig::default()).unwrap();
         let store = live_store(&persistence);
         let session =
             store.create(Some(SessionId::from("s-retry")), CreateOptions { seed: None, meta: meta() }).unwrap();
-        backend.fail_writes.store(true, Ordering::SeqCst);
+        backend.fail_appends(true);
         session.append("turn/start", &json!({"turn": 1}), None).unwrap();
         let err = store.flush(session.id()).await.unwrap_err();
         assert!(
@@ -134,7 +68,7 @@ fn a_failed_write_keeps_the_batch_in_order_and_the_next_flush_writes_it() {
             "{err:?}"
         );
         session.append("turn/end", &json!({"turn": 1, "reason": {"kind": "completed"}}), None).unwrap();
-        backend.fail_writes.store(false, Ordering::SeqCst);
+        backend.fail_appends(false);
         store.flush(session.id()).await.unwrap();
         let read = persistence.read_from(session.id(), 0, &CancellationToken::new()).await.unwrap();
         let kinds: Vec<&str> = read.events.iter().map(|event| event.kind.as_str()).collect();
@@ -163,7 +97,7 @@ fn turn(seq0: u64) -> Vec<Arc<SessionEvent>> {
 #[test]
 fn inspections_are_cached_until_the_log_changes() {
     runtime().block_on(async {
-        let backend = Arc::new(Instrumented::default());
+        let backend = Arc::new(CountingBackend::new(Arc::new(MemoryStore::default())));
         let persistence = Coordinator::new(backend.clone(), CoordinatorConfig::default()).unwrap();
         let cancel = CancellationToken::new();
         let id = SessionId::from("s-cache");
@@ -171,7 +105,7 @@ fn inspections_are_cached_until_the_log_changes() {
         header.cwd = Some("/work".into());
         persistence.create(header, &cancel).await.unwrap();
         persistence.append(&id, turn(0), &cancel).await.unwrap();
-        let scans = || backend.scans.load(Ordering::SeqCst);
+        let scans = || backend.scans();
         let first = persistence.inspect(&id, &cancel).await.unwrap();
         let after_first = scans();
         let second = persistence.inspect(&id, &cancel).await.unwrap();
@@ -194,7 +128,7 @@ fn inspections_are_cached_until_the_log_changes() {
 #[test]
 fn the_inspection_cache_is_bounded_by_entries_and_bytes() {
     runtime().block_on(async {
-        let backend = Arc::new(Instrumented::default());
+        let backend = Arc::new(CountingBackend::new(Arc::new(MemoryStore::default())));
         let config = CoordinatorConfig {
             inspect_cache_entries: 2,
             inspect_cache_bytes: 1 << 20,
@@ -246,7 +180,7 @@ fn long_logs_validate_the_same_on_the_relay_thread() {
 
 fn long_logs_validate_the_same_with(read_threads: ReadThreads) {
     runtime().block_on(async {
-        let backend = Arc::new(Instrumented::default());
+        let backend = Arc::new(CountingBackend::new(Arc::new(MemoryStore::default())));
         let config = CoordinatorConfig { read_threads, ..CoordinatorConfig::default() };
         let persistence = Coordinator::new(backend.clone(), config).unwrap();
         let cancel = CancellationToken::new();

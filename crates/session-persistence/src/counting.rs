@@ -1,0 +1,95 @@
+//! `CountingBackend`: a backend wrapper that counts log reads and writes and can inject write
+//! failures, for proving a cost model (a listing reads each cold log once) and for fault tests.
+
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+};
+
+use session_core::{SessionEvent, SessionHeader, SessionId};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    backend::{Backend, Revision, ScanOutcome, ScanSink, StoredHeader, SurveyEntry, TornTail},
+    error::{PersistenceError, Result},
+};
+
+/// Wraps a backend, forwarding every call, and counts scans (log reads) and appended batches.
+/// [`CountingBackend::fail_appends`] makes appends fail with an I/O error until turned off.
+#[derive(Debug)]
+pub struct CountingBackend {
+    inner: Arc<dyn Backend>,
+    scans: AtomicU64,
+    appends: AtomicU64,
+    fail_appends: AtomicBool,
+}
+
+impl CountingBackend {
+    pub fn new(inner: Arc<dyn Backend>) -> CountingBackend {
+        CountingBackend {
+            inner,
+            scans: AtomicU64::new(0),
+            appends: AtomicU64::new(0),
+            fail_appends: AtomicBool::new(false),
+        }
+    }
+
+    /// Scans started so far: every cold read of a log, whatever its outcome.
+    pub fn scans(&self) -> u64 {
+        self.scans.load(Ordering::SeqCst)
+    }
+
+    /// Batches appended so far (failed ones excluded).
+    pub fn appends(&self) -> u64 {
+        self.appends.load(Ordering::SeqCst)
+    }
+
+    /// While `fail` is set, every append fails with an I/O error and writes nothing.
+    pub fn fail_appends(&self, fail: bool) {
+        self.fail_appends.store(fail, Ordering::SeqCst);
+    }
+}
+
+impl Backend for CountingBackend {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn scan(&self, id: &SessionId, cancel: &CancellationToken, sink: &mut dyn ScanSink) -> Result<Option<ScanOutcome>> {
+        self.scans.fetch_add(1, Ordering::SeqCst);
+        self.inner.scan(id, cancel, sink)
+    }
+
+    fn revision(&self, id: &SessionId) -> Result<Option<Revision>> {
+        self.inner.revision(id)
+    }
+
+    fn append_batch(&self, header: &SessionHeader, events: &[Arc<SessionEvent>], materialized: bool) -> Result<()> {
+        if self.fail_appends.load(Ordering::SeqCst) {
+            let path = self.inner.locate(header).unwrap_or_else(|| PathBuf::from(self.inner.name()));
+            return Err(PersistenceError::io(path, std::io::Error::other("injected write failure")));
+        }
+        self.inner.append_batch(header, events, materialized)?;
+        self.appends.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn commit_repair(&self, header: &SessionHeader, torn: Option<&TornTail>, closers: &[SessionEvent]) -> Result<()> {
+        self.inner.commit_repair(header, torn, closers)
+    }
+
+    fn list(&self, cancel: &CancellationToken) -> Result<Vec<StoredHeader>> {
+        self.inner.list(cancel)
+    }
+
+    fn survey(&self, cancel: &CancellationToken) -> Result<Vec<SurveyEntry>> {
+        self.inner.survey(cancel)
+    }
+
+    fn locate(&self, header: &SessionHeader) -> Option<PathBuf> {
+        self.inner.locate(header)
+    }
+}
