@@ -84,6 +84,27 @@ impl<'a> Listing<'a> {
         Ok(rows.into_iter().flatten().collect())
     }
 
+    /// The row `children(parent)` would give `child`, read alone: the same enumeration and
+    /// ladder, with one candidate. `None` if `child` is not a subagent child of `parent` or its
+    /// row is omitted.
+    pub(crate) async fn child(
+        &self,
+        parent: &SessionId,
+        child: &SessionId,
+        cancel: &CancellationToken,
+    ) -> Result<Option<SubagentListEntry>, SubagentError> {
+        check_cancel(cancel)?;
+        let corpus = self.corpus(cancel).await?;
+        let candidates: Vec<&Record> = corpus
+            .records
+            .get(child)
+            .filter(|record| record.header.is_subagent() && record.header.parent_session.as_ref() == Some(parent))
+            .into_iter()
+            .collect();
+        let rows = self.resolve(&candidates, &corpus, cancel).await?;
+        Ok(rows.into_iter().flatten().next())
+    }
+
     pub(crate) async fn descendants(
         &self,
         root: &SessionId,

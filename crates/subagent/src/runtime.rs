@@ -86,6 +86,19 @@ impl SubagentRuntime {
         Listing::new(&self.services)?.children(parent, cancel).await
     }
 
+    /// The row [`Self::list_children`] would give `child` under `parent`, computed for that
+    /// child alone: the same enumeration, checks, ladder and errors, but at most one log read.
+    /// `None` when `child` is not a subagent child of `parent` or has no row (the creation
+    /// window). Used to authorize access to one child without reading its siblings.
+    pub async fn list_child(
+        &self,
+        parent: &SessionId,
+        child: &SessionId,
+        cancel: &CancellationToken,
+    ) -> Result<Option<SubagentListEntry>, SubagentError> {
+        Listing::new(&self.services)?.child(parent, child, cancel).await
+    }
+
     /// Every subagent below `root` in stable pre-order (reference 03 §5.10): ordinary sessions and
     /// one-shot children are walked through, each row carries its durable direct parent and its
     /// depth. Same preconditions, ladder, errors and cancellation as [`Self::list_children`].

@@ -155,8 +155,13 @@ pub(super) async fn history(
     if !parent_visible(shared, caller, &parent, cancel).await? {
         return Err(RpcError::subagent_not_found(parent_id, child_id, mode));
     }
-    let entries = shared.subagents.list_children(&parent, cancel).await.map_err(|error| catalog_error(&error))?;
-    match entries.iter().find(|entry| entry.id().as_str() == child_id) {
+    // The child's own catalog row, read alone: its siblings are not read.
+    let entry = shared
+        .subagents
+        .list_child(&parent, &SessionId::from(child_id), cancel)
+        .await
+        .map_err(|error| catalog_error(&error))?;
+    match &entry {
         Some(subagent::SubagentListEntry::Child(child)) if child.mode.mode() == wire_mode(request.mode) => {}
         Some(subagent::SubagentListEntry::Diagnostic(diagnostic)) => {
             let reason = wire_reason(diagnostic.reason);

@@ -686,3 +686,37 @@ fn listing_futures_are_send() {
         descendants.await.unwrap();
     });
 }
+
+/// `list_child` gives exactly the row `list_children` gives the same child, or `None` where the
+/// listing has no row for it, and reads no sibling.
+#[test]
+fn list_child_gives_the_listing_row_and_reads_no_sibling() {
+    run(async |h| {
+        let parent = h.parent("p");
+        let middle = h.start_continuable(&parent, "c", "middle").await;
+        h.author(child_header("g", middle.id().as_str()), child_events(continuable("leaf"))).await;
+        h.author(created(child_header("one", "p"), 2), child_events(one_shot(Some("once")))).await;
+        h.author(
+            created(child_header("bad", "p"), 3),
+            child_events(json!({"version": 2, "mode": "continuable", "provider": 7})),
+        )
+        .await;
+        h.live(created(child_header("window", "p"), 4), &[ev("turn/start", 0, json!({"turn": 1}))]);
+        h.author(created(child_header("elsewhere", "q"), 5), child_events(continuable("not p's"))).await;
+        h.author(plain_header("plain", 6), vec![ev("turn/start", 0, json!({"turn": 1}))]).await;
+
+        let listed = h.list("p").await;
+        assert_eq!(listed.len(), 3, "c, one and bad have rows; the creation window is omitted");
+        for child_id in ["c", "one", "bad", "window", "elsewhere", "plain", "g", "nobody"] {
+            let expected = listed.iter().find(|entry| entry.id().as_str() == child_id).cloned();
+            let before: Vec<u64> = listed.iter().map(|entry| h.reads(entry.id().as_str())).collect();
+            let row = h.runtime.list_child(&id("p"), &id(child_id), &token()).await.unwrap();
+            assert_eq!(serde_json::to_value(&row).unwrap(), serde_json::to_value(&expected).unwrap(), "{child_id}");
+            for (entry, reads) in listed.iter().zip(before) {
+                let read_now = h.reads(entry.id().as_str()) - reads;
+                let allowed = u64::from(entry.id().as_str() == child_id);
+                assert!(read_now <= allowed, "list_child({child_id}) read {} {read_now} times", entry.id());
+            }
+        }
+    });
+}
