@@ -64,6 +64,10 @@ mod fast {
     use super::{ARRAY, NULL, array_push, entry_hash, hash_bytes, mix, object_hash};
     use crate::jsontext::{Walker, plain_str};
 
+    /// The deepest value this walk hashes; deeper payloads go to `serde_json`, which stops at its
+    /// own recursion limit (128). The walk recurses, so this also bounds its stack.
+    const MAX_DEPTH: usize = 100;
+
     pub(super) fn shape_hash(text: &str) -> Option<Option<u64>> {
         if !text.starts_with('{') {
             // Not an object: no shape, whatever it is (the text is valid JSON).
@@ -80,16 +84,24 @@ mod fast {
                     sum = sum.wrapping_add(entry_hash("message", hash));
                 }
             } else {
-                sum = sum.wrapping_add(entry_hash(key, plain(&mut walker)?));
+                sum = sum.wrapping_add(entry_hash(key, plain(&mut walker, 2)?));
             }
         }
         Some(message.map(|_| object_hash(sum)))
     }
 
+    /// Skips a value that the serde visitors read with `deserialize_any` and then ignore. A
+    /// number there is parsed by `serde_json`, which may reject it (`1e400`), so the walk leaves
+    /// it to them.
+    fn skip_visited(walker: &mut Walker<'_>) -> Option<()> {
+        let token = walker.value()?;
+        (!token.starts_with(|first: char| first == '-' || first.is_ascii_digit())).then_some(())
+    }
+
     /// `data.message`, as `MessageVisitor` hashes it.
     fn message_hash(walker: &mut Walker<'_>) -> Option<Option<u64>> {
         if walker.enter_object().is_none() {
-            walker.value()?;
+            skip_visited(walker)?;
             return Some(None);
         }
         let mut sum = 0u64;
@@ -98,7 +110,7 @@ mod fast {
             if key == "content" {
                 first_block = content_hash(walker)?;
             } else {
-                sum = sum.wrapping_add(entry_hash(key, plain(walker)?));
+                sum = sum.wrapping_add(entry_hash(key, plain(walker, 3)?));
             }
         }
         let block = object_hash(first_block.wrapping_add(entry_hash("content", mix(NULL))));
@@ -110,45 +122,47 @@ mod fast {
     /// own `content`.
     fn content_hash(walker: &mut Walker<'_>) -> Option<u64> {
         if walker.enter_array().is_none() {
-            walker.value()?;
+            skip_visited(walker)?;
             return Some(0);
         }
         let mut first = 0u64;
         let mut index = 0;
         while walker.next_element()? {
-            if index == 0 && walker.enter_object().is_some() {
+            if index > 0 {
+                // Later blocks are skipped unparsed, as `IgnoredAny` does.
+                walker.value()?;
+            } else if walker.enter_object().is_some() {
                 while let Some(key) = walker.next_key()? {
-                    let value = walker_value_hash(walker, key == "content")?;
-                    if key != "content" {
-                        first = first.wrapping_add(entry_hash(key, value));
+                    if key == "content" {
+                        walker.value()?;
+                    } else {
+                        first = first.wrapping_add(entry_hash(key, plain(walker, 5)?));
                     }
                 }
             } else {
-                walker.value()?;
+                skip_visited(walker)?;
             }
             index += 1;
         }
         Some(first)
     }
 
-    /// Skips the value when `skip` is set, else hashes it.
-    fn walker_value_hash(walker: &mut Walker<'_>, skip: bool) -> Option<u64> {
-        if skip { walker.value().map(|_| 0) } else { plain(walker) }
-    }
-
-    /// Any value, as `PlainVisitor` hashes it.
-    fn plain(walker: &mut Walker<'_>) -> Option<u64> {
+    /// Any value at nesting `depth` (the payload itself is 1), as `PlainVisitor` hashes it.
+    fn plain(walker: &mut Walker<'_>, depth: usize) -> Option<u64> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
         if walker.enter_object().is_some() {
             let mut sum = 0u64;
             while let Some(key) = walker.next_key()? {
-                sum = sum.wrapping_add(entry_hash(key, plain(walker)?));
+                sum = sum.wrapping_add(entry_hash(key, plain(walker, depth + 1)?));
             }
             return Some(object_hash(sum));
         }
         if walker.enter_array().is_some() {
             let mut state = ARRAY;
             while walker.next_element()? {
-                state = array_push(state, plain(walker)?);
+                state = array_push(state, plain(walker, depth + 1)?);
             }
             return Some(mix(state));
         }
@@ -504,6 +518,37 @@ mod tests {
             if let Some(fast) = fast::shape_hash(&text) {
                 proptest::prop_assert_eq!(fast, serde_hash(&text), "{}", text);
             }
+        }
+    }
+
+    /// Found in review: a deeply nested field must not overflow the stack, and must hash as the
+    /// serde visitors do (`None` past their recursion limit).
+    #[test]
+    fn deep_payloads_hash_like_serde() {
+        for depth in [99, 100, 130, 200, 50_000] {
+            let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            let text =
+                format!(r#"{{"turn":1,"message":{{"id":"m","content":[{{"type":"tool-result"}}]}},"x":{deep}}}"#);
+            let fast = fast::shape_hash(&text);
+            assert!(fast.is_none() || fast == Some(serde_hash(&text)), "depth {depth}");
+            assert_eq!(tool_result_shape_hash(&JsonData::from_text(text.clone()).unwrap()), serde_hash(&text));
+        }
+    }
+
+    /// Found in review: numbers the serde visitors parse (and may reject) where they ignore the
+    /// value are left to them.
+    #[test]
+    fn numbers_the_visitors_parse_are_left_to_them() {
+        for text in [
+            r#"{"message":{"content":1e400}}"#,
+            r#"{"message":{"content":[1e400]}}"#,
+            r#"{"message":{"content":9e007199254740992}}"#,
+            r#"{"message":1e400,"message":{"content":[]}}"#,
+            r#"{"message":{"content":7}}"#,
+        ] {
+            let raw: Box<serde_json::value::RawValue> = serde_json::from_str(text).unwrap();
+            assert_eq!(tool_result_shape_hash(&JsonData::from_raw(raw)), serde_hash(text), "{text}");
+            assert_eq!(fast::shape_hash(text), None, "{text}");
         }
     }
 

@@ -167,6 +167,7 @@ fn literal(bytes: &[u8], at: usize, word: &[u8]) -> Option<usize> {
 }
 
 /// Whether `text` is exactly one JSON value in the fast subset.
+#[cfg(test)]
 pub(crate) fn is_compact_value(text: &str) -> bool {
     skip_value(text.as_bytes(), 0) == Some(text.len())
 }

@@ -235,3 +235,20 @@ fn well_formed_messages_take_the_one_pass_path() {
     assert!(!crate::messages::fast_message_is_valid(&event("user/message", 0, escaped.clone())));
     check("user/message", escaped, Ok(()));
 }
+
+/// Found in review: a message walked with its shape may nest deeper than the compact scanner
+/// follows on its own (the walk enters a few levels before skipping). Decoding it must not trip
+/// the decoder's debug check, and must agree with serde_json.
+#[test]
+fn deeply_nested_message_content_decodes_like_serde() {
+    for depth in [60, 64, 66, 70, 200] {
+        let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let line = format!(
+            r#"{{"type":"user/message","seq":0,"time":0,"data":{{"id":"m","role":"user","source":{{"kind":"user"}},"content":{nested}}},"surfaceOp":"append"}}"#
+        );
+        let fast = crate::SessionEvent::from_json_line(&line).ok();
+        let slow = serde_json::from_str::<crate::SessionEvent>(&line).ok();
+        assert_eq!(fast, slow, "depth {depth}");
+        assert!(fast.is_some(), "depth {depth}");
+    }
+}

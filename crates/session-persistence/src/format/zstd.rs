@@ -4,7 +4,10 @@
 use std::{io, path::Path};
 
 use tokio_util::sync::CancellationToken;
-use zstd::stream::raw::{CParameter, Decoder, InBuffer, Operation, OutBuffer};
+use zstd::{
+    stream::raw::{CParameter, Decoder, InBuffer, Operation, OutBuffer},
+    zstd_safe::DCtx,
+};
 
 use super::scan::ByteSource;
 use crate::error::{CorruptKind, Location, PersistenceError, Result};
@@ -235,9 +238,17 @@ const AHEAD_DEPTH: usize = 8;
 /// tables, which would dominate reading a short log; every run starts with `reinit`.
 const SPARE_DECODERS_PER_THREAD: usize = 2;
 
+/// A context that grew past this (its window buffers follow the largest frame it decoded) is
+/// freed rather than kept, so idle threads never hold large windows.
+const SPARE_DECODER_MAX_BYTES: usize = 4 << 20;
+
+fn new_context() -> io::Result<DCtx<'static>> {
+    DCtx::try_create().ok_or_else(|| io::Error::other("zstd could not allocate a decoder context"))
+}
+
 /// A decoder context with its buffers, kept for the next stream on the same thread.
 struct Spare {
-    decoder: Decoder<'static>,
+    context: DCtx<'static>,
     input: Vec<u8>,
     output: Vec<u8>,
 }
@@ -250,7 +261,7 @@ thread_local! {
 pub(crate) struct FrameStream<'s> {
     source: &'s dyn ByteSource,
     /// Always present; taken only when the stream is dropped.
-    decoder: Option<Decoder<'static>>,
+    context: Option<DCtx<'static>>,
     input: Vec<u8>,
     output: Vec<u8>,
 }
@@ -258,8 +269,11 @@ pub(crate) struct FrameStream<'s> {
 impl Drop for FrameStream<'_> {
     fn drop(&mut self) {
         // A context left mid-frame is reset by the next run's `reinit`.
-        let Some(decoder) = self.decoder.take() else { return };
-        let spare = Spare { decoder, input: std::mem::take(&mut self.input), output: std::mem::take(&mut self.output) };
+        let Some(context) = self.context.take() else { return };
+        if context.sizeof() > SPARE_DECODER_MAX_BYTES {
+            return;
+        }
+        let spare = Spare { context, input: std::mem::take(&mut self.input), output: std::mem::take(&mut self.output) };
         let _ = SPARE_DECODERS.try_with(|spares| {
             let mut spares = spares.borrow_mut();
             if spares.len() < SPARE_DECODERS_PER_THREAD {
@@ -274,13 +288,14 @@ impl<'s> FrameStream<'s> {
     pub(crate) fn new(source: &'s dyn ByteSource, expected: u64) -> io::Result<FrameStream<'s>> {
         let input_len = usize::try_from(expected).unwrap_or(usize::MAX).clamp(1, INPUT_CHUNK);
         let output_len = zstd::zstd_safe::DCtx::out_size().min(input_len.saturating_mul(8).max(4 << 10));
-        let Spare { decoder, mut input, mut output } = match SPARE_DECODERS.with_borrow_mut(Vec::pop) {
+        let spare = SPARE_DECODERS.try_with(|spares| spares.borrow_mut().pop()).ok().flatten();
+        let Spare { context, mut input, mut output } = match spare {
             Some(spare) => spare,
-            None => Spare { decoder: Decoder::new()?, input: Vec::new(), output: Vec::new() },
+            None => Spare { context: new_context()?, input: Vec::new(), output: Vec::new() },
         };
         input.resize(input_len, 0);
         output.resize(output_len, 0);
-        Ok(FrameStream { source, decoder: Some(decoder), input, output })
+        Ok(FrameStream { source, context: Some(context), input, output })
     }
 
     /// [`FrameStream::run`] with decompression on a second thread, so that it overlaps with
@@ -343,7 +358,8 @@ impl<'s> FrameStream<'s> {
         cancel: &CancellationToken,
         on_piece: &mut dyn FnMut(Piece<'_>) -> Result<()>,
     ) -> Result<StreamEnd> {
-        let decoder = self.decoder.as_mut().expect("a stream holds its decoder until it is dropped");
+        let context = self.context.as_mut().expect("a stream holds its context until it is dropped");
+        let mut decoder = Decoder::with_context(context);
         decoder.reinit().map_err(|error| PersistenceError::io(path, error))?;
         let mut position = start;
         let mut frame_start = start;
