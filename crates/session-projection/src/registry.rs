@@ -29,7 +29,8 @@ use session_core::{
 
 use crate::{
     Checkpoint, ClientView, ProjectionChange, ProjectionUnit, RegisterError, RegisteredUnit, Snapshot, UnitFailure,
-    cell::{Cell, Step, checkpoint_of, fold_event, snapshot_of},
+    UnitView,
+    cell::{Cell, Step, checkpoint_of, fold_event, snapshot_of, view_with_verdict},
     erased::{Erased, ErasedUnit, panic_text},
     plan::{Plan, PlanUnit},
 };
@@ -276,6 +277,14 @@ impl ProjectionRegistry {
     /// change) folds the log for the units it has not seen.
     pub fn snapshot(&self, session: &Arc<Session>) -> Snapshot {
         self.read_cells(session, |plan, cells| snapshot_of(plan, &mut cells.cells, cells.folded_seq))
+    }
+
+    /// The client value of unit `key` for `session` and whether any registered unit failed there,
+    /// exactly as [`Self::snapshot`] reports them (`snapshot.values[key]` and
+    /// `snapshot.has_failures()`), but copying only that one value. For a caller that needs one
+    /// value and the verdict, such as a listing row per live session.
+    pub fn view_with_verdict(&self, session: &Arc<Session>, key: &str) -> UnitView {
+        self.read_cells(session, |plan, cells| view_with_verdict(plan, &mut cells.cells, key))
     }
 
     /// Every unit's checkpoint row for `session` at its current end, host-only units included.

@@ -198,8 +198,9 @@ impl<'a> Listing<'a> {
 
     /// Rung 1: the registry's watermark cells, zero log reads.
     fn resolve_live(&self, session: &Arc<Session>, has_children: bool) -> Option<SubagentListEntry> {
-        let snapshot = self.registry.snapshot(session);
-        match identity_of(&snapshot) {
+        // The identity value and the failure verdict only: a listing copies no other unit's value.
+        let view = self.registry.view_with_verdict(session, SUBAGENT_IDENTITY_KEY);
+        match verdict(view.any_failure, view.value.as_ref()) {
             Verdict::Failed => Some(SubagentListEntry::diagnostic(session.id(), DiagnosticReason::Corrupt)),
             // The creation window: the descriptor is not appended yet.
             Verdict::Absent => None,
@@ -266,10 +267,15 @@ enum Verdict {
 }
 
 fn identity_of(snapshot: &Snapshot) -> Verdict {
-    if snapshot.has_failures() {
+    verdict(snapshot.has_failures(), snapshot.values.get(SUBAGENT_IDENTITY_KEY))
+}
+
+/// The row verdict from the failure flag of a cut and its identity value.
+fn verdict(any_failure: bool, identity: Option<&serde_json::Value>) -> Verdict {
+    if any_failure {
         return Verdict::Failed;
     }
-    match snapshot.values.get(SUBAGENT_IDENTITY_KEY).and_then(SubagentIdentity::from_value) {
+    match identity.and_then(SubagentIdentity::from_value) {
         Some(identity) => Verdict::Identity(identity),
         None => Verdict::Absent,
     }

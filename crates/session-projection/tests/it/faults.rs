@@ -342,3 +342,41 @@ fn a_state_that_does_not_round_trip_has_no_row() {
     assert!(matches!(checkpoint.failures["test/bad-state"], UnitFailure::Encode { .. }));
     assert_eq!(checkpoint.rows["test/count"].val, json!(1));
 }
+
+/// `view_with_verdict` reads one value and the failure verdict exactly as `snapshot` reports
+/// them: healthy, after a fold failure, after a view failure, for host-only and unknown keys.
+#[test]
+fn view_with_verdict_agrees_with_the_snapshot() {
+    quiet_unit_panics();
+    let fx = fixture();
+    let _marks = fx.registry.register(Marks).unwrap();
+    let _count = fx.registry.register_host_only(Count).unwrap();
+    let session = fx.session("verdicts");
+    mark(&session, &["a"]);
+    let agree = |keys: &[&str]| {
+        let snapshot = fx.registry.snapshot(&session);
+        for key in keys {
+            let view = fx.registry.view_with_verdict(&session, key);
+            assert_eq!(view.value.as_ref(), snapshot.values.get(*key), "{key}");
+            assert_eq!(view.any_failure, snapshot.has_failures(), "{key}");
+        }
+        snapshot.has_failures()
+    };
+    let keys = ["test/marks", "test/count", "test/flaky", "test/fragile-view", "nobody"];
+    assert!(!agree(&keys));
+
+    let _fragile = fx.registry.register(FragileView).unwrap();
+    other(&session);
+    assert!(!agree(&keys));
+    other(&session);
+    other(&session);
+    assert!(agree(&keys), "the view of a count of 3 fails");
+
+    let flaky_session = fx.session("flaky");
+    let _flaky = fx.registry.register(Flaky).unwrap();
+    append(&flaky_session, "test/other", json!({ "fail": "error" }));
+    let snapshot = fx.registry.snapshot(&flaky_session);
+    let view = fx.registry.view_with_verdict(&flaky_session, "test/marks");
+    assert!(snapshot.has_failures() && view.any_failure);
+    assert_eq!(view.value.as_ref(), snapshot.values.get("test/marks"));
+}
