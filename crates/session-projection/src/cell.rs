@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 use session_core::SessionEvent;
 
 use crate::{
-    Checkpoint, CheckpointRow, CheckpointRows, Failures, Snapshot, UnitFailure, UnitView,
+    Checkpoint, CheckpointRow, CheckpointRows, Failures, Snapshot, UnitFailure,
     erased::{State, apply_contained},
     plan::{Plan, PlanUnit},
 };
@@ -134,20 +134,26 @@ pub(crate) fn snapshot_of(plan: &Plan, cells: &mut [Cell], as_of_seq: i64) -> Sn
     Snapshot { as_of_seq, values, failures }
 }
 
-/// One unit's client value and whether any unit failed, as [`snapshot_of`] would report them,
-/// copying only that one value.
-pub(crate) fn view_with_verdict(plan: &Plan, cells: &mut [Cell], key: &str) -> UnitView {
-    let mut value = None;
+/// Runs `read` on one unit's client value and whether any unit failed, as [`snapshot_of`] would
+/// report them, without copying the value.
+pub(crate) fn read_view<R>(
+    plan: &Plan,
+    cells: &mut [Cell],
+    key: &str,
+    read: impl FnOnce(Option<&Value>, bool) -> R,
+) -> R {
     let mut any_failure = false;
-    for (unit, cell) in plan.units.iter().zip(cells.iter_mut()) {
+    let mut position = None;
+    for (idx, (unit, cell)) in plan.units.iter().zip(cells.iter_mut()).enumerate() {
         match cell.view(unit) {
-            Some(Ok(view)) if &*unit.key == key => value = Some(view.clone()),
+            Some(Ok(_)) if &*unit.key == key => position = Some(idx),
             Some(Ok(_)) => {}
             Some(Err(_)) => any_failure = true,
             None => any_failure |= cell.failure().is_some(),
         }
     }
-    UnitView { value, any_failure }
+    let value = position.and_then(|idx| cells[idx].view(&plan.units[idx])).and_then(Result::ok);
+    read(value, any_failure)
 }
 
 /// The checkpoint of cells folded through `as_of_seq`. `cells` is parallel to `plan.units`.

@@ -198,9 +198,11 @@ impl<'a> Listing<'a> {
 
     /// Rung 1: the registry's watermark cells, zero log reads.
     fn resolve_live(&self, session: &Arc<Session>, has_children: bool) -> Option<SubagentListEntry> {
-        // The identity value and the failure verdict only: a listing copies no other unit's value.
-        let view = self.registry.view_with_verdict(session, SUBAGENT_IDENTITY_KEY);
-        match verdict(view.any_failure, view.value.as_ref()) {
+        // The identity value and the failure verdict only: a listing copies no unit's value.
+        let verdict = self
+            .registry
+            .read_view(session, SUBAGENT_IDENTITY_KEY, |identity, any_failure| verdict(any_failure, identity));
+        match verdict {
             Verdict::Failed => Some(SubagentListEntry::diagnostic(session.id(), DiagnosticReason::Corrupt)),
             // The creation window: the descriptor is not appended yet.
             Verdict::Absent => None,
