@@ -69,7 +69,8 @@ impl SubagentIdentity {
         if value.is_null() {
             return None;
         }
-        serde_json::from_value(value.clone()).ok()
+        // Deserialized from the borrowed value: nothing is copied but the result.
+        SubagentIdentity::deserialize(value).ok()
     }
 }
 
