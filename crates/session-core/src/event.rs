@@ -284,6 +284,7 @@ impl SessionEvent {
     pub fn write_json(&self, out: &mut Vec<u8>) {
         use std::io::Write;
         out.extend_from_slice(b"{\"type\":");
+        // Invariant: serializing a `str` cannot fail, and neither can writing to a `Vec`.
         serde_json::to_writer(&mut *out, self.kind.as_str()).expect("writing a string into memory cannot fail");
         let _ = write!(out, ",\"seq\":{},\"time\":{},\"data\":", self.seq, self.time);
         out.extend_from_slice(self.data.as_str().as_bytes());
@@ -317,16 +318,16 @@ impl SessionEvent {
 fn fast_envelope(line: &str) -> Option<SessionEvent> {
     let bytes = line.as_bytes();
     let mut cursor = Cursor { bytes, idx: 0 };
-    cursor.expect(b"{\"type\":\"")?;
+    cursor.need(b"{\"type\":\"")?;
     let kind_start = cursor.idx;
     let kind_end = memchr::memchr2(b'"', b'\\', &bytes[kind_start..])? + kind_start;
     if bytes[kind_end] != b'"' || bytes[kind_start..kind_end].iter().any(|byte| *byte < 0x20) {
         return None;
     }
     cursor.idx = kind_end + 1;
-    cursor.expect(b",\"seq\":")?;
+    cursor.need(b",\"seq\":")?;
     let seq = cursor.safe_u64()?;
-    cursor.expect(b",\"time\":")?;
+    cursor.need(b",\"time\":")?;
     let negative = cursor.eat(b"-");
     let magnitude = cursor.safe_u64()?;
     let time = match (negative, magnitude) {
@@ -335,7 +336,7 @@ fn fast_envelope(line: &str) -> Option<SessionEvent> {
         (true, 0) => return None,
         (true, time) => -(time as i64),
     };
-    cursor.expect(b",\"data\":")?;
+    cursor.need(b",\"data\":")?;
     let data_start = cursor.idx;
     let kind = &line[kind_start..kind_end];
     // A message is walked with its shape check, which validates it in the same pass; any other
@@ -359,7 +360,7 @@ fn fast_envelope(line: &str) -> Option<SessionEvent> {
                 if cursor.eat(b"]") {
                     break;
                 }
-                cursor.expect(b",")?;
+                cursor.need(b",")?;
             }
         }
         source_event_seqs = Some(sources.into_boxed_slice());
@@ -369,16 +370,16 @@ fn fast_envelope(line: &str) -> Option<SessionEvent> {
         if cursor.eat(b"\"append\"") {
             surface_op = Some(SurfaceOp::Append);
         } else {
-            cursor.expect(b"{\"op\":\"replace\",\"start\":")?;
+            cursor.need(b"{\"op\":\"replace\",\"start\":")?;
             let start = cursor.safe_u64()?;
-            cursor.expect(b",\"end\":")?;
+            cursor.need(b",\"end\":")?;
             let end = cursor.safe_u64()?;
-            cursor.expect(b"}")?;
+            cursor.need(b"}")?;
             surface_op = Some(SurfaceOp::Replace { start, end });
         }
     }
     let ignorable = cursor.eat(b",\"ignorable\":true");
-    cursor.expect(b"}")?;
+    cursor.need(b"}")?;
     if cursor.idx != bytes.len() {
         return None;
     }
@@ -399,7 +400,8 @@ impl Cursor<'_> {
         found
     }
 
-    fn expect(&mut self, token: &[u8]) -> Option<()> {
+    /// Consumes `token`, or gives up on the fast path.
+    fn need(&mut self, token: &[u8]) -> Option<()> {
         self.eat(token).then_some(())
     }
 

@@ -57,6 +57,7 @@ fn find_special(text: &[u8]) -> Option<usize> {
     let mut words = text.chunks_exact(8);
     let mut offset = 0;
     for word in &mut words {
+        // Invariant: `chunks_exact(8)` yields slices of exactly eight bytes.
         let word = u64::from_le_bytes(word.try_into().expect("chunks of eight bytes"));
         let flags = (zero_byte(word ^ (ONES * u64::from(b'"')))
             | zero_byte(word ^ (ONES * u64::from(b'\\')))
@@ -223,12 +224,7 @@ impl<'a> Walker<'a> {
             self.fresh = false;
             return Some(None);
         }
-        if !std::mem::take(&mut self.fresh) {
-            if self.peek()? != b',' {
-                return None;
-            }
-            self.idx += 1;
-        }
+        self.separator()?;
         let bytes = self.text.as_bytes();
         if self.peek()? != b'"' {
             return None;
@@ -250,13 +246,19 @@ impl<'a> Walker<'a> {
             self.fresh = false;
             return Some(false);
         }
+        self.separator()?;
+        Some(true)
+    }
+
+    /// Consumes the `,` before a member or element that is not a container's first.
+    fn separator(&mut self) -> Option<()> {
         if !std::mem::take(&mut self.fresh) {
             if self.peek()? != b',' {
                 return None;
             }
             self.idx += 1;
         }
-        Some(true)
+        Some(())
     }
 
     /// Skips the value at the cursor and returns its text.

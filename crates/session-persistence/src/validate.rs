@@ -389,6 +389,20 @@ impl<'a> ScanSink for Relay<'_, '_, 'a> {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn read_threads_allow_helpers_only_while_few_reads_run() {
+        use super::ReadThreads;
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        for others in [0, 1, 4, 64] {
+            assert!(ReadThreads::Always.allows_helpers(others));
+            assert!(!ReadThreads::Never.allows_helpers(others));
+            assert_eq!(ReadThreads::Auto.allows_helpers(others), cores > 1 && others * 2 < cores, "{others}");
+        }
+        // However many cores, a read among many others stays on its own thread.
+        assert!(!ReadThreads::Auto.allows_helpers(cores));
+        assert_eq!(ReadThreads::default(), ReadThreads::Auto);
+    }
+
+    #[test]
     fn known_types_hold_the_vocabulary_and_the_extras() {
         let known = super::KnownTypes::with_extra(["host/custom"]);
         assert!(known.contains("turn/start") && known.contains("host/custom") && !known.contains("turn/begin"));

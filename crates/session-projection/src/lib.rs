@@ -44,7 +44,7 @@ pub use crate::{
     restore::RestoreFold,
     types::{
         Checkpoint, CheckpointRow, CheckpointRows, Failures, ProjectionChange, RegisterError, RegisteredUnit,
-        RestoreError, Restored, RowProblem, Snapshot, UnitFailure, UnitView,
+        RestoreError, Restored, RowProblem, Snapshot, UnitFailure,
     },
     unit::{ClientView, ProjectionUnit, UnitError},
 };

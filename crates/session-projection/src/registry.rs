@@ -29,7 +29,6 @@ use session_core::{
 
 use crate::{
     Checkpoint, ClientView, ProjectionChange, ProjectionUnit, RegisterError, RegisteredUnit, Snapshot, UnitFailure,
-    UnitView,
     cell::{Cell, Step, checkpoint_of, fold_event, read_view, snapshot_of},
     erased::{Erased, ErasedUnit, panic_text},
     plan::{Plan, PlanUnit},
@@ -279,16 +278,11 @@ impl ProjectionRegistry {
         self.read_cells(session, |plan, cells| snapshot_of(plan, &mut cells.cells, cells.folded_seq))
     }
 
-    /// The client value of unit `key` for `session` and whether any registered unit failed there,
-    /// exactly as [`Self::snapshot`] reports them (`snapshot.values[key]` and
-    /// `snapshot.has_failures()`), but copying only that one value. For a caller that needs one
-    /// value and the verdict, such as a listing row per live session.
-    pub fn view_with_verdict(&self, session: &Arc<Session>, key: &str) -> UnitView {
-        self.read_view(session, key, |value, any_failure| UnitView { value: value.cloned(), any_failure })
-    }
-
-    /// [`Self::view_with_verdict`] without copying the value: `read` gets the value (if any) and
-    /// the failure verdict while the session's cells are locked, so it must not call the registry.
+    /// Runs `read` on the client value of unit `key` for `session` (if any) and whether any
+    /// registered unit failed there, exactly as [`Self::snapshot`] reports them
+    /// (`snapshot.values[key]` and `snapshot.has_failures()`), without copying any value. For a
+    /// caller that needs one value and the verdict, such as a listing row per live session.
+    /// `read` runs while the session's cells are locked, so it must not call the registry.
     pub fn read_view<R>(&self, session: &Arc<Session>, key: &str, read: impl FnOnce(Option<&Value>, bool) -> R) -> R {
         self.read_cells(session, |plan, cells| read_view(plan, &mut cells.cells, key, read))
     }

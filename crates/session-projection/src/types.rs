@@ -7,17 +7,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use session_core::Session;
 
-/// One unit's client value and the failure verdict of a session's cut: what
-/// `ProjectionRegistry::view_with_verdict` reads without copying the other values.
-#[derive(Debug, Clone, PartialEq)]
-pub struct UnitView {
-    /// The unit's client value, as `Snapshot::values` holds it; `None` if the unit is not
-    /// registered, is host-only, or failed.
-    pub value: Option<Value>,
-    /// Whether any registered unit's fold or view failed, as `Snapshot::has_failures` says.
-    pub any_failure: bool,
-}
-
 /// The client-visible values of one cut of one session (reference 02 §3.5).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Snapshot {

@@ -23,7 +23,7 @@ use crate::{
 const READ_CHUNK: usize = 256 << 10;
 
 /// Compressed logs longer than this are decompressed on a second thread ahead of decoding.
-const RUN_AHEAD_MIN_BYTES: u64 = 256 << 10;
+pub(crate) const RUN_AHEAD_MIN_BYTES: u64 = 256 << 10;
 
 /// The longest header line (or header frame plaintext) a reader accepts.
 pub(crate) const MAX_HEADER_BYTES: usize = 1 << 20;

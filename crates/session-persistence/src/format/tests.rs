@@ -145,3 +145,65 @@ fn scans_stream_into_any_sink() {
     assert_eq!((sink.0, scan.n_events), (10, 10));
     assert_eq!(sink.1.as_deref(), Some(&*scan.header));
 }
+
+/// A sink that lets the backend decompress ahead.
+#[derive(Default)]
+struct AheadSink(CollectSink);
+
+impl crate::ScanSink for AheadSink {
+    fn event(&mut self, event: Arc<SessionEvent>) -> crate::Result<()> {
+        self.0.event(event)
+    }
+
+    fn read_ahead(&self) -> bool {
+        true
+    }
+}
+
+/// A long zstd log is decompressed on a helper thread exactly when the sink allows it, and the
+/// events are the same either way.
+#[test]
+fn read_ahead_runs_only_when_the_sink_allows_it() {
+    use crate::ScanSink;
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut encoder = FrameEncoder::new().unwrap();
+    let mut header = encode_header_line(&SessionHeader::new(SessionId::from("s"), 1)).into_bytes();
+    header.push(b'\n');
+    let mut bytes = encoder.encode(&header).unwrap();
+    let mut seq = 0;
+    for _ in 0..80 {
+        let batch: Vec<SessionEvent> = (0..50)
+            .map(|_| {
+                let text: String = (0..200)
+                    .map(|_| {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        char::from(b'a' + (state % 26) as u8)
+                    })
+                    .collect();
+                seq += 1;
+                let data = JsonData::from_text(serde_json::json!({ "text": text }).to_string()).unwrap();
+                SessionEvent::new("note/added", seq - 1, 1, data)
+            })
+            .collect();
+        let mut text = Vec::new();
+        encode_batch(&batch, false, &mut text).unwrap();
+        bytes.extend(encoder.encode(&text).unwrap());
+    }
+    assert!(bytes.len() as u64 > super::scan::RUN_AHEAD_MIN_BYTES, "the log must outgrow the read-ahead threshold");
+    let calls = || super::zstd::RUN_AHEAD_CALLS.with(std::cell::Cell::get);
+    let cancel = CancellationToken::new();
+
+    let before = calls();
+    let mut inline = CollectSink::default();
+    assert!(!inline.read_ahead());
+    scan_log(&bytes, Compression::Zstd, Path::new("log"), &cancel, &mut inline).unwrap();
+    assert_eq!(calls(), before, "a sink that does not allow read-ahead gets none");
+
+    let mut ahead = AheadSink::default();
+    scan_log(&bytes, Compression::Zstd, Path::new("log"), &cancel, &mut ahead).unwrap();
+    assert_eq!(calls(), before + 1, "the long log was decompressed ahead");
+    assert_eq!(ahead.0.events.len() as u64, seq);
+    assert_eq!(ahead.0.events, inline.events);
+}

@@ -231,6 +231,12 @@ enum Ahead {
     FrameEnd(u64),
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many reads this thread ran with [`FrameStream::run_ahead`], so tests can tell.
+    pub(crate) static RUN_AHEAD_CALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Plaintext buffers in flight between the decompressing and the consuming thread.
 const AHEAD_DEPTH: usize = 8;
 
@@ -309,6 +315,8 @@ impl<'s> FrameStream<'s> {
         cancel: &CancellationToken,
         on_piece: &mut dyn FnMut(Piece<'_>) -> Result<()>,
     ) -> Result<StreamEnd> {
+        #[cfg(test)]
+        RUN_AHEAD_CALLS.with(|calls| calls.set(calls.get() + 1));
         let (sender, receiver) = std::sync::mpsc::sync_channel::<Ahead>(AHEAD_DEPTH);
         let (recycle, recycled) = std::sync::mpsc::channel::<Vec<u8>>();
         std::thread::scope(|scope| {
@@ -358,6 +366,7 @@ impl<'s> FrameStream<'s> {
         cancel: &CancellationToken,
         on_piece: &mut dyn FnMut(Piece<'_>) -> Result<()>,
     ) -> Result<StreamEnd> {
+        // Invariant: `context` is only taken by `Drop`, after which no method runs.
         let context = self.context.as_mut().expect("a stream holds its context until it is dropped");
         let mut decoder = Decoder::with_context(context);
         decoder.reinit().map_err(|error| PersistenceError::io(path, error))?;

@@ -343,10 +343,10 @@ fn a_state_that_does_not_round_trip_has_no_row() {
     assert_eq!(checkpoint.rows["test/count"].val, json!(1));
 }
 
-/// `view_with_verdict` reads one value and the failure verdict exactly as `snapshot` reports
-/// them: healthy, after a fold failure, after a view failure, for host-only and unknown keys.
+/// `read_view` reads one value and the failure verdict exactly as `snapshot` reports them:
+/// healthy, after a fold failure, after a view failure, for host-only and unknown keys.
 #[test]
-fn view_with_verdict_agrees_with_the_snapshot() {
+fn read_view_agrees_with_the_snapshot() {
     quiet_unit_panics();
     let fx = fixture();
     let _marks = fx.registry.register(Marks).unwrap();
@@ -356,9 +356,9 @@ fn view_with_verdict_agrees_with_the_snapshot() {
     let agree = |keys: &[&str]| {
         let snapshot = fx.registry.snapshot(&session);
         for key in keys {
-            let view = fx.registry.view_with_verdict(&session, key);
-            assert_eq!(view.value.as_ref(), snapshot.values.get(*key), "{key}");
-            assert_eq!(view.any_failure, snapshot.has_failures(), "{key}");
+            let (value, any_failure) = fx.registry.read_view(&session, key, |value, any| (value.cloned(), any));
+            assert_eq!(value.as_ref(), snapshot.values.get(*key), "{key}");
+            assert_eq!(any_failure, snapshot.has_failures(), "{key}");
         }
         snapshot.has_failures()
     };
@@ -376,7 +376,7 @@ fn view_with_verdict_agrees_with_the_snapshot() {
     let _flaky = fx.registry.register(Flaky).unwrap();
     append(&flaky_session, "test/other", json!({ "fail": "error" }));
     let snapshot = fx.registry.snapshot(&flaky_session);
-    let view = fx.registry.view_with_verdict(&flaky_session, "test/marks");
-    assert!(snapshot.has_failures() && view.any_failure);
-    assert_eq!(view.value.as_ref(), snapshot.values.get("test/marks"));
+    let (value, any_failure) = fx.registry.read_view(&flaky_session, "test/marks", |value, any| (value.cloned(), any));
+    assert!(snapshot.has_failures() && any_failure);
+    assert_eq!(value.as_ref(), snapshot.values.get("test/marks"));
 }
