@@ -9,12 +9,12 @@
 
 use std::{borrow::Borrow, fmt, sync::Arc};
 
-use serde_json::Map;
+use serde_json::{Map, Value};
 use session_core::SessionEvent;
 
 use crate::{
     CheckpointRow, CheckpointRows, Failures, ProjectionRegistry, RestoreError, Restored, RowProblem, Snapshot,
-    cell::{Cell, checkpoint_of, fold_event, snapshot_of},
+    cell::{Cell, checkpoint_of, fold_event, read_view, snapshot_of},
     plan::{Plan, PlanUnit},
 };
 
@@ -162,6 +162,23 @@ impl RestoreFold {
     /// The values and refreshed rows at the end of the events folded so far. Fails if a row
     /// claimed events past that end (the log was cut shorter than the row).
     pub fn finish(mut self) -> Result<Restored, RestoreError> {
+        let end_seq = self.check_end()?;
+        let snapshot = snapshot_of(&self.plan, &mut self.cells, end_seq);
+        let checkpoint = checkpoint_of(&self.plan, &self.cells, end_seq);
+        Ok(Restored { snapshot, checkpoint })
+    }
+
+    /// Runs `read` on unit `key`'s client value at the end of the events folded so far, and
+    /// whether any unit failed, exactly as [`RestoreFold::finish`]'s snapshot would report them
+    /// (the cold twin of [`ProjectionRegistry::read_view`]). Nothing is copied and no row is
+    /// encoded: the fold is consumed. Fails as `finish` does.
+    pub fn read_view<R>(mut self, key: &str, read: impl FnOnce(Option<&Value>, bool) -> R) -> Result<R, RestoreError> {
+        self.check_end()?;
+        Ok(read_view(&self.plan, &mut self.cells, key, read))
+    }
+
+    /// The seq the fold ends at, if no row claimed events past it.
+    fn check_end(&self) -> Result<i64, RestoreError> {
         let end_seq = self.next_seq as i64 - 1;
         for (unit, &seeded_through) in self.plan.units.iter().zip(&self.seeded_through) {
             if seeded_through > end_seq {
@@ -172,9 +189,7 @@ impl RestoreFold {
                 });
             }
         }
-        let snapshot = snapshot_of(&self.plan, &mut self.cells, end_seq);
-        let checkpoint = checkpoint_of(&self.plan, &self.cells, end_seq);
-        Ok(Restored { snapshot, checkpoint })
+        Ok(end_seq)
     }
 }
 

@@ -243,14 +243,19 @@ impl<'a> Listing<'a> {
         if !same_lifecycle(header, &summary.header) {
             return Ok(SubagentListEntry::diagnostic(id, DiagnosticReason::Corrupt));
         }
-        let restored = match sink.fold.finish() {
-            Ok(restored) => restored,
+        // The identity value and the failure verdict only, as on the live rung: no unit's value
+        // is copied and no checkpoint row is encoded.
+        let verdict = match sink
+            .fold
+            .read_view(SUBAGENT_IDENTITY_KEY, |identity, any_failure| verdict(any_failure, identity))
+        {
+            Ok(verdict) => verdict,
             Err(error) => {
                 tracing::debug!(session = %id, %error, "subagent listing: cold fold could not finish; listing the child as unavailable");
                 return Ok(SubagentListEntry::diagnostic(id, DiagnosticReason::Unavailable));
             }
         };
-        Ok(match identity_of(&restored.snapshot) {
+        Ok(match verdict {
             Verdict::Identity(identity) => child_row(id, identity, Activity::Inactive, has_children),
             // Settled debris, or bad data: missing, malformed or foreign-version descriptor, or a
             // unit that fails on this log.

@@ -168,6 +168,10 @@ fn a_row_beyond_the_supplied_end_needs_a_full_read() {
         matches!(error, RestoreError::NeedsFullRead { problem: RowProblem::BeyondEnd { row_seq: 9, end_seq: 8 }, .. }),
         "{error:?}"
     );
+    // A fold read through `read_view` refuses the same cut.
+    let fold = registry.begin_restore(&stored, 9).unwrap();
+    let error = fold.read_view("test/count", |_, _| ()).unwrap_err();
+    assert!(matches!(error, RestoreError::NeedsFullRead { problem: RowProblem::BeyondEnd { .. }, .. }), "{error:?}");
 
     // The full re-read discards the row and refolds.
     let restored = registry.restore(&stored, log(2), 0).unwrap();
