@@ -2,9 +2,10 @@
 //! transcripts hold 100 or 10,000 events, listed with every child live, every child cold with a
 //! checkpoint-cache hit, and every child cold without a cache; and, in the same run, the design
 //! note's "before" (two full materializations and a deep copy per child). The read count of one
-//! listing in each mode is printed next to the timings.
+//! listing in each mode is printed next to the timings, and so is the before / cold ratio measured
+//! with the two listings interleaved round by round.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use e2e::fleet::{self, Fleet};
@@ -20,6 +21,14 @@ fn runtime() -> tokio::runtime::Runtime {
 fn assert_children(rows: &[SubagentListEntry]) {
     assert_eq!(rows.len(), N_CHILDREN);
     assert!(rows.iter().all(|row| matches!(row, SubagentListEntry::Child(_))), "every row is a child row");
+}
+
+/// The medians of the two timings `round` returns, over `rounds` rounds.
+fn interleaved_medians(rounds: usize, mut round: impl FnMut() -> (Duration, Duration)) -> (Duration, Duration) {
+    let (mut first, mut second): (Vec<Duration>, Vec<Duration>) = (0..rounds).map(|_| round()).unzip();
+    first.sort();
+    second.sort();
+    (first[rounds / 2], second[rounds / 2])
 }
 
 fn listing(c: &mut Criterion) {
@@ -40,6 +49,22 @@ fn listing(c: &mut Criterion) {
         assert_children(&runtime.block_on(fleet::list(&catalog)));
         eprintln!("{name}: cold listing read {} logs", cold.backend.scans() - before);
         group.bench_function("cold", |b| b.iter(|| assert_children(&runtime.block_on(fleet::list(&catalog)))));
+
+        // The ratio to the "before" baseline, measured with the two interleaved so that both see
+        // the same machine (this VM drifts by 20-30% between groups run a minute apart).
+        let rounds = if n_events > 1_000 { 5 } else { 60 };
+        let (cold_median, before_median) = interleaved_medians(rounds, || {
+            let started = Instant::now();
+            assert_children(&runtime.block_on(fleet::list(&catalog)));
+            let cold_time = started.elapsed();
+            let started = Instant::now();
+            std::hint::black_box(runtime.block_on(fleet::list_before(&cold.persistence, N_CHILDREN)));
+            (cold_time, started.elapsed())
+        });
+        eprintln!(
+            "{name}: interleaved over {rounds} rounds: cold {cold_median:?}, before {before_median:?}, before / cold {:.2}x",
+            before_median.as_secs_f64() / cold_median.as_secs_f64()
+        );
 
         // Cold with a checkpoint cache that holds every child's identity: zero reads.
         let cache = runtime.block_on(cold.filled_cache(N_CHILDREN));
