@@ -15,7 +15,7 @@ mod zstd;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use self::scan::read_header;
+pub(crate) use self::scan::{HeaderRead, KnownHeader, read_header, scan_log_known};
 pub use self::{
     batch::encode_batch,
     chunk_rows::{ChunkKind, ChunkRow, MIN_RUN, Record, RecordError, decode_record, pack_chunk_runs},

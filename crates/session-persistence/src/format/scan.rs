@@ -87,13 +87,53 @@ pub fn scan_log(
     cancel: &CancellationToken,
     sink: &mut dyn ScanSink,
 ) -> Result<LogScan> {
+    scan_log_known(source, compression, path, cancel, None, sink)
+}
+
+/// A header already decoded from a log's leading bytes: the header line (raw) or the whole header
+/// frame (zstd) exactly as stored, which decoded to `header` without error.
+#[derive(Debug, Clone)]
+pub(crate) struct KnownHeader {
+    pub(crate) header: Arc<SessionHeader>,
+    /// The stored bytes: the header line with its newline, or the compressed header frame.
+    pub(crate) bytes: Arc<[u8]>,
+    /// The header's plaintext length, newline included.
+    pub(crate) plain_len: u64,
+}
+
+/// [`scan_log`], given the header the log's leading bytes decoded to when they were last read.
+/// If the log still starts with exactly those bytes, the header is not decompressed or decoded
+/// again: identical bytes decode identically, so the scan's result is the same either way. Any
+/// other log is scanned from its first byte.
+pub(crate) fn scan_log_known(
+    source: &dyn ByteSource,
+    compression: Compression,
+    path: &Path,
+    cancel: &CancellationToken,
+    known: Option<&KnownHeader>,
+    sink: &mut dyn ScanSink,
+) -> Result<LogScan> {
     if cancel.is_cancelled() {
         return Err(PersistenceError::Cancelled);
     }
+    let known = match known {
+        Some(known) => still_leads(source, known).map_err(|error| PersistenceError::io(path, error))?.then_some(known),
+        None => None,
+    };
     match compression {
-        Compression::None => scan_raw(source, path, cancel, sink),
-        Compression::Zstd => scan_zstd(source, path, cancel, sink),
+        Compression::None => scan_raw(source, path, cancel, known, sink),
+        Compression::Zstd => scan_zstd(source, path, cancel, known, sink),
     }
+}
+
+/// Whether `source` starts with `known`'s bytes.
+fn still_leads(source: &dyn ByteSource, known: &KnownHeader) -> io::Result<bool> {
+    if source.len() < known.bytes.len() as u64 {
+        return Ok(false);
+    }
+    let mut leading = vec![0; known.bytes.len()];
+    let got = read_full(source, 0, &mut leading)?;
+    Ok(got == leading.len() && *leading == *known.bytes)
 }
 
 fn corrupt_header(path: &Path, message: &str) -> PersistenceError {
@@ -110,6 +150,7 @@ fn scan_raw(
     source: &dyn ByteSource,
     path: &Path,
     cancel: &CancellationToken,
+    known: Option<&KnownHeader>,
     sink: &mut dyn ScanSink,
 ) -> Result<LogScan> {
     let len = source.len();
@@ -118,6 +159,12 @@ fn scan_raw(
     let mut header = None;
     let mut scanner: Option<LineScanner> = None;
     let mut offset = 0;
+    if let Some(known) = known {
+        sink.header(&known.header)?;
+        header = Some(Arc::clone(&known.header));
+        scanner = Some(LineScanner::new(path, known.plain_len));
+        offset = known.plain_len;
+    }
     while offset < len {
         if cancel.is_cancelled() {
             return Err(PersistenceError::Cancelled);
@@ -164,6 +211,7 @@ fn scan_zstd(
     source: &dyn ByteSource,
     path: &Path,
     cancel: &CancellationToken,
+    known: Option<&KnownHeader>,
     sink: &mut dyn ScanSink,
 ) -> Result<LogScan> {
     let len = source.len();
@@ -176,6 +224,18 @@ fn scan_zstd(
     let mut header: Option<Arc<SessionHeader>> = None;
     let mut scanner: Option<LineScanner> = None;
     let mut n_bytes = 0u64;
+    // The known header frame is a complete frame (it decoded), so the walk passed it whole and the
+    // events start at its end.
+    let mut start = 0;
+    if let Some(known) = known {
+        sink.header(&known.header)?;
+        header = Some(Arc::clone(&known.header));
+        let mut events = LineScanner::new(path, known.plain_len);
+        start = known.bytes.len() as u64;
+        events.set_frame_start(start);
+        scanner = Some(events);
+        n_bytes = known.plain_len;
+    }
     let read_ahead = walk.complete_end > RUN_AHEAD_MIN_BYTES && sink.read_ahead();
     let on_piece = &mut |piece: Piece<'_>| {
         match piece {
@@ -212,9 +272,9 @@ fn scan_zstd(
     };
     // A long log is decompressed on a second thread while this one decodes, if the sink wants.
     let end = if read_ahead {
-        stream.run_ahead(0, walk.complete_end, path, cancel, on_piece)?
+        stream.run_ahead(start, walk.complete_end, path, cancel, on_piece)?
     } else {
-        stream.run(0, walk.complete_end, path, cancel, on_piece)?
+        stream.run(start, walk.complete_end, path, cancel, on_piece)?
     };
     match end {
         StreamEnd::Exhausted { frame_start } if frame_start == walk.complete_end => {}
@@ -274,18 +334,47 @@ pub(crate) fn read_header(
     compression: Compression,
     path: &Path,
     cancel: &CancellationToken,
-) -> Result<Option<SessionHeader>> {
-    let line = match compression {
-        Compression::None => read_first_line(source, path, cancel)?,
-        Compression::Zstd => read_header_frame(source, path, cancel)?,
+) -> Result<Option<HeaderRead>> {
+    let (line, stored_len) = match compression {
+        Compression::None => match read_first_line(source, path, cancel)? {
+            Some(line) => {
+                let stored_len = line.len() + 1;
+                (line, stored_len)
+            }
+            None => return Ok(None),
+        },
+        Compression::Zstd => match read_header_frame(source, path, cancel)? {
+            Some(frame) => frame,
+            None => return Ok(None),
+        },
     };
-    let Some(line) = line else { return Ok(None) };
     match decode(&line) {
-        Ok(header) => Ok(Some(header)),
+        Ok(header) => {
+            let header = Arc::new(header);
+            // What a scan may reuse: the stored bytes of a header that decoded without error.
+            let mut bytes = vec![0; stored_len];
+            let got = read_full(source, 0, &mut bytes).map_err(|error| PersistenceError::io(path, error))?;
+            let known = (got == stored_len).then(|| KnownHeader {
+                header: Arc::clone(&header),
+                bytes: bytes.into(),
+                plain_len: line.len() as u64 + 1,
+            });
+            Ok(Some(HeaderRead { header, known }))
+        }
         Err(HeaderLineError::NotJson | HeaderLineError::NotHeader { .. }) => Ok(None),
-        Err(HeaderLineError::Unsupported { header, .. }) => Ok(header.map(|header| *header)),
+        Err(HeaderLineError::Unsupported { header, .. }) => {
+            Ok(header.map(|header| HeaderRead { header: Arc::new(*header), known: None }))
+        }
         Err(error @ HeaderLineError::Retired) => Err(error.into_error(path)),
     }
+}
+
+/// A header read for listing.
+#[derive(Debug)]
+pub(crate) struct HeaderRead {
+    pub(crate) header: Arc<SessionHeader>,
+    /// Present if the header decoded without error, for a later scan to reuse.
+    pub(crate) known: Option<KnownHeader>,
 }
 
 fn read_first_line(source: &dyn ByteSource, path: &Path, cancel: &CancellationToken) -> Result<Option<Vec<u8>>> {
@@ -311,7 +400,12 @@ fn read_first_line(source: &dyn ByteSource, path: &Path, cancel: &CancellationTo
     Ok(None)
 }
 
-fn read_header_frame(source: &dyn ByteSource, path: &Path, cancel: &CancellationToken) -> Result<Option<Vec<u8>>> {
+/// The header frame's line and the frame's stored length.
+fn read_header_frame(
+    source: &dyn ByteSource,
+    path: &Path,
+    cancel: &CancellationToken,
+) -> Result<Option<(Vec<u8>, usize)>> {
     let walk = walk_frames(source, source.len(), path, cancel, Some(1))?;
     if walk.n_complete == 0 {
         return Ok(None);
@@ -334,5 +428,6 @@ fn read_header_frame(source: &dyn ByteSource, path: &Path, cancel: &Cancellation
     let line = header_frame_line(&plaintext).ok_or_else(|| {
         corrupt_header(path, "corrupt Zstandard session log: first frame is not exactly one header line")
     })?;
-    Ok(Some(line.to_vec()))
+    let frame_len = usize::try_from(walk.complete_end).expect("a header frame that decoded fits in memory");
+    Ok(Some((line.to_vec(), frame_len)))
 }

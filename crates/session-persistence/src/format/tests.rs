@@ -6,7 +6,7 @@ use session_core::{JsonData, SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Compression, FrameEncoder, encode_batch, encode_header_line, scan_log,
+    Compression, FrameEncoder, KnownHeader, encode_batch, encode_header_line, read_header, scan_log, scan_log_known,
     scanner::LineScanner,
     zstd::{FrameWalk, walk_frames},
 };
@@ -206,4 +206,46 @@ fn read_ahead_runs_only_when_the_sink_allows_it() {
     assert_eq!(calls(), before + 1, "the long log was decompressed ahead");
     assert_eq!(ahead.0.events.len() as u64, seq);
     assert_eq!(ahead.0.events, inline.events);
+}
+
+/// A scan given the header a listing decoded skips decoding it while the log still starts with
+/// the header's stored bytes, and gives the same events, byte count and torn tail; a log that
+/// starts with other bytes is scanned from its first byte.
+#[test]
+fn a_known_header_is_reused_only_while_its_bytes_lead_the_log() {
+    let events = events(5);
+    let text = log_text(&events);
+    let newline = text.iter().position(|byte| *byte == b'\n').unwrap() + 1;
+    let zstd_bytes = frames(&[&text[..newline], &text[newline..]]);
+    for (compression, bytes) in [(Compression::None, text.clone()), (Compression::Zstd, zstd_bytes)] {
+        let cancel = CancellationToken::new();
+        let cut = &bytes[..bytes.len() - 2];
+        for log in [&bytes[..], cut] {
+            let read = read_header(&log, compression, Path::new("log"), &cancel).unwrap().unwrap();
+            let known = read.known.expect("a header that decoded is reusable");
+            // A header the bytes do not decode to shows whether the scan decoded them again.
+            let mut marked = (*known.header).clone();
+            marked.cwd = Some("/marked".to_owned());
+            let marked = KnownHeader { header: Arc::new(marked), ..known.clone() };
+
+            let mut plain = CollectSink::default();
+            let scan = scan_log(&log, compression, Path::new("log"), &cancel, &mut plain).unwrap();
+            let mut reused = CollectSink::default();
+            let fast =
+                scan_log_known(&log, compression, Path::new("log"), &cancel, Some(&marked), &mut reused).unwrap();
+            assert_eq!(fast.header.cwd.as_deref(), Some("/marked"), "{compression:?}: the stored header was reused");
+            assert_eq!(reused.events, plain.events, "{compression:?}");
+            assert_eq!((fast.n_events, fast.n_bytes), (scan.n_events, scan.n_bytes), "{compression:?}");
+            assert_eq!(fast.torn, scan.torn, "{compression:?}");
+
+            // Other leading bytes: the header is decoded from the log.
+            let mut other_bytes = known.bytes.to_vec();
+            other_bytes[known.bytes.len() / 2] ^= 1;
+            let stale = KnownHeader { bytes: other_bytes.into(), ..marked.clone() };
+            let mut sink = CollectSink::default();
+            let fresh = scan_log_known(&log, compression, Path::new("log"), &cancel, Some(&stale), &mut sink).unwrap();
+            assert_eq!(fresh.header, scan.header, "{compression:?}");
+            assert_eq!(sink.events, plain.events, "{compression:?}");
+        }
+    }
 }

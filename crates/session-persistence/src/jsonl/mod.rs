@@ -33,7 +33,10 @@ pub use self::layout::{encode_segment, project_key};
 use crate::{
     backend::{Backend, Revision, ScanOutcome, ScanSink, StoredHeader, SurveyEntry},
     error::{CorruptKind, Location, PersistenceError, Result},
-    format::{ByteSource, Compression, FrameEncoder, encode_batch, encode_header_line, read_header, scan_log},
+    format::{
+        ByteSource, Compression, FrameEncoder, HeaderRead, KnownHeader, encode_batch, encode_header_line, read_header,
+        scan_log_known,
+    },
 };
 
 /// How often a scan re-reads a log that changed while it was being read before giving up.
@@ -67,6 +70,9 @@ pub struct HeaderCacheStats {
     /// Headers read from their file.
     pub misses: u64,
     pub entries: usize,
+    /// Scans offered a listed header whose file kept its identity; a scan uses it only if the
+    /// log still starts with the header's stored bytes.
+    pub scan_offers: u64,
 }
 
 /// A decoded header, valid while the file keeps its identity (headers are never rewritten).
@@ -74,6 +80,9 @@ pub struct HeaderCacheStats {
 struct CachedHeader {
     identity: FileIdentity,
     header: Arc<SessionHeader>,
+    /// The header's stored bytes, if it decoded without error: a scan of a log that still starts
+    /// with them skips decoding the header again.
+    known: Option<KnownHeader>,
     /// The listing that last saw this file; entries no listing saw are dropped.
     listing: u64,
 }
@@ -116,6 +125,7 @@ pub struct JsonlStore {
     /// Counts listings, to tell which cached headers the last one saw.
     listings: AtomicU64,
     header_misses: AtomicU64,
+    scan_offers: AtomicU64,
     /// Sessions whose writer failed in a way that leaves the file untrustworthy.
     poisoned: Mutex<HashMap<SessionId, String>>,
     encoders: Mutex<Vec<FrameEncoder>>,
@@ -278,6 +288,7 @@ impl JsonlStore {
             header_hits: AtomicU64::new(0),
             listings: AtomicU64::new(0),
             header_misses: AtomicU64::new(0),
+            scan_offers: AtomicU64::new(0),
             poisoned: Mutex::default(),
             encoders: Mutex::default(),
             #[cfg(test)]
@@ -302,6 +313,7 @@ impl JsonlStore {
             hits: self.header_hits.load(Ordering::Relaxed),
             misses: self.header_misses.load(Ordering::Relaxed),
             entries: self.headers.lock().len(),
+            scan_offers: self.scan_offers.load(Ordering::Relaxed),
         }
     }
 
@@ -623,6 +635,17 @@ impl JsonlStore {
         file.sync_all()
     }
 
+    /// The header a listing decoded from the log at `path`, if the file kept its identity since.
+    /// The scan still compares the stored bytes before it trusts it.
+    fn known_header(&self, path: &Path, metadata: &Metadata) -> Option<KnownHeader> {
+        let identity = FileIdentity::of(metadata);
+        let known = self.headers.lock().get(path).filter(|cached| cached.identity == identity)?.known.clone();
+        if known.is_some() {
+            self.scan_offers.fetch_add(1, Ordering::Relaxed);
+        }
+        known
+    }
+
     /// Reads the header of one listed transcript, through the cache.
     /// The header of the log at `path` (`None` if there is none). A repeated listing costs one
     /// `stat` per log: a header whose file kept its identity is served from the cache.
@@ -662,12 +685,13 @@ impl JsonlStore {
         let identity = FileIdentity::of(&metadata);
         let source = FileSource { file: &file, len: metadata.len() };
         self.header_misses.fetch_add(1, Ordering::Relaxed);
-        let Some(header) = read_header(&source, self.compression, path, cancel)? else {
+        let Some(HeaderRead { header, known }) = read_header(&source, self.compression, path, cancel)? else {
             return Ok(None);
         };
         self.check_identity(path, &header, None)?;
-        let header = Arc::new(header);
-        self.headers.lock().insert(path.to_owned(), CachedHeader { identity, header: Arc::clone(&header), listing });
+        self.headers
+            .lock()
+            .insert(path.to_owned(), CachedHeader { identity, header: Arc::clone(&header), known, listing });
         self.index.lock().insert(header.id.clone(), path.to_owned());
         Ok(Some(StoredHeader { header, revision: revision_of(&metadata), n_bytes: Some(metadata.len()) }))
     }
@@ -793,9 +817,10 @@ impl Backend for JsonlStore {
             };
             let before = file.metadata().map_err(io_error(&path))?;
             let source = FileSource { file: &file, len: before.len() };
+            let known = self.known_header(&path, &before);
             let result = {
                 let mut bound = BoundSink { store: self, path: &path, id, inner: &mut *sink };
-                scan_log(&source, self.compression, &path, cancel, &mut bound)
+                scan_log_known(&source, self.compression, &path, cancel, known.as_ref(), &mut bound)
             };
             #[cfg(test)]
             self.faults.after_read(&path);

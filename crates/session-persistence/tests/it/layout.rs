@@ -238,6 +238,58 @@ fn list_caches_headers_per_file() {
     assert_eq!((stats.hits, stats.misses, stats.entries), (4, 4, 2));
 }
 
+/// A read after a listing is offered the listed header, and uses it only while the log still
+/// starts with the header's bytes: a header rewritten in place (same file, so possibly the same
+/// identity) is read from the file.
+#[test]
+fn a_read_reuses_a_listed_header_only_while_its_bytes_are_unchanged() {
+    for compression in [Compression::None, Compression::Zstd] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path(), compression);
+        store.append_batch(&header("a", Some("/p")), &arcs(&turn(0, 1)), false).unwrap();
+        let unlisted = scan_ok(&store, "a");
+        assert_eq!(store.header_cache_stats().scan_offers, 0);
+        store.list(&CancellationToken::new()).unwrap();
+        let listed = scan_ok(&store, "a");
+        assert_eq!(store.header_cache_stats().scan_offers, 1, "{compression:?}");
+        assert_eq!(listed.1, unlisted.1);
+        assert_eq!(
+            (listed.0.header, listed.0.n_events, listed.0.n_bytes),
+            (unlisted.0.header, unlisted.0.n_events, unlisted.0.n_bytes)
+        );
+
+        // Rewrite the header in place to name another session: same file, same inode.
+        let path = store.locate(&header("a", Some("/p"))).unwrap();
+        let bytes = fs::read(&path).unwrap();
+        let (header_len, header_text) = match compression {
+            Compression::None => {
+                let len = bytes.iter().position(|byte| *byte == b'\n').unwrap() + 1;
+                (len, bytes[..len].to_vec())
+            }
+            _ => {
+                let len = zstd::zstd_safe::find_frame_compressed_size(&bytes).unwrap();
+                (len, zstd::decode_all(&bytes[..len]).unwrap())
+            }
+        };
+        let renamed = String::from_utf8(header_text).unwrap().replace("\"id\":\"a\"", "\"id\":\"b\"");
+        let mut rewritten = match compression {
+            Compression::None => renamed.into_bytes(),
+            _ => zstd::bulk::compress(renamed.as_bytes(), 3).unwrap(),
+        };
+        rewritten.extend_from_slice(&bytes[header_len..]);
+        let mut file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut file, &rewritten).unwrap();
+        file.set_len(rewritten.len() as u64).unwrap();
+        drop(file);
+        let error = scan(&store, "a").unwrap_err();
+        assert!(error.to_string().contains("\"b\""), "{compression:?}: {error}");
+        if fs::metadata(&path).unwrap().created().is_ok() {
+            // With a birth time the file kept its identity: only the byte comparison caught it.
+            assert_eq!(store.header_cache_stats().scan_offers, 2, "{compression:?}");
+        }
+    }
+}
+
 #[test]
 fn list_skips_junk_and_lists_foreign_versions() {
     let dir = tempfile::tempdir().unwrap();
