@@ -38,6 +38,7 @@ fn text(status: StatusCode, body: &'static str) -> Response {
 }
 
 fn json_response(value: &Value) -> Response {
+    // Invariant: a `Value` has string keys and finite numbers only, so it always serializes.
     let body = serde_json::to_vec(value).expect("a JSON value serializes");
     (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }

@@ -169,6 +169,7 @@ fn fan_out(state: &mut HubState, kind: StreamKind, session_owner: Option<&str>, 
         let frame = match &built {
             Some(frame) => Arc::clone(frame),
             None => {
+                // Invariant: this arm runs only while the cached frame is unset, and sets it.
                 let made = Arc::new((frame.take().expect("a frame is built at most once"))());
                 built = Some(Arc::clone(&made));
                 made

@@ -88,10 +88,10 @@ pub async fn list_subagents(
         |error: subagent::SubagentError| ProxyError::Session { message: format!("listing subagents failed: {error}") };
     if descendants {
         let rows = runtime.list_descendants(&parent, &cancel).await.map_err(failed)?;
-        Ok(rows.iter().map(|row| serde_json::to_value(row).expect("rows serialize")).collect())
+        Ok(rows.iter().map(crate::wire::to_value).collect())
     } else {
         let rows = runtime.list_children(&parent, &cancel).await.map_err(failed)?;
-        Ok(rows.iter().map(|row| serde_json::to_value(row).expect("rows serialize")).collect())
+        Ok(rows.iter().map(crate::wire::to_value).collect())
     }
 }
 

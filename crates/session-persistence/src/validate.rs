@@ -296,6 +296,7 @@ where
 {
     fn send(&mut self, message: Relayed) -> Result<()> {
         if self.sender.is_none() {
+            // Invariant: `validating` is taken here only, the one time `sender` is still unset.
             let validating = self.validating.take().expect("the validator is taken only when the thread starts");
             let (sender, receiver) = std::sync::mpsc::sync_channel::<Relayed>(4);
             self.worker = Some(self.scope.spawn(move || {
@@ -320,6 +321,7 @@ where
             }));
             self.sender = Some(sender);
         }
+        // Invariant: the branch above sets `sender` if it was unset.
         let sender = self.sender.as_ref().expect("the sender exists once the thread started");
         sender.send(message).map_err(|_| relay_stopped())
     }
@@ -339,6 +341,8 @@ where
         }
         let flushed = if self.batch.is_empty() { Ok(()) } else { self.flush_batch() };
         drop(self.sender.take());
+        // Invariant: this path runs only when `validating` is gone, which `send` does as it
+        // starts the worker.
         let worker = self.worker.take().expect("the thread exists once the validator was taken");
         match worker.join() {
             Ok(result) => result.and(flushed),

@@ -536,7 +536,7 @@ impl FoldSink {
     }
 
     fn fresh(registry: &ProjectionRegistry) -> RestoreFold {
-        registry.begin_restore(&CheckpointRows::new(), 0).expect("a restore from seq 0 consults no rows, so it starts")
+        registry.begin_full_restore()
     }
 }
 

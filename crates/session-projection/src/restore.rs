@@ -56,15 +56,13 @@ impl ProjectionRegistry {
     /// state decodes and whose watermark is at least `base_seq - 1`; otherwise this fails with
     /// [`RestoreError::NeedsFullRead`]. With `base_seq == 0` the rows are not consulted.
     pub fn begin_restore(&self, rows: &CheckpointRows, base_seq: u64) -> Result<RestoreFold, RestoreError> {
+        if base_seq == 0 {
+            return Ok(self.begin_full_restore());
+        }
         let plan = self.plan();
         let mut cells = Vec::with_capacity(plan.units.len());
         let mut seeded_through = Vec::with_capacity(plan.units.len());
         for unit in &plan.units {
-            if base_seq == 0 {
-                cells.push(Cell::new(unit.unit.init()));
-                seeded_through.push(-1);
-                continue;
-            }
             let needs_full_read =
                 |problem| RestoreError::NeedsFullRead { key: unit.key.to_string(), base_seq, problem };
             let row = rows.get(&*unit.key).ok_or_else(|| needs_full_read(RowProblem::Missing))?;
@@ -73,6 +71,15 @@ impl ProjectionRegistry {
             seeded_through.push(row.seq);
         }
         Ok(RestoreFold { plan, base_seq, next_seq: base_seq, cells, seeded_through })
+    }
+
+    /// Starts a cold fold of a whole log, from every unit's `init`. Infallible: a restore from
+    /// seq 0 consults no rows.
+    pub fn begin_full_restore(&self) -> RestoreFold {
+        let plan = self.plan();
+        let cells = plan.units.iter().map(|unit| Cell::new(unit.unit.init())).collect();
+        let seeded_through = vec![-1; plan.units.len()];
+        RestoreFold { plan, base_seq: 0, next_seq: 0, cells, seeded_through }
     }
 
     /// Folds `rows` plus the `events` of the slice that starts at `base_seq`, and returns the

@@ -141,12 +141,14 @@ impl Descriptor {
     /// The payload as written: `version` 2 first, then the fields in canonical order, absent
     /// optional fields omitted (never `null`).
     pub fn to_value(&self) -> Value {
+        // Invariant: a descriptor holds strings and a version number only.
         serde_json::to_value(self).expect("a descriptor of strings serializes to JSON")
     }
 
     /// The payload as event data. Descriptor fields are strings, so the payload is always in the
     /// lossless JSON domain.
     pub fn to_data(&self) -> JsonData {
+        // Invariant: strings and a small integer are inside the lossless JSON domain.
         JsonData::from_serialize(self).expect("a descriptor of strings is lossless JSON")
     }
 

@@ -15,7 +15,7 @@ use std::{
 use futures::{StreamExt, stream};
 use session_core::{Session, SessionEvent, SessionHeader, SessionId, SessionStore};
 use session_persistence::{CorruptKind, Location, PersistenceError, ScanSink, SessionPersistence, inspect_into};
-use session_projection::{CheckpointRows, ProjectionRegistry, RestoreFold, Snapshot};
+use session_projection::{ProjectionRegistry, RestoreFold, Snapshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -176,6 +176,8 @@ impl<'a> Listing<'a> {
             }
         }
         if !cold.is_empty() {
+            // Invariant: only `corpus` makes records, and one without a live session comes from
+            // `persistence.list`, so persistence is present.
             let persistence =
                 self.persistence.expect("a candidate without a live session was enumerated from persistence");
             // Reads run under a child token that fires when this listing ends, however it ends:
@@ -331,12 +333,8 @@ pub(crate) struct ColdFold {
 
 impl ColdFold {
     pub(crate) fn new(registry: &Arc<ProjectionRegistry>, id: &SessionId) -> ColdFold {
-        ColdFold { registry: Arc::clone(registry), id: id.clone(), fold: begin_full_fold(registry) }
+        ColdFold { registry: Arc::clone(registry), id: id.clone(), fold: registry.begin_full_restore() }
     }
-}
-
-fn begin_full_fold(registry: &ProjectionRegistry) -> RestoreFold {
-    registry.begin_restore(&CheckpointRows::new(), 0).expect("a restore from seq 0 consults no rows and cannot fail")
 }
 
 impl ScanSink for ColdFold {
@@ -347,7 +345,7 @@ impl ScanSink for ColdFold {
     }
 
     fn restart(&mut self) -> bool {
-        self.fold = begin_full_fold(&self.registry);
+        self.fold = self.registry.begin_full_restore();
         true
     }
 }

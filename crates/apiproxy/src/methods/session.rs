@@ -16,15 +16,12 @@ use crate::{
     history::{self, ReadError},
     proxy::Shared,
     units::{LIST_METADATA_KEY, ListMetadata, SessionListMetadata},
+    wire::to_value,
     wire::{
         ErrorKind, Issue, PathSegment, ProjectionsBlock, RpcError, SessionSummary,
         payload::{AppendRequest, CreateRequest, ForkRequest, HistoryRequest, NewEvent, ReleaseRequest},
     },
 };
-
-fn to_value<T: serde::Serialize>(value: &T) -> Value {
-    serde_json::to_value(value).expect("wire values serialize")
-}
 
 /// The subagent ownership fence (reference 04 §5.2, decided by `header.origin` alone): a child is
 /// driven through subagent routing, so a generic control must name the child's parent.

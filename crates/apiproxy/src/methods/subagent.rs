@@ -138,7 +138,7 @@ pub(super) async fn list(
     let parent_available = shared.store.get(&parent).is_some_and(|session| caller.sees(session.header()));
     let catalog =
         SubagentCatalog { entries: entries.iter().map(|entry| wire_entry(shared, entry)).collect(), parent_available };
-    Ok(serde_json::to_value(&catalog).expect("wire values serialize"))
+    Ok(crate::wire::to_value(&catalog))
 }
 
 /// `subagent.history` → `{events, hasMore, projections?}`: authorized by catalog membership with
@@ -203,7 +203,7 @@ pub(super) async fn history(
         ));
     }
     let page = history::paginate(cut, request.before_seq, request.max_messages);
-    Ok(serde_json::to_value(&page).expect("wire values serialize"))
+    Ok(crate::wire::to_value(&page))
 }
 
 /// `subagent.spawn` → `{childSessionId, mode}`: creates a live child of a live parent the caller

@@ -241,6 +241,7 @@ impl Frame {
         if let Value::Object(fields) = fields {
             object.extend(fields);
         }
+        // Invariant: a `Value` always serializes, and what serde_json writes it parses back.
         let text = serde_json::to_string(&Value::Object(object)).expect("a JSON value serializes");
         Frame { kind, payload: RawValue::from_string(text).expect("serialized JSON is valid JSON") }
     }
@@ -311,3 +312,9 @@ impl Frame {
 
 #[cfg(test)]
 mod tests;
+
+/// A wire value as JSON.
+pub(crate) fn to_value<T: serde::Serialize>(value: &T) -> Value {
+    // Invariant: wire types are plain data with string map keys, so they always serialize.
+    serde_json::to_value(value).expect("wire values serialize")
+}

@@ -428,6 +428,6 @@ fn read_header_frame(
     let line = header_frame_line(&plaintext).ok_or_else(|| {
         corrupt_header(path, "corrupt Zstandard session log: first frame is not exactly one header line")
     })?;
-    let frame_len = usize::try_from(walk.complete_end).expect("a header frame that decoded fits in memory");
+    let frame_len = usize::try_from(walk.complete_end).map_err(|_| failed())?;
     Ok(Some((line.to_vec(), frame_len)))
 }
