@@ -19,9 +19,6 @@ use crate::workload::TranscriptBuilder;
 
 pub const PARENT: &str = "s-parent";
 pub const CWD: &str = "/srv/agents/bench";
-/// Turns per durable batch when writing the fleet (the reference flushed every turn; batching
-/// only changes how many zstd frames a log has, and keeps setup fast).
-const TURNS_PER_BATCH: usize = 100;
 
 pub fn child_id(idx: usize) -> SessionId {
     SessionId::from(format!("s-child-{idx:04}"))
@@ -44,7 +41,9 @@ pub fn child_transcript(idx: usize, n_events: u64) -> Vec<Vec<Arc<SessionEvent>>
         .transcript(n_events)
 }
 
-/// Writes the parent and `n_children` children of `n_events` events each under `root`.
+/// Writes the parent and `n_children` children of `n_events` events each under `root`, one
+/// durable append per turn as the live write path does, so a zstd log holds one frame per turn
+/// (the shape of `shared/bench/README.md`).
 pub async fn write_fleet(root: &Path, compression: Compression, n_children: usize, n_events: u64) {
     let store = JsonlStore::open(JsonlConfig { root: root.to_path_buf(), compression, pack_chunks: true })
         .expect("open the fleet store");
@@ -57,9 +56,8 @@ pub async fn write_fleet(root: &Path, compression: Compression, n_children: usiz
     for idx in 0..n_children {
         let id = child_id(idx);
         persistence.create(header(&id, 2_000 + idx as u64, Some(PARENT)), &cancel).await.expect("create a child");
-        for batch in child_transcript(idx, n_events).chunks(TURNS_PER_BATCH) {
-            let events: Vec<Arc<SessionEvent>> = batch.iter().flatten().cloned().collect();
-            persistence.append(&id, events, &cancel).await.expect("write a child");
+        for turn in child_transcript(idx, n_events) {
+            persistence.append(&id, turn, &cancel).await.expect("write a child");
         }
     }
 }

@@ -79,6 +79,48 @@ fn dependency_edges_match_architecture_md() {
     report("dependency edges between workspace crates", problems);
 }
 
+/// Test-only crates: other crates may reach them through `[dev-dependencies]` only.
+const TEST_ONLY: &[&str] = &["projection-testkit"];
+
+#[test]
+fn test_only_crates_are_dev_dependencies_only() {
+    let (_, graph) = workspace_graph();
+    report("test-only crates", test_only_problems(&graph));
+}
+
+#[test]
+fn test_only_problems_flags_a_normal_dependency_on_a_test_only_crate() {
+    let edge = |from: &str, to: &str, tables: &[&'static str]| {
+        ((from.to_owned(), to.to_owned()), tables.iter().copied().collect::<BTreeSet<_>>())
+    };
+    let graph: Graph = [
+        edge("session-projection", "projection-testkit", &["[dev-dependencies]"]),
+        edge("subagent", "projection-testkit", &["[dependencies]", "[dev-dependencies]"]),
+        edge("subagent", "session-core", &["[dependencies]"]),
+    ]
+    .into_iter()
+    .collect();
+    let problems = test_only_problems(&graph);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].starts_with("`subagent -> projection-testkit`"), "{problems:?}");
+}
+
+/// Edges that reach a [`TEST_ONLY`] crate from anything but `[dev-dependencies]`.
+fn test_only_problems(graph: &Graph) -> Vec<String> {
+    graph
+        .iter()
+        .filter(|((_, to), tables)| {
+            TEST_ONLY.contains(&to.as_str()) && tables.iter().any(|table| *table != "[dev-dependencies]")
+        })
+        .map(|((from, to), tables)| {
+            let tables = tables.iter().copied().collect::<Vec<_>>().join(", ");
+            format!(
+                "`{from} -> {to}` is declared in {tables}; `{to}` is test-only, so only [dev-dependencies] may name it"
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn every_rs_file_starts_with_a_module_doc_comment() {
     let mut problems = Vec::new();

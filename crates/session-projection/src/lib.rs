@@ -7,6 +7,8 @@
 //!   cell per live session and unit, advanced on every committed event; `snapshot`, `state_of`
 //!   and `checkpoint` read the cells, `restore` and [`RestoreFold`] fold stored logs, and
 //!   `on_changed` feeds client-visible changes.
+//! - `check_fold_laws` checks, over one log, the laws every unit must keep for live, restored and
+//!   cached values to agree ([`LawViolation`]): the tool for property tests of your own units.
 //! - One unit failing on one session (an error or a panic) is contained to that unit and that
 //!   session and reported for its key; every other unit still folds every event.
 //!
@@ -30,6 +32,7 @@
 
 mod cell;
 mod erased;
+mod laws;
 mod plan;
 mod registry;
 mod restore;
@@ -40,6 +43,7 @@ mod unit;
 mod tests;
 
 pub use crate::{
+    laws::LawViolation,
     registry::{ChangeListener, ChangeSubscription, ProjectionRegistry, Registration, StoreAttachment},
     restore::RestoreFold,
     types::{

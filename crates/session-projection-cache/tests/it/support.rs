@@ -30,8 +30,6 @@ use session_projection_cache::{
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) const T0: i64 = 1_772_442_000_000;
-
 /// The event types the test units read, accepted by the persistence reads.
 const TEST_TYPES: [&str; 7] =
     ["test/mark", "test/add", "test/touch", "test/other", "test/label", "test/huge", "test/fail"];
@@ -44,17 +42,7 @@ pub(crate) fn event(seq: u64, kind: &str, value: Value) -> Arc<SessionEvent> {
     Arc::new(SessionEvent::new(kind, seq, T0 + seq as i64, data(value)))
 }
 
-pub(crate) fn append(session: &Session, kind: &str, value: Value) -> Arc<SessionEvent> {
-    session.append(kind, &value, None).expect("test events are valid")
-}
-
-pub(crate) fn mark(session: &Session, marks: &[&str]) -> Arc<SessionEvent> {
-    append(session, "test/mark", json!({ "marks": marks }))
-}
-
-pub(crate) fn other(session: &Session) -> Arc<SessionEvent> {
-    append(session, "test/other", json!({}))
-}
+pub(crate) use projection_testkit::{Count, DELIBERATE, Marks, SumState, T0, append, mark, other, quiet_unit_panics};
 
 pub(crate) fn turn_start(session: &Session, turn: u64) -> Arc<SessionEvent> {
     append(session, "turn/start", json!({ "turn": turn }))
@@ -64,106 +52,8 @@ pub(crate) fn turn_end(session: &Session, turn: u64) -> Arc<SessionEvent> {
     append(session, "turn/end", json!({ "turn": turn, "reason": { "kind": "completed" } }))
 }
 
-/// Marks a panic raised on purpose by a test unit.
-pub(crate) const DELIBERATE: &str = "(deliberate test panic)";
-
-/// Silences the panics the test units raise on purpose; any other panic still prints.
-pub(crate) fn quiet_unit_panics() {
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(|| {
-        let default = panic::take_hook();
-        panic::set_hook(Box::new(move |info| {
-            let text = info
-                .payload()
-                .downcast_ref::<&str>()
-                .map(|text| (*text).to_owned())
-                .or_else(|| info.payload().downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            if !text.contains(DELIBERATE) {
-                default(info);
-            }
-        }));
-    });
-}
-
 // ---------------------------------------------------------------------------------------------
-// Units
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct MarksState {
-    pub(crate) marks: Vec<String>,
-}
-
-#[derive(Deserialize)]
-struct MarksPayload {
-    marks: Vec<String>,
-}
-
-/// `test/marks`: last-wins over `test/mark`, state `{marks} | null`, view defaulting to
-/// `{marks: []}` (the reference fixture).
-pub(crate) struct Marks;
-
-impl ProjectionUnit for Marks {
-    type State = Option<MarksState>;
-
-    fn key(&self) -> &str {
-        "test/marks"
-    }
-
-    fn state_version(&self) -> u64 {
-        1
-    }
-
-    fn init(&self) -> Self::State {
-        None
-    }
-
-    fn reads(&self) -> Option<&'static [&'static str]> {
-        Some(&["test/mark"])
-    }
-
-    fn apply(&self, _state: &Self::State, event: &SessionEvent) -> Result<Option<Self::State>, UnitError> {
-        let payload: MarksPayload = event.data.parse()?;
-        Ok(Some(Some(MarksState { marks: payload.marks })))
-    }
-}
-
-impl ClientView for Marks {
-    type View = Value;
-
-    fn view(&self, state: &Self::State) -> Value {
-        json!({ "marks": state.as_ref().map(|state| state.marks.clone()).unwrap_or_default() })
-    }
-}
-
-/// `test/count`: host-only, counts every event.
-pub(crate) struct Count;
-
-impl ProjectionUnit for Count {
-    type State = u64;
-
-    fn key(&self) -> &str {
-        "test/count"
-    }
-
-    fn state_version(&self) -> u64 {
-        1
-    }
-
-    fn init(&self) -> u64 {
-        0
-    }
-
-    fn apply(&self, state: &u64, _event: &SessionEvent) -> Result<Option<u64>, UnitError> {
-        Ok(Some(state + 1))
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct SumState {
-    pub(crate) total: i64,
-    pub(crate) seqs: Vec<u64>,
-}
+// Units (the shared ones come from `projection-testkit`)
 
 /// `test/sum`: accumulates `n` of every `test/add` and remembers which seqs it folded, so a double
 /// or a skipped application shows.

@@ -76,6 +76,7 @@ proptest! {
         let cold = fx.registry.restore(&CheckpointRows::new(), &events, 0).unwrap();
         prop_assert_eq!(&cold.snapshot, &live);
         prop_assert_eq!(&cold.checkpoint, &live_checkpoint);
+        prop_assert_eq!(fx.registry.check_fold_laws(&events), Ok(()));
 
         for checkpoint in &checkpoints {
             // Rows travel through JSON, as a durable cache stores them.
@@ -177,6 +178,9 @@ proptest! {
             others.remove("test/flaky");
             let expected = reference.restore(&CheckpointRows::new(), &events, 0).unwrap().snapshot;
             prop_assert_eq!(&others, &expected.values);
+
+            // The public law check agrees: a unit failing on an event breaks no law.
+            prop_assert_eq!(fx.registry.check_fold_laws(&events), Ok(()));
 
             // Live, cold and checkpoint-plus-tail still agree, failures included.
             let cold = fx.registry.restore(&CheckpointRows::new(), &events, 0).unwrap();

@@ -1,27 +1,24 @@
 //! Test units and builders shared by the integration tests.
 //!
-//! The units mirror the reference fixtures (`test/marks`, `test/count`) and add the shapes the
-//! properties need: accumulating, new-but-equal, a primitive with a `null` sentinel, a unit that
-//! fails on demand and a unit that reads one event type only.
+//! The reference fixtures (`test/marks`, `test/count`) come from `projection-testkit`; this file
+//! adds the shapes the properties need: accumulating, new-but-equal, a primitive with a `null`
+//! sentinel, a unit that fails on demand and a unit that reads one event type only.
 
 use std::{
     panic,
     sync::{
-        Arc, Once,
+        Arc,
         atomic::{AtomicUsize, Ordering},
     },
 };
 
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use session_core::{CreateOptions, JsonData, ManualClock, Session, SessionEvent, SessionStore};
 use session_projection::{
     ChangeSubscription, ClientView, ProjectionChange, ProjectionRegistry, ProjectionUnit, Registration,
     StoreAttachment, UnitError,
 };
-
-pub(crate) const T0: i64 = 1_772_442_000_000;
 
 pub(crate) fn store() -> Arc<SessionStore> {
     Arc::new(SessionStore::new(Arc::new(ManualClock::new(T0))))
@@ -47,17 +44,9 @@ impl Fixture {
     }
 }
 
-pub(crate) fn append(session: &Session, kind: &str, data: Value) -> Arc<SessionEvent> {
-    session.append(kind, &data, None).expect("test events are valid")
-}
-
-pub(crate) fn mark(session: &Session, marks: &[&str]) -> Arc<SessionEvent> {
-    append(session, "test/mark", json!({ "marks": marks }))
-}
-
-pub(crate) fn other(session: &Session) -> Arc<SessionEvent> {
-    append(session, "test/other", json!({}))
-}
+pub(crate) use projection_testkit::{
+    Count, DELIBERATE, Marks, MarksState, SumState, T0, append, mark, other, quiet_unit_panics,
+};
 
 /// A detached event, for cold folds.
 pub(crate) fn event(seq: u64, kind: &str, data: Value) -> SessionEvent {
@@ -93,104 +82,6 @@ impl Feed {
     pub(crate) fn take(&self) -> Vec<(String, String, Value, u64)> {
         std::mem::take(&mut *self.frames.lock())
     }
-}
-
-/// Silences the panics the test units raise on purpose; any other panic still prints.
-pub(crate) fn quiet_unit_panics() {
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(|| {
-        let default = panic::take_hook();
-        panic::set_hook(Box::new(move |info| {
-            let text = info
-                .payload()
-                .downcast_ref::<&str>()
-                .map(|text| (*text).to_owned())
-                .or_else(|| info.payload().downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            if !text.contains(DELIBERATE) {
-                default(info);
-            }
-        }));
-    });
-}
-
-/// Marks a panic raised on purpose by a test unit.
-pub(crate) const DELIBERATE: &str = "(deliberate test panic)";
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct MarksState {
-    pub(crate) marks: Vec<String>,
-}
-
-#[derive(Deserialize)]
-struct MarksPayload {
-    marks: Vec<String>,
-}
-
-/// `test/marks`: last-wins over `test/mark`, state `{marks} | null`, view defaulting to
-/// `{marks: []}` (the reference fixture).
-pub(crate) struct Marks;
-
-impl ProjectionUnit for Marks {
-    type State = Option<MarksState>;
-
-    fn key(&self) -> &str {
-        "test/marks"
-    }
-
-    fn state_version(&self) -> u64 {
-        1
-    }
-
-    fn init(&self) -> Self::State {
-        None
-    }
-
-    fn reads(&self) -> Option<&'static [&'static str]> {
-        Some(&["test/mark"])
-    }
-
-    fn apply(&self, _state: &Self::State, event: &SessionEvent) -> Result<Option<Self::State>, UnitError> {
-        let payload: MarksPayload = event.data.parse()?;
-        Ok(Some(Some(MarksState { marks: payload.marks })))
-    }
-}
-
-impl ClientView for Marks {
-    type View = Value;
-
-    fn view(&self, state: &Self::State) -> Value {
-        json!({ "marks": state.as_ref().map(|state| state.marks.clone()).unwrap_or_default() })
-    }
-}
-
-/// `test/count`: host-only, counts every event.
-pub(crate) struct Count;
-
-impl ProjectionUnit for Count {
-    type State = u64;
-
-    fn key(&self) -> &str {
-        "test/count"
-    }
-
-    fn state_version(&self) -> u64 {
-        1
-    }
-
-    fn init(&self) -> u64 {
-        0
-    }
-
-    fn apply(&self, state: &u64, _event: &SessionEvent) -> Result<Option<u64>, UnitError> {
-        Ok(Some(state + 1))
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct SumState {
-    pub(crate) total: i64,
-    pub(crate) seqs: Vec<u64>,
 }
 
 /// `test/sum`: accumulates `n` of every `test/add` and remembers which seqs it folded, so a

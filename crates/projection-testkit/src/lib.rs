@@ -1,0 +1,137 @@
+//! Test-only projection units and helpers, shared by the integration tests of
+//! `session-projection` and `session-projection-cache` (a dev-dependency only; nothing ships it).
+//!
+//! The units mirror the reference fixtures (`test/marks`, `test/count`) plus an accumulating
+//! `test/sum` state; each test crate keeps the units whose behaviour is specific to it.
+
+use std::{
+    panic,
+    sync::{Arc, Once},
+};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use session_core::{Session, SessionEvent};
+use session_projection::{ClientView, ProjectionUnit, UnitError};
+
+/// The clock origin of the test stores: 2026-03-02T09:00:00Z.
+pub const T0: i64 = 1_772_442_000_000;
+
+/// Appends a test event to a live session.
+pub fn append(session: &Session, kind: &str, data: Value) -> Arc<SessionEvent> {
+    session.append(kind, &data, None).expect("test events are valid")
+}
+
+/// Appends a `test/mark` event carrying `marks`.
+pub fn mark(session: &Session, marks: &[&str]) -> Arc<SessionEvent> {
+    append(session, "test/mark", json!({ "marks": marks }))
+}
+
+/// Appends a `test/other` event, which no unit but `test/count` (and the test crates' own
+/// units) reads.
+pub fn other(session: &Session) -> Arc<SessionEvent> {
+    append(session, "test/other", json!({}))
+}
+
+/// Marks a panic raised on purpose by a test unit.
+pub const DELIBERATE: &str = "(deliberate test panic)";
+
+/// Silences the panics the test units raise on purpose; any other panic still prints.
+pub fn quiet_unit_panics() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let default = panic::take_hook();
+        panic::set_hook(Box::new(move |info| {
+            let text = info
+                .payload()
+                .downcast_ref::<&str>()
+                .map(|text| (*text).to_owned())
+                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            if !text.contains(DELIBERATE) {
+                default(info);
+            }
+        }));
+    });
+}
+
+/// The state of [`Marks`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MarksState {
+    pub marks: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct MarksPayload {
+    marks: Vec<String>,
+}
+
+/// `test/marks`: last-wins over `test/mark`, state `{marks} | null`, view defaulting to
+/// `{marks: []}` (the reference fixture).
+#[derive(Debug)]
+pub struct Marks;
+
+impl ProjectionUnit for Marks {
+    type State = Option<MarksState>;
+
+    fn key(&self) -> &str {
+        "test/marks"
+    }
+
+    fn state_version(&self) -> u64 {
+        1
+    }
+
+    fn init(&self) -> Self::State {
+        None
+    }
+
+    fn reads(&self) -> Option<&'static [&'static str]> {
+        Some(&["test/mark"])
+    }
+
+    fn apply(&self, _state: &Self::State, event: &SessionEvent) -> Result<Option<Self::State>, UnitError> {
+        let payload: MarksPayload = event.data.parse()?;
+        Ok(Some(Some(MarksState { marks: payload.marks })))
+    }
+}
+
+impl ClientView for Marks {
+    type View = Value;
+
+    fn view(&self, state: &Self::State) -> Value {
+        json!({ "marks": state.as_ref().map(|state| state.marks.clone()).unwrap_or_default() })
+    }
+}
+
+/// `test/count`: host-only, counts every event.
+#[derive(Debug)]
+pub struct Count;
+
+impl ProjectionUnit for Count {
+    type State = u64;
+
+    fn key(&self) -> &str {
+        "test/count"
+    }
+
+    fn state_version(&self) -> u64 {
+        1
+    }
+
+    fn init(&self) -> u64 {
+        0
+    }
+
+    fn apply(&self, state: &u64, _event: &SessionEvent) -> Result<Option<u64>, UnitError> {
+        Ok(Some(state + 1))
+    }
+}
+
+/// The state of the test crates' `test/sum` units: the running total and the seqs folded, so a
+/// double or a skipped application shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SumState {
+    pub total: i64,
+    pub seqs: Vec<u64>,
+}
