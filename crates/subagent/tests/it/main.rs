@@ -12,6 +12,7 @@ mod identity;
 mod list_agents;
 mod list_children;
 mod list_descendants;
+mod properties;
 mod resume;
 mod support;
 mod timing;
