@@ -42,7 +42,7 @@ pub fn child_transcript(idx: usize, n_events: u64) -> Vec<Vec<Arc<SessionEvent>>
 }
 
 /// Writes the parent and `n_children` children of `n_events` events each under `root`, one
-/// durable append per turn as the live write path does, so a zstd log holds one frame per turn
+/// durable append per turn as the reference's workload flushes, so a zstd log holds one frame per turn
 /// (the shape of `shared/bench/README.md`).
 pub async fn write_fleet(root: &Path, compression: Compression, n_children: usize, n_events: u64) {
     let store = JsonlStore::open(JsonlConfig { root: root.to_path_buf(), compression, pack_chunks: true })

@@ -135,3 +135,12 @@ pub struct SumState {
     pub total: i64,
     pub seqs: Vec<u64>,
 }
+
+impl SumState {
+    /// The state after folding `n` from the event at `seq`.
+    pub fn add(&self, seq: u64, n: i64) -> SumState {
+        let mut seqs = self.seqs.clone();
+        seqs.push(seq);
+        SumState { total: self.total + n, seqs }
+    }
+}

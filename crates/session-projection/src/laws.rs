@@ -12,7 +12,8 @@ use session_core::SessionEvent;
 
 use crate::{CheckpointRows, ProjectionRegistry, RestoreError, Restored, UnitFailure};
 
-/// A fold law the registered units broke over one log, with the first key where it shows.
+/// A fold law the registered units broke over one log, with where it shows: the first cut (the
+/// number of events folded) and key, where the law has them.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LawViolation {
     /// The events are not a log from seq 0 (each event's seq must be its index).
@@ -27,7 +28,15 @@ pub enum LawViolation {
     /// A unit's state after the first `cut` events cannot be stored as a checkpoint row.
     #[error("unit {key:?} cannot store its state after {cut} events: {message}")]
     Unencodable { cut: usize, key: String, message: String },
-    /// The registry refused the rows it produced itself after the first `cut` events.
+    /// The value served from the checkpoint after the first `cut` events, with zero log reads
+    /// (`view_checkpoint`, what a checkpoint cache serves), differs from the fold's value at that
+    /// cut: a unit's row loses part of what its view shows.
+    #[error(
+        "the value of {key:?} served from the checkpoint after {cut} events differs from the fold's: a unit's row loses part of its state"
+    )]
+    CachedView { cut: usize, key: String },
+    /// The registry refused the rows it produced itself after the first `cut` events. Only a
+    /// registration that changes while the check runs can cause it.
     #[error("the checkpoint after {cut} events cannot seed a restore: {error}")]
     RowsRefused { cut: usize, error: RestoreError },
     /// Restoring from the checkpoint after the first `cut` events (its rows taken through JSON
@@ -45,41 +54,56 @@ impl ProjectionRegistry {
     ///
     /// 1. folding the log twice from `init` gives the same values, rows and failures;
     /// 2. after every prefix of the log, each unit's state can be stored as a row;
-    /// 3. after every prefix, a restore from that checkpoint's rows (written to JSON text and read
-    ///    back) from [`restore_floor`](Self::restore_floor), plus the rest of the log, gives
-    ///    exactly the fold of the whole log.
+    /// 3. after every prefix, the values served from that checkpoint's rows (written to JSON text
+    ///    and read back, as a store keeps them) with zero log reads equal the fold's values there;
+    /// 4. after every prefix, a restore seeded from those rows, from
+    ///    [`restore_floor`](Self::restore_floor) on, plus the rest of the log gives exactly the
+    ///    fold of the whole log. The rows are used even where the floor is seq 0 and a real
+    ///    restore would fold from `init`, so every cut checks every unit's row.
     ///
-    /// A unit that fails on an event (an error or a panic) breaks no law: the failure is part of
-    /// the fold, and a restore must meet it again. Meant for property tests of your own units
-    /// (for example with `proptest` over generated logs). It folds the log once per prefix, so
-    /// keep the logs short: a few hundred events.
+    /// A unit that fails on an event (an error or a panic) or whose view fails breaks no law: the
+    /// failure is part of the fold, and a restore must meet it again. Meant for property tests of
+    /// your own units (for example with `proptest` over generated logs). It folds the log once
+    /// per prefix, so keep the logs short: a few hundred events.
     pub fn check_fold_laws<E: Borrow<SessionEvent>>(&self, events: &[E]) -> Result<(), LawViolation> {
-        let fold = |slice: &[E], rows: &CheckpointRows, base_seq: u64| {
-            self.restore(rows, slice.iter().map(Borrow::borrow), base_seq)
-        };
-        let whole = fold(events, &CheckpointRows::new(), 0).map_err(LawViolation::NotALog)?;
-        let again = fold(events, &CheckpointRows::new(), 0).map_err(LawViolation::NotALog)?;
+        let fold_all = |slice: &[E]| self.restore(&CheckpointRows::new(), slice.iter().map(Borrow::borrow), 0);
+        let whole = fold_all(events).map_err(LawViolation::NotALog)?;
+        let again = fold_all(events).map_err(LawViolation::NotALog)?;
         if let Some(key) = first_difference(&whole, &again) {
             return Err(LawViolation::NotDeterministic { n_events: events.len(), key });
         }
         for cut in 0..=events.len() {
-            let prefix = fold(&events[..cut], &CheckpointRows::new(), 0).map_err(LawViolation::NotALog)?;
+            let prefix = fold_all(&events[..cut]).map_err(LawViolation::NotALog)?;
             if let Some((key, UnitFailure::Encode { message })) =
                 prefix.checkpoint.failures.iter().find(|(_, failure)| matches!(failure, UnitFailure::Encode { .. }))
             {
                 return Err(LawViolation::Unencodable { cut, key: key.clone(), message: message.clone() });
             }
-            let rows = through_json(&prefix.checkpoint.rows).map_err(|message| LawViolation::Unencodable {
-                cut,
-                key: "<checkpoint rows>".to_owned(),
-                message,
-            })?;
+            let rows = through_json(&prefix.checkpoint.rows);
+
+            let cached = self.view_checkpoint(&rows);
+            if let Some(key) = prefix
+                .snapshot
+                .values
+                .iter()
+                .find(|(key, value)| cached.values.get(*key) != Some(value))
+                .map(|(key, _)| key)
+            {
+                return Err(LawViolation::CachedView { cut, key: key.clone() });
+            }
+
             let Some(floor) = self.restore_floor(&rows) else {
                 // No unit is registered: there is nothing to restore.
                 return Ok(());
             };
-            let floor = floor as usize;
-            let resumed = fold(&events[floor..], &rows, floor as u64)
+            let resumed = self
+                .begin_seeded_restore(&rows, floor)
+                .and_then(|mut fold| {
+                    for event in &events[floor as usize..] {
+                        fold.apply(event.borrow())?;
+                    }
+                    fold.finish()
+                })
                 .map_err(|error| LawViolation::RowsRefused { cut, error })?;
             if let Some(key) = first_difference(&whole, &resumed) {
                 return Err(LawViolation::CheckpointPlusTail { cut, key });
@@ -90,9 +114,11 @@ impl ProjectionRegistry {
 }
 
 /// `rows` written to JSON text and read back, as a checkpoint store keeps them.
-fn through_json(rows: &CheckpointRows) -> Result<CheckpointRows, String> {
-    let text = serde_json::to_vec(rows).map_err(|error| error.to_string())?;
-    serde_json::from_slice(&text).map_err(|error| error.to_string())
+fn through_json(rows: &CheckpointRows) -> CheckpointRows {
+    // Invariant: rows are string-keyed maps of integers and JSON values, which always serialize,
+    // and serde_json always reads back its own output.
+    let text = serde_json::to_vec(rows).expect("checkpoint rows serialize");
+    serde_json::from_slice(&text).expect("serde_json reads its own output")
 }
 
 /// The first key (in key order) whose value, row or failure differs between `a` and `b`, or a

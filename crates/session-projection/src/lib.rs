@@ -8,7 +8,8 @@
 //!   and `checkpoint` read the cells, `restore` and [`RestoreFold`] fold stored logs, and
 //!   `on_changed` feeds client-visible changes.
 //! - `check_fold_laws` checks, over one log, the laws every unit must keep for live, restored and
-//!   cached values to agree ([`LawViolation`]): the tool for property tests of your own units.
+//!   cached values to agree, and says where one breaks ([`LawViolation`]): the tool for property
+//!   tests of your own units.
 //! - One unit failing on one session (an error or a panic) is contained to that unit and that
 //!   session and reported for its key; every other unit still folds every event.
 //!

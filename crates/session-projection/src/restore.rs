@@ -59,6 +59,17 @@ impl ProjectionRegistry {
         if base_seq == 0 {
             return Ok(self.begin_full_restore());
         }
+        self.begin_seeded_restore(rows, base_seq)
+    }
+
+    /// [`begin_restore`](Self::begin_restore) without the whole-log shortcut: every unit starts
+    /// from its row, also at `base_seq == 0`, and skips the events its row already covers. The
+    /// fold laws use it to check rows that a restore from seq 0 would not consult.
+    pub(crate) fn begin_seeded_restore(
+        &self,
+        rows: &CheckpointRows,
+        base_seq: u64,
+    ) -> Result<RestoreFold, RestoreError> {
         let plan = self.plan();
         let mut cells = Vec::with_capacity(plan.units.len());
         let mut seeded_through = Vec::with_capacity(plan.units.len());

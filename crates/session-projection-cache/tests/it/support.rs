@@ -84,9 +84,7 @@ impl ProjectionUnit for Sum {
             n: i64,
         }
         let add: Add = event.data.parse()?;
-        let mut seqs = state.seqs.clone();
-        seqs.push(event.seq);
-        Ok(Some(SumState { total: state.total + add.n, seqs }))
+        Ok(Some(state.add(event.seq, add.n)))
     }
 }
 

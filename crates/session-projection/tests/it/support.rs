@@ -109,9 +109,7 @@ impl ProjectionUnit for Sum {
 
     fn apply(&self, state: &SumState, event: &SessionEvent) -> Result<Option<SumState>, UnitError> {
         let n: i64 = event.data.to_value()?["n"].as_i64().ok_or("test/add needs an integer n")?;
-        let mut seqs = state.seqs.clone();
-        seqs.push(event.seq);
-        Ok(Some(SumState { total: state.total + n, seqs }))
+        Ok(Some(state.add(event.seq, n)))
     }
 }
 
