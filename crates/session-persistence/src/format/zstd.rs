@@ -225,11 +225,36 @@ pub(crate) enum StreamEnd {
     Failed { frame_start: u64 },
 }
 
-/// What the decompressing thread of [`FrameStream::run_ahead`] hands over.
-enum Ahead {
-    Plaintext(Vec<u8>),
-    FrameEnd(u64),
+/// What the decompressing thread of [`FrameStream::run_ahead`] hands over: a run of plaintext,
+/// which may span many small frames, with the frame ends that fall inside it.
+#[derive(Default)]
+struct Ahead {
+    bytes: Vec<u8>,
+    /// In order: where in `bytes` a frame's plaintext ends, and that frame's end in the file.
+    frame_ends: Vec<(usize, u64)>,
 }
+
+impl Ahead {
+    /// Hands the pieces to `on_piece` in the order the decoder produced them.
+    fn deliver(&self, on_piece: &mut dyn FnMut(Piece<'_>) -> Result<()>) -> Result<()> {
+        let mut delivered = 0;
+        for &(at, end) in &self.frame_ends {
+            if at > delivered {
+                on_piece(Piece::Plaintext(&self.bytes[delivered..at]))?;
+                delivered = at;
+            }
+            on_piece(Piece::FrameEnd { end })?;
+        }
+        if self.bytes.len() > delivered {
+            on_piece(Piece::Plaintext(&self.bytes[delivered..]))?;
+        }
+        Ok(())
+    }
+}
+
+/// The decompressing thread of [`FrameStream::run_ahead`] sends a run once it holds this much
+/// plaintext, so a log of small frames (one per turn) costs one hand-over per run, not per frame.
+const AHEAD_RUN_BYTES: usize = 64 << 10;
 
 #[cfg(test)]
 thread_local! {
@@ -318,33 +343,38 @@ impl<'s> FrameStream<'s> {
         #[cfg(test)]
         RUN_AHEAD_CALLS.with(|calls| calls.set(calls.get() + 1));
         let (sender, receiver) = std::sync::mpsc::sync_channel::<Ahead>(AHEAD_DEPTH);
-        let (recycle, recycled) = std::sync::mpsc::channel::<Vec<u8>>();
+        let (recycle, recycled) = std::sync::mpsc::channel::<Ahead>();
         std::thread::scope(|scope| {
             let producer = scope.spawn(move || {
-                self.run(start, end, path, cancel, &mut |piece| {
-                    let message = match piece {
-                        Piece::Plaintext(bytes) => {
-                            let mut buffer = recycled.try_recv().unwrap_or_default();
-                            buffer.clear();
-                            buffer.extend_from_slice(bytes);
-                            Ahead::Plaintext(buffer)
-                        }
-                        Piece::FrameEnd { end } => Ahead::FrameEnd(end),
-                    };
-                    // The consumer stopped; its own error is the one reported.
-                    sender.send(message).map_err(|_| PersistenceError::Cancelled)
-                })
+                let fresh = || {
+                    let mut run = recycled.try_recv().unwrap_or_default();
+                    run.bytes.clear();
+                    run.frame_ends.clear();
+                    run
+                };
+                let mut run = fresh();
+                // The consumer stopped; its own error is the one reported.
+                let stopped = |_| PersistenceError::Cancelled;
+                let ended = self.run(start, end, path, cancel, &mut |piece| {
+                    match piece {
+                        Piece::Plaintext(bytes) => run.bytes.extend_from_slice(bytes),
+                        Piece::FrameEnd { end } => run.frame_ends.push((run.bytes.len(), end)),
+                    }
+                    if run.bytes.len() >= AHEAD_RUN_BYTES {
+                        sender.send(std::mem::replace(&mut run, fresh())).map_err(stopped)?;
+                    }
+                    Ok(())
+                })?;
+                // What the decoder produced before it stopped, failed frame or not, goes first.
+                if !run.bytes.is_empty() || !run.frame_ends.is_empty() {
+                    sender.send(run).map_err(stopped)?;
+                }
+                Ok(ended)
             });
             let mut consumed = Ok(());
-            for message in receiver {
-                let step = match message {
-                    Ahead::Plaintext(buffer) => {
-                        let step = on_piece(Piece::Plaintext(&buffer));
-                        let _ = recycle.send(buffer);
-                        step
-                    }
-                    Ahead::FrameEnd(end) => on_piece(Piece::FrameEnd { end }),
-                };
+            for run in receiver {
+                let step = run.deliver(on_piece);
+                let _ = recycle.send(run);
                 if let Err(error) = step {
                     consumed = Err(error);
                     // Dropping the receiver makes the producer's next send fail, which stops it.
