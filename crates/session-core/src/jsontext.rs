@@ -54,11 +54,10 @@ fn find_special(text: &[u8]) -> Option<usize> {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
     let zero_byte = |word: u64| word.wrapping_sub(ONES) & !word;
-    let mut words = text.chunks_exact(8);
+    let (words, rest) = text.as_chunks::<8>();
     let mut offset = 0;
-    for word in &mut words {
-        // Invariant: `chunks_exact(8)` yields slices of exactly eight bytes.
-        let word = u64::from_le_bytes(word.try_into().expect("chunks of eight bytes"));
+    for word in words {
+        let word = u64::from_le_bytes(*word);
         let flags = (zero_byte(word ^ (ONES * u64::from(b'"')))
             | zero_byte(word ^ (ONES * u64::from(b'\\')))
             | (word.wrapping_sub(ONES * 0x20) & !word))
@@ -68,7 +67,7 @@ fn find_special(text: &[u8]) -> Option<usize> {
         }
         offset += 8;
     }
-    words.remainder().iter().position(|byte| is_special(*byte)).map(|idx| offset + idx)
+    rest.iter().position(|byte| is_special(*byte)).map(|idx| offset + idx)
 }
 
 /// Skips the number starting at `at` (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`).
