@@ -7,8 +7,12 @@
 use std::{
     collections::{HashMap, VecDeque},
     fmt,
+    panic::AssertUnwindSafe,
     path::PathBuf,
-    sync::{Arc, Weak},
+    sync::{
+        Arc, Weak,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -21,7 +25,7 @@ use crate::{
     backend::{Backend, Revision, ScanOutcome, ScanSink, StoredHeader},
     error::{PersistenceError, Result},
     live::LiveWriter,
-    persistence::{Inspection, SessionPersistence, StreamSink, StreamSummary},
+    persistence::{Inspection, SessionPersistence, StreamSink, StreamSummary, Streamed},
     validate::{KnownTypes, ReadThreads, scan_validated},
 };
 
@@ -233,6 +237,14 @@ impl Inner {
     async fn lock_id(&self, id: &SessionId) -> IdGuard<'_> {
         let lock = self.locks.lock().entry(id.clone()).or_default().clone();
         let guard = lock.lock_owned().await;
+        IdGuard { locks: &self.locks, id: id.clone(), guard: Some(guard) }
+    }
+
+    /// [`lock_id`](Self::lock_id) for a blocking thread (never an async context: it would block
+    /// the runtime).
+    fn lock_id_blocking(&self, id: &SessionId) -> IdGuard<'_> {
+        let lock = self.locks.lock().entry(id.clone()).or_default().clone();
+        let guard = lock.blocking_lock_owned();
         IdGuard { locks: &self.locks, id: id.clone(), guard: Some(guard) }
     }
 
@@ -466,6 +478,40 @@ impl Inner {
         Ok(())
     }
 
+    /// Streams `id` into `sink` on a blocking thread: the body of every streamed read.
+    fn stream(&self, id: &SessionId, cancel: &CancellationToken, mut sink: Box<dyn StreamSink>) -> Streamed {
+        check_cancel(cancel)?;
+        if let Some(session) = self.live_session(id) {
+            return feed(sink, Inner::live_inspection(&session));
+        }
+        let _guard = self.lock_id_blocking(id);
+        check_cancel(cancel)?;
+        let cached = self.cache.lock().peek(id);
+        if let Some(cached) = cached
+            && cached.revision == self.backend.revision(id)?
+        {
+            return feed(sink, cached);
+        }
+        let threads = self.config.read_threads;
+        let Some((outcome, closers)) =
+            scan_validated(&*self.backend, id, &self.config.known_types, threads, cancel, &mut *sink)?
+        else {
+            return Err(PersistenceError::NotFound { id: id.clone() });
+        };
+        let n_closers = closers.len() as u64;
+        for closer in closers {
+            sink.event(Arc::new(closer))?;
+        }
+        let summary = StreamSummary {
+            header: outcome.header,
+            n_events: outcome.n_events + n_closers,
+            n_closers,
+            live: false,
+            revision: Some(outcome.revision),
+        };
+        Ok((sink, summary))
+    }
+
     fn live_inspection(session: &Arc<Session>) -> Inspection {
         Inspection {
             header: session.header().clone(),
@@ -598,47 +644,66 @@ impl SessionPersistence for Coordinator {
         Ok(inspection)
     }
 
-    async fn inspect_stream(
+    async fn inspect_stream(&self, id: &SessionId, cancel: &CancellationToken, sink: Box<dyn StreamSink>) -> Streamed {
+        check_cancel(cancel)?;
+        let (inner, id, cancel) = (Arc::clone(&self.inner), id.clone(), cancel.clone());
+        match tokio::task::spawn_blocking(move || inner.stream(&id, &cancel, sink)).await {
+            Ok(result) => result,
+            Err(join_error) => std::panic::resume_unwind(join_error.into_panic()),
+        }
+    }
+
+    /// Keeps `lanes` blocking threads reading back to back: each takes the next read when it
+    /// finishes one, so no read waits for a hand-off through the async side.
+    async fn inspect_streams(
         &self,
-        id: &SessionId,
+        reads: Vec<(SessionId, Box<dyn StreamSink>)>,
+        lanes: usize,
         cancel: &CancellationToken,
-        mut sink: Box<dyn StreamSink>,
-    ) -> Result<(Box<dyn StreamSink>, StreamSummary)> {
-        check_cancel(cancel)?;
-        let inner = &self.inner;
-        if let Some(session) = inner.live_session(id) {
-            return feed(sink, Inner::live_inspection(&session)).await;
-        }
-        let _guard = inner.lock_id(id).await;
-        check_cancel(cancel)?;
-        let cached = inner.cache.lock().peek(id);
-        if let Some(cached) = cached {
-            let probe = id.clone();
-            let revision = blocking(&inner.backend, move |backend| backend.revision(&probe)).await?;
-            if cached.revision == revision {
-                return feed(sink, cached).await;
+    ) -> Vec<Streamed> {
+        let n_reads = reads.len();
+        let queue = Arc::new(Mutex::new(reads.into_iter().enumerate()));
+        // Set when this call is dropped or a read panics: the lanes then take no further read.
+        let stop = Arc::new(AtomicBool::new(false));
+        let _stop_on_drop = StopOnDrop(Arc::clone(&stop));
+        let lanes: Vec<_> = (0..lanes.clamp(1, n_reads.max(1)))
+            .map(|_| {
+                let (inner, queue, stop, cancel) =
+                    (Arc::clone(&self.inner), Arc::clone(&queue), Arc::clone(&stop), cancel.clone());
+                tokio::task::spawn_blocking(move || {
+                    let mut done = Vec::new();
+                    while !stop.load(Ordering::Acquire) {
+                        let Some((idx, (id, sink))) = queue.lock().next() else { break };
+                        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.stream(&id, &cancel, sink))) {
+                            Ok(result) => done.push((idx, result)),
+                            Err(panic) => {
+                                stop.store(true, Ordering::Release);
+                                return Err(panic);
+                            }
+                        }
+                    }
+                    Ok(done)
+                })
+            })
+            .collect();
+        let mut results: Vec<Option<Streamed>> = std::iter::repeat_with(|| None).take(n_reads).collect();
+        let mut panic = None;
+        for lane in lanes {
+            match lane.await {
+                Ok(Ok(done)) => {
+                    for (idx, result) in done {
+                        results[idx] = Some(result);
+                    }
+                }
+                Ok(Err(payload)) => panic = panic.or(Some(payload)),
+                Err(join_error) => panic = panic.or(Some(join_error.into_panic())),
             }
         }
-        let (id, known, token) = (id.clone(), inner.config.known_types.clone(), cancel.clone());
-        let threads = inner.config.read_threads;
-        blocking(&inner.backend, move |backend| {
-            let Some((outcome, closers)) = scan_validated(backend, &id, &known, threads, &token, &mut *sink)? else {
-                return Err(PersistenceError::NotFound { id });
-            };
-            let n_closers = closers.len() as u64;
-            for closer in closers {
-                sink.event(Arc::new(closer))?;
-            }
-            let summary = StreamSummary {
-                header: outcome.header,
-                n_events: outcome.n_events + n_closers,
-                n_closers,
-                live: false,
-                revision: Some(outcome.revision),
-            };
-            Ok((sink, summary))
-        })
-        .await
+        if let Some(payload) = panic {
+            std::panic::resume_unwind(payload);
+        }
+        // A read no lane took was stopped before it started.
+        results.into_iter().map(|result| result.unwrap_or(Err(PersistenceError::Cancelled))).collect()
     }
 
     async fn read_from(&self, id: &SessionId, from_seq: u64, cancel: &CancellationToken) -> Result<Inspection> {
@@ -731,24 +796,28 @@ impl SessionPersistence for Coordinator {
 }
 
 /// Streams an in-memory view into a sink on the blocking pool.
-async fn feed(mut sink: Box<dyn StreamSink>, view: Inspection) -> Result<(Box<dyn StreamSink>, StreamSummary)> {
-    let task = tokio::task::spawn_blocking(move || {
-        sink.header(&view.header)?;
-        for event in view.events.iter() {
-            sink.event(Arc::clone(event))?;
-        }
-        let summary = StreamSummary {
-            header: view.header.clone(),
-            n_events: view.events.len() as u64,
-            n_closers: view.n_closers,
-            live: view.live,
-            revision: view.revision.clone(),
-        };
-        Ok((sink, summary))
-    });
-    match task.await {
-        Ok(result) => result,
-        Err(join_error) => std::panic::resume_unwind(join_error.into_panic()),
+/// Delivers a view held in memory to `sink`.
+fn feed(mut sink: Box<dyn StreamSink>, view: Inspection) -> Streamed {
+    sink.header(&view.header)?;
+    for event in view.events.iter() {
+        sink.event(Arc::clone(event))?;
+    }
+    let summary = StreamSummary {
+        header: view.header.clone(),
+        n_events: view.events.len() as u64,
+        n_closers: view.n_closers,
+        live: view.live,
+        revision: view.revision.clone(),
+    };
+    Ok((sink, summary))
+}
+
+/// Sets its flag when dropped.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
     }
 }
 

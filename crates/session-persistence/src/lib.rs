@@ -22,6 +22,9 @@ pub use crate::{
     format::Compression,
     jsonl::{HeaderCacheStats, JsonlConfig, JsonlStore, encode_segment, project_key},
     memory::MemoryStore,
-    persistence::{Inspection, SessionPersistence, StreamSink, StreamSummary, inspect_into},
+    persistence::{
+        Inspection, SessionPersistence, StreamSink, StreamSummary, Streamed, inspect_each_into, inspect_into,
+        stream_each,
+    },
     validate::{KnownTypes, ReadThreads},
 };

@@ -35,6 +35,9 @@ pub struct StreamSummary {
     pub revision: Option<Revision>,
 }
 
+/// One streamed read's result: the sink it was given, with the summary.
+pub type Streamed = Result<(Box<dyn StreamSink>, StreamSummary)>;
+
 /// A sink that can travel to the blocking pool and come back.
 pub trait StreamSink: ScanSink + Send + Any {}
 
@@ -64,12 +67,24 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
 
     /// Like [`inspect`](Self::inspect), but streams the events into `sink` as they are decoded,
     /// so memory does not grow with the log. Returns the sink with a summary.
-    async fn inspect_stream(
+    async fn inspect_stream(&self, id: &SessionId, cancel: &CancellationToken, sink: Box<dyn StreamSink>) -> Streamed;
+
+    /// [`inspect_stream`](Self::inspect_stream) for several sessions, each into its own sink,
+    /// with at most `lanes` reads running at once. Results come back in the order of `reads`, and
+    /// one read's failure leaves the others alone. A fired `cancel` fails the reads not yet
+    /// finished with `Cancelled`.
+    ///
+    /// The default runs `inspect_stream` per read. A backend that reads on blocking threads
+    /// should override it to keep `lanes` threads reading back to back, without a hand-off
+    /// between the async side and a thread per read.
+    async fn inspect_streams(
         &self,
-        id: &SessionId,
+        reads: Vec<(SessionId, Box<dyn StreamSink>)>,
+        lanes: usize,
         cancel: &CancellationToken,
-        sink: Box<dyn StreamSink>,
-    ) -> Result<(Box<dyn StreamSink>, StreamSummary)>;
+    ) -> Vec<Streamed> {
+        stream_each(self, reads, lanes, cancel).await
+    }
 
     /// The stored events with `seq >= from_seq`: no closers, no repair, no caching.
     async fn read_from(&self, id: &SessionId, from_seq: u64, cancel: &CancellationToken) -> Result<Inspection>;
@@ -92,6 +107,35 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
     fn locate(&self, header: &SessionHeader) -> Option<PathBuf>;
 }
 
+/// The default [`SessionPersistence::inspect_streams`]: one
+/// [`inspect_stream`](SessionPersistence::inspect_stream) per read, at most `lanes` at once.
+/// For wrappers that override `inspect_streams` and still want the per-read path.
+pub async fn stream_each<P: SessionPersistence + ?Sized>(
+    persistence: &P,
+    reads: Vec<(SessionId, Box<dyn StreamSink>)>,
+    lanes: usize,
+    cancel: &CancellationToken,
+) -> Vec<Streamed> {
+    use futures::{StreamExt, future::BoxFuture};
+    // Boxed up front: a lazily mapped stream trips the `Send` check of `async_trait`.
+    let n_reads = reads.len();
+    let pending: Vec<BoxFuture<'_, (usize, Streamed)>> = reads
+        .into_iter()
+        .enumerate()
+        .map(|(idx, (id, sink))| {
+            Box::pin(async move { (idx, persistence.inspect_stream(&id, cancel, sink).await) }) as BoxFuture<'_, _>
+        })
+        .collect();
+    // In completion order, so a slow read never holds back the start of the next one.
+    let mut done = futures::stream::iter(pending).buffer_unordered(lanes.max(1));
+    let mut results: Vec<Option<Streamed>> = std::iter::repeat_with(|| None).take(n_reads).collect();
+    while let Some((idx, result)) = done.next().await {
+        results[idx] = Some(result);
+    }
+    // Invariant: the stream yields every read exactly once.
+    results.into_iter().map(|result| result.expect("every read finished")).collect()
+}
+
 /// Streams `id` into a concrete sink and hands it back typed.
 pub async fn inspect_into<S: StreamSink>(
     persistence: &dyn SessionPersistence,
@@ -100,7 +144,25 @@ pub async fn inspect_into<S: StreamSink>(
     sink: S,
 ) -> Result<(S, StreamSummary)> {
     let (sink, summary) = persistence.inspect_stream(id, cancel, Box::new(sink)).await?;
+    Ok((typed(sink), summary))
+}
+
+/// [`inspect_into`] for several sessions at once, through
+/// [`inspect_streams`](SessionPersistence::inspect_streams): each result in the order of `reads`.
+pub async fn inspect_each_into<S: StreamSink>(
+    persistence: &dyn SessionPersistence,
+    reads: Vec<(SessionId, S)>,
+    lanes: usize,
+    cancel: &CancellationToken,
+) -> Vec<Result<(S, StreamSummary)>> {
+    let reads = reads.into_iter().map(|(id, sink)| (id, Box::new(sink) as Box<dyn StreamSink>)).collect();
+    let streamed = persistence.inspect_streams(reads, lanes, cancel).await;
+    streamed.into_iter().map(|read| read.map(|(sink, summary)| (typed(sink), summary))).collect()
+}
+
+/// The concrete sink a stream was given back.
+fn typed<S: StreamSink>(sink: Box<dyn StreamSink>) -> S {
     let sink: Box<dyn Any> = sink;
-    let sink = sink.downcast::<S>().expect("inspect_stream returns the sink it was given");
-    Ok((*sink, summary))
+    // Invariant: every `SessionPersistence` returns the very sink it was given, so the type is `S`.
+    *sink.downcast::<S>().expect("a stream returns the sink it was given")
 }

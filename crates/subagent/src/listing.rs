@@ -12,9 +12,10 @@ use std::{
     sync::Arc,
 };
 
-use futures::{StreamExt, stream};
 use session_core::{Session, SessionEvent, SessionHeader, SessionId, SessionStore};
-use session_persistence::{CorruptKind, Location, PersistenceError, ScanSink, SessionPersistence, inspect_into};
+use session_persistence::{
+    CorruptKind, Location, PersistenceError, ScanSink, SessionPersistence, StreamSummary, inspect_each_into,
+};
 use session_projection::{ProjectionRegistry, RestoreFold, Snapshot};
 use tokio_util::sync::CancellationToken;
 
@@ -175,23 +176,42 @@ impl<'a> Listing<'a> {
                 None => cold.push((idx, has_children)),
             }
         }
-        if !cold.is_empty() {
+        // Rung 2 for every cold candidate first; the misses are read together.
+        let mut misses = Vec::new();
+        for (idx, has_children) in cold {
+            let header = &candidates[idx].header;
+            match self.cache.and_then(|cache| cached_identity(cache.as_ref(), header)) {
+                Some(identity) => rows[idx] = Some(child_row(&header.id, identity, Activity::Inactive, has_children)),
+                None => misses.push((idx, has_children)),
+            }
+        }
+        if !misses.is_empty() {
             // Invariant: only `corpus` makes records, and one without a live session comes from
             // `persistence.list`, so persistence is present.
             let persistence =
                 self.persistence.expect("a candidate without a live session was enumerated from persistence");
+            check_cancel(cancel)?;
             // Reads run under a child token that fires when this listing ends, however it ends:
             // a failed or dropped listing leaves no read running behind it.
             let reads = cancel.child_token();
             let _abort_reads = reads.clone().drop_guard();
-            let reads = &reads;
-            let mut pending = stream::iter(cold.into_iter().map(|(idx, has_children)| {
-                let header = &candidates[idx].header;
-                async move { (idx, self.resolve_cold(persistence, header, has_children, reads, cancel).await) }
-            }))
-            .buffer_unordered(COLD_READ_CONCURRENCY);
-            while let Some((idx, row)) = pending.next().await {
-                rows[idx] = Some(row?);
+            let sinks = misses
+                .iter()
+                .map(|&(idx, _)| {
+                    let id = &candidates[idx].header.id;
+                    (id.clone(), ColdFold::new(self.registry, id))
+                })
+                .collect();
+            let read = inspect_each_into(persistence.as_ref(), sinks, COLD_READ_CONCURRENCY, &reads);
+            let outcomes = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(SubagentError::ListingCancelled),
+                outcomes = read => outcomes,
+            };
+            // A read that settled after the listing was cancelled is not used.
+            check_cancel(cancel)?;
+            for ((idx, has_children), outcome) in misses.into_iter().zip(outcomes) {
+                rows[idx] = Some(cold_row(&candidates[idx].header, has_children, outcome));
             }
         }
         check_cancel(cancel)?;
@@ -211,58 +231,43 @@ impl<'a> Listing<'a> {
             Verdict::Identity(identity) => Some(child_row(session.id(), identity, Activity::Running, has_children)),
         }
     }
+}
 
-    /// Rungs 2 and 3 for one cold candidate. Only a cancellation is an error.
-    async fn resolve_cold(
-        &self,
-        persistence: &Arc<dyn SessionPersistence>,
-        header: &Arc<SessionHeader>,
-        has_children: bool,
-        reads: &CancellationToken,
-        cancel: &CancellationToken,
-    ) -> Result<SubagentListEntry, SubagentError> {
-        let id = &header.id;
-        if let Some(identity) = self.cache.and_then(|cache| cached_identity(cache.as_ref(), header)) {
-            return Ok(child_row(id, identity, Activity::Inactive, has_children));
+/// Rung 3's row for one cold candidate, from its read: a failed read is `unavailable`, a header
+/// that is no longer the enumerated lifecycle or a fold without an identity is `corrupt`.
+fn cold_row(
+    header: &SessionHeader,
+    has_children: bool,
+    outcome: session_persistence::Result<(ColdFold, StreamSummary)>,
+) -> SubagentListEntry {
+    let id = &header.id;
+    let (sink, summary) = match outcome {
+        Ok(read) => read,
+        Err(error) => {
+            tracing::debug!(session = %id, %error, "subagent listing: cold read failed; listing the child as unavailable");
+            return SubagentListEntry::diagnostic(id, DiagnosticReason::Unavailable);
         }
-        check_cancel(cancel)?;
-        let sink = ColdFold::new(self.registry, id);
-        let read = inspect_into(persistence.as_ref(), id, reads, sink);
-        let outcome = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Err(SubagentError::ListingCancelled),
-            outcome = read => outcome,
-        };
-        let (sink, summary) = match outcome {
-            Ok(read) => read,
-            Err(_) if cancel.is_cancelled() => return Err(SubagentError::ListingCancelled),
-            Err(error) => {
-                tracing::debug!(session = %id, %error, "subagent listing: cold read failed; listing the child as unavailable");
-                return Ok(SubagentListEntry::diagnostic(id, DiagnosticReason::Unavailable));
-            }
-        };
-        check_cancel(cancel)?;
-        if !same_lifecycle(header, &summary.header) {
-            return Ok(SubagentListEntry::diagnostic(id, DiagnosticReason::Corrupt));
+    };
+    if !same_lifecycle(header, &summary.header) {
+        return SubagentListEntry::diagnostic(id, DiagnosticReason::Corrupt);
+    }
+    // The identity value and the failure verdict only, as on the live rung: no unit's value is
+    // copied and no checkpoint row is encoded.
+    let verdict = match sink
+        .fold
+        .read_view(SUBAGENT_IDENTITY_KEY, |identity, any_failure| verdict(any_failure, identity))
+    {
+        Ok(verdict) => verdict,
+        Err(error) => {
+            tracing::debug!(session = %id, %error, "subagent listing: cold fold could not finish; listing the child as unavailable");
+            return SubagentListEntry::diagnostic(id, DiagnosticReason::Unavailable);
         }
-        // The identity value and the failure verdict only, as on the live rung: no unit's value
-        // is copied and no checkpoint row is encoded.
-        let verdict = match sink
-            .fold
-            .read_view(SUBAGENT_IDENTITY_KEY, |identity, any_failure| verdict(any_failure, identity))
-        {
-            Ok(verdict) => verdict,
-            Err(error) => {
-                tracing::debug!(session = %id, %error, "subagent listing: cold fold could not finish; listing the child as unavailable");
-                return Ok(SubagentListEntry::diagnostic(id, DiagnosticReason::Unavailable));
-            }
-        };
-        Ok(match verdict {
-            Verdict::Identity(identity) => child_row(id, identity, Activity::Inactive, has_children),
-            // Settled debris, or bad data: missing, malformed or foreign-version descriptor, or a
-            // unit that fails on this log.
-            Verdict::Absent | Verdict::Failed => SubagentListEntry::diagnostic(id, DiagnosticReason::Corrupt),
-        })
+    };
+    match verdict {
+        Verdict::Identity(identity) => child_row(id, identity, Activity::Inactive, has_children),
+        // Settled debris, or bad data: missing, malformed or foreign-version descriptor, or a
+        // unit that fails on this log.
+        Verdict::Absent | Verdict::Failed => SubagentListEntry::diagnostic(id, DiagnosticReason::Corrupt),
     }
 }
 

@@ -604,3 +604,228 @@ fn release_lets_go_of_a_detached_session_at_once() {
         drop(session);
     });
 }
+
+/// Writes three stored sessions for the batch tests: a clean turn, an open step (so the read
+/// synthesizes closers) and two turns.
+async fn three_stored(persistence: &Coordinator) {
+    for (name, events) in
+        [("s-a", one_turn(0, 1)), ("s-b", open_step_log()), ("s-c", [one_turn(0, 1), one_turn(6, 2)].concat())]
+    {
+        persistence.create(header(name), &cancel()).await.unwrap();
+        persistence.append(&SessionId::from(name), events, &cancel()).await.unwrap();
+    }
+}
+
+fn collect() -> Box<dyn session_persistence::StreamSink> {
+    Box::new(session_persistence::CollectSink::default())
+}
+
+fn collected(sink: Box<dyn session_persistence::StreamSink>) -> Vec<SessionEvent> {
+    let sink: Box<dyn std::any::Any> = sink;
+    sink.downcast::<session_persistence::CollectSink>().unwrap().events
+}
+
+#[test]
+fn batched_streams_equal_single_streams_in_request_order() {
+    run(async |h| {
+        let persistence = h.open();
+        three_stored(&persistence).await;
+        drop(persistence);
+        let persistence = h.open();
+        let store = store();
+        persistence.attach(&store).unwrap();
+        let live = store.create(Some(SessionId::from("s-live")), CreateOptions { seed: None, meta: meta() }).unwrap();
+        append_turn(&live, 1);
+        let order = ["s-b", "s-missing", "s-a", "s-live", "s-c"];
+        for lanes in [0, 1, 2, 16] {
+            let reads = order.iter().map(|name| (SessionId::from(*name), collect())).collect();
+            let batch = persistence.inspect_streams(reads, lanes, &cancel()).await;
+            assert_eq!(batch.len(), order.len());
+            for (name, streamed) in order.iter().zip(batch) {
+                let id = SessionId::from(*name);
+                let single = session_persistence::inspect_into(
+                    &persistence,
+                    &id,
+                    &cancel(),
+                    session_persistence::CollectSink::default(),
+                )
+                .await;
+                match (streamed, single) {
+                    (Ok((sink, summary)), Ok((single_sink, single_summary))) => {
+                        assert_eq!(collected(sink), single_sink.events, "{name}, {lanes} lanes");
+                        assert_eq!(summary.header, single_summary.header);
+                        assert_eq!(
+                            (summary.n_events, summary.n_closers, summary.live),
+                            (single_summary.n_events, single_summary.n_closers, single_summary.live),
+                            "{name}"
+                        );
+                    }
+                    (Err(PersistenceError::NotFound { id: missing }), Err(PersistenceError::NotFound { .. })) => {
+                        assert_eq!(missing, id);
+                    }
+                    (streamed, single) => panic!("{name}: batch {:?}, single {:?}", streamed.err(), single.err()),
+                }
+            }
+        }
+        let batch = persistence.inspect_streams(Vec::new(), 4, &cancel()).await;
+        assert!(batch.is_empty());
+    });
+}
+
+#[test]
+fn a_cancelled_batch_fails_every_read_as_cancelled() {
+    run(async |h| {
+        let persistence = h.open();
+        three_stored(&persistence).await;
+        let cancelled = cancel();
+        cancelled.cancel();
+        let reads = ["s-a", "s-b", "s-c"].iter().map(|name| (SessionId::from(*name), collect())).collect();
+        let batch = persistence.inspect_streams(reads, 2, &cancelled).await;
+        assert_eq!(batch.len(), 3);
+        assert!(batch.iter().all(|read| matches!(read, Err(PersistenceError::Cancelled))));
+    });
+}
+
+/// Counts the reads a batch runs at once: each read, at its first event, waits until two reads
+/// have started, so a batch that never overlapped two reads would stall here.
+#[derive(Default)]
+struct Overlap {
+    state: std::sync::Mutex<(usize, usize, usize)>,
+    changed: std::sync::Condvar,
+}
+
+struct OverlapSink {
+    overlap: Arc<Overlap>,
+    seen: bool,
+}
+
+impl session_persistence::ScanSink for OverlapSink {
+    fn event(&mut self, _event: Arc<SessionEvent>) -> session_persistence::Result<()> {
+        if std::mem::replace(&mut self.seen, true) {
+            return Ok(());
+        }
+        let mut state = self.overlap.state.lock().unwrap();
+        let (active, started, max) = &mut *state;
+        *active += 1;
+        *started += 1;
+        *max = (*max).max(*active);
+        self.overlap.changed.notify_all();
+        let (mut state, _) =
+            self.overlap.changed.wait_timeout_while(state, Duration::from_secs(10), |state| state.1 < 2).unwrap();
+        state.0 -= 1;
+        Ok(())
+    }
+}
+
+#[test]
+fn a_batch_reads_at_most_its_lanes_at_once() {
+    run(async |h| {
+        let persistence = h.open();
+        three_stored(&persistence).await;
+        let overlap = Arc::new(Overlap::default());
+        let reads = ["s-a", "s-b", "s-c", "s-a", "s-b", "s-c"]
+            .iter()
+            .map(|name| {
+                let sink = OverlapSink { overlap: Arc::clone(&overlap), seen: false };
+                (SessionId::from(*name), Box::new(sink) as Box<dyn session_persistence::StreamSink>)
+            })
+            .collect();
+        let batch = persistence.inspect_streams(reads, 2, &cancel()).await;
+        assert!(batch.iter().all(Result::is_ok));
+        let (active, started, max) = *overlap.state.lock().unwrap();
+        assert_eq!((active, started, max), (0, 6, 2), "two lanes: two reads at once, never more");
+    });
+}
+
+/// Panics at the first event it is given.
+struct PanicSink;
+
+impl session_persistence::ScanSink for PanicSink {
+    fn event(&mut self, _event: Arc<SessionEvent>) -> session_persistence::Result<()> {
+        panic!("a sink that panics");
+    }
+}
+
+#[test]
+fn a_panicking_sink_panics_the_batch() {
+    use futures::FutureExt;
+    run(async |h| {
+        let persistence = h.open();
+        three_stored(&persistence).await;
+        let reads = vec![
+            (SessionId::from("s-a"), collect()),
+            (SessionId::from("s-b"), Box::new(PanicSink) as Box<dyn session_persistence::StreamSink>),
+            (SessionId::from("s-c"), collect()),
+        ];
+        let token = cancel();
+        let batch = std::panic::AssertUnwindSafe(persistence.inspect_streams(reads, 2, &token)).catch_unwind();
+        let Err(panic) = batch.await else { panic!("the batch did not panic") };
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&"a sink that panics"));
+    });
+}
+
+/// Reports, when dropped, whether it was given any event.
+struct DropReport {
+    name: &'static str,
+    used: bool,
+    report: std::sync::mpsc::Sender<(&'static str, bool)>,
+}
+
+impl session_persistence::ScanSink for DropReport {
+    fn event(&mut self, _event: Arc<SessionEvent>) -> session_persistence::Result<()> {
+        self.used = true;
+        Ok(())
+    }
+}
+
+impl Drop for DropReport {
+    fn drop(&mut self) {
+        let _ = self.report.send((self.name, self.used));
+    }
+}
+
+/// Holds its read at the first event until released.
+struct HeldSink {
+    entered: std::sync::mpsc::Sender<()>,
+    release: std::sync::mpsc::Receiver<()>,
+}
+
+impl session_persistence::ScanSink for HeldSink {
+    fn event(&mut self, _event: Arc<SessionEvent>) -> session_persistence::Result<()> {
+        if self.entered.send(()).is_ok() {
+            let _ = self.release.recv_timeout(Duration::from_secs(10));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_dropped_batch_starts_no_further_read() {
+    run(async |h| {
+        let persistence = Arc::new(h.open());
+        three_stored(&persistence).await;
+        let (entered_tx, entered) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel();
+        let (report, reports) = std::sync::mpsc::channel();
+        let reads = vec![
+            (SessionId::from("s-a"), Box::new(HeldSink { entered: entered_tx, release: release_rx }) as Box<_>),
+            (SessionId::from("s-b"), Box::new(DropReport { name: "s-b", used: false, report: report.clone() }) as _),
+            (SessionId::from("s-c"), Box::new(DropReport { name: "s-c", used: false, report }) as _),
+        ];
+        let batch = tokio::spawn({
+            let persistence = Arc::clone(&persistence);
+            async move { persistence.inspect_streams(reads, 1, &cancel()).await }
+        });
+        tokio::task::spawn_blocking(move || entered.recv_timeout(Duration::from_secs(10)).unwrap()).await.unwrap();
+        batch.abort();
+        assert!(batch.await.is_err_and(|error| error.is_cancelled()));
+        release.send(()).unwrap();
+        let mut dropped = tokio::task::spawn_blocking(move || {
+            (0..2).map(|_| reports.recv_timeout(Duration::from_secs(10)).unwrap()).collect::<Vec<_>>()
+        })
+        .await
+        .unwrap();
+        dropped.sort();
+        assert_eq!(dropped, [("s-b", false), ("s-c", false)], "the lane stopped after the read it held");
+    });
+}

@@ -547,6 +547,7 @@ fn cold_children_cost_one_read_per_listing_and_live_children_none() {
         assert_eq!(h.list("p").await.len(), 3);
         assert_eq!((h.reads("cold-a"), h.reads("cold-b"), h.reads("live")), (2, 2, 0));
         assert_eq!(h.persistence.materialized_reads(), 0, "cold reads stream; no log is materialized");
+        assert_eq!(h.persistence.batches(), 2, "each listing hands its cold reads to the read lanes at once");
     });
 }
 

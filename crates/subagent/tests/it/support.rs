@@ -22,7 +22,7 @@ use session_core::{
 };
 use session_persistence::{
     Compression, Coordinator, CoordinatorConfig, Inspection, JsonlConfig, JsonlStore, PersistenceError,
-    SessionPersistence, StoredHeader, StreamSink, StreamSummary,
+    SessionPersistence, StoredHeader, StreamSink, StreamSummary, Streamed,
 };
 use session_projection::{ClientView, ProjectionRegistry, ProjectionUnit, Snapshot, StoreAttachment, UnitError};
 use session_projection_cache::{CacheAttachment, CacheConfig, MemoryCheckpointStore, ProjectionCache};
@@ -468,6 +468,8 @@ pub(crate) struct Counting {
     /// Reads that materialize a whole log (`inspect`, `read_from`, `load`), as opposed to streams.
     materialized: AtomicU64,
     lists: AtomicU64,
+    /// Batches handed whole to the real persistence.
+    batches: AtomicU64,
     list_fault: Mutex<ListFault>,
     read_faults: Mutex<HashMap<SessionId, ReadFault>>,
     gate: Mutex<Option<Arc<Gate>>>,
@@ -487,6 +489,7 @@ impl Counting {
             reads: Mutex::new(HashMap::new()),
             materialized: AtomicU64::new(0),
             lists: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
             list_fault: Mutex::new(ListFault::None),
             read_faults: Mutex::new(HashMap::new()),
             gate: Mutex::new(None),
@@ -512,6 +515,11 @@ impl Counting {
 
     pub(crate) fn lists(&self) -> u64 {
         self.lists.load(Ordering::SeqCst)
+    }
+
+    /// How many batches of reads went whole to the real persistence's read lanes.
+    pub(crate) fn batches(&self) -> u64 {
+        self.batches.load(Ordering::SeqCst)
     }
 
     pub(crate) fn max_in_flight(&self) -> usize {
@@ -672,6 +680,24 @@ impl SessionPersistence for Counting {
                 Ok((sink, summary))
             }
         }
+    }
+
+    /// Reads one by one through `inspect_stream` (and its gate and faults) when a gate or a fault
+    /// is set; otherwise hands the batch to the real persistence, so its read lanes are tested.
+    async fn inspect_streams(
+        &self,
+        reads: Vec<(SessionId, Box<dyn StreamSink>)>,
+        lanes: usize,
+        cancel: &CancellationToken,
+    ) -> Vec<Streamed> {
+        if self.gate.lock().is_some() || !self.read_faults.lock().is_empty() {
+            return session_persistence::stream_each(self, reads, lanes, cancel).await;
+        }
+        self.batches.fetch_add(1, Ordering::SeqCst);
+        for (id, _) in &reads {
+            self.count_read(id, cancel);
+        }
+        self.inner.inspect_streams(reads, lanes, cancel).await
     }
 
     async fn read_from(
