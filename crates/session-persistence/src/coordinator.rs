@@ -179,7 +179,12 @@ async fn blocking<T: Send + 'static>(
     call: impl FnOnce(&dyn Backend) -> Result<T> + Send + 'static,
 ) -> Result<T> {
     let backend = backend.clone();
-    match tokio::task::spawn_blocking(move || call(&*backend)).await {
+    on_blocking_pool(move || call(&*backend)).await
+}
+
+/// Runs `call` on the blocking pool; a panic in it resumes in the caller.
+async fn on_blocking_pool<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(call).await {
         Ok(result) => result,
         Err(join_error) => std::panic::resume_unwind(join_error.into_panic()),
     }
@@ -647,10 +652,7 @@ impl SessionPersistence for Coordinator {
     async fn inspect_stream(&self, id: &SessionId, cancel: &CancellationToken, sink: Box<dyn StreamSink>) -> Streamed {
         check_cancel(cancel)?;
         let (inner, id, cancel) = (Arc::clone(&self.inner), id.clone(), cancel.clone());
-        match tokio::task::spawn_blocking(move || inner.stream(&id, &cancel, sink)).await {
-            Ok(result) => result,
-            Err(join_error) => std::panic::resume_unwind(join_error.into_panic()),
-        }
+        on_blocking_pool(move || inner.stream(&id, &cancel, sink)).await
     }
 
     /// Keeps `lanes` blocking threads reading back to back: each takes the next read when it
@@ -661,12 +663,15 @@ impl SessionPersistence for Coordinator {
         lanes: usize,
         cancel: &CancellationToken,
     ) -> Vec<Streamed> {
+        if reads.is_empty() {
+            return Vec::new();
+        }
         let n_reads = reads.len();
         let queue = Arc::new(Mutex::new(reads.into_iter().enumerate()));
         // Set when this call is dropped or a read panics: the lanes then take no further read.
         let stop = Arc::new(AtomicBool::new(false));
         let _stop_on_drop = StopOnDrop(Arc::clone(&stop));
-        let lanes: Vec<_> = (0..lanes.clamp(1, n_reads.max(1)))
+        let lanes: Vec<_> = (0..lanes.clamp(1, n_reads))
             .map(|_| {
                 let (inner, queue, stop, cancel) =
                     (Arc::clone(&self.inner), Arc::clone(&queue), Arc::clone(&stop), cancel.clone());
@@ -696,13 +701,18 @@ impl SessionPersistence for Coordinator {
                     }
                 }
                 Ok(Err(payload)) => panic = panic.or(Some(payload)),
-                Err(join_error) => panic = panic.or(Some(join_error.into_panic())),
+                // A lane the runtime cancelled before it ran leaves its reads unfinished (below).
+                Err(join_error) => {
+                    if let Ok(payload) = join_error.try_into_panic() {
+                        panic = panic.or(Some(payload));
+                    }
+                }
             }
         }
         if let Some(payload) = panic {
             std::panic::resume_unwind(payload);
         }
-        // A read no lane took was stopped before it started.
+        // A read no lane finished was stopped before it started.
         results.into_iter().map(|result| result.unwrap_or(Err(PersistenceError::Cancelled))).collect()
     }
 
@@ -795,7 +805,6 @@ impl SessionPersistence for Coordinator {
     }
 }
 
-/// Streams an in-memory view into a sink on the blocking pool.
 /// Delivers a view held in memory to `sink`.
 fn feed(mut sink: Box<dyn StreamSink>, view: Inspection) -> Streamed {
     sink.header(&view.header)?;
