@@ -142,22 +142,12 @@ impl RepairScan {
 
     /// Feeds the next event of the log. Events of other types are skipped without parsing.
     pub fn observe(&mut self, event: &Arc<SessionEvent>) {
-        match event.kind.as_str() {
-            "turn/start" | "turn/end" | "step/start" | "step/end" => {}
-            "assistant/message" | "tool/call" | "tool/result" => {
-                // Pending calls only matter while a turn is open: the next `turn/start` clears them.
-                if self.is_turn_open() {
-                    self.window.push(Arc::clone(event));
-                }
-                return;
-            }
-            _ => return,
-        }
         // A payload that is not an object has no fields; the rules then see them all absent.
-        let data: DataView<'_> = object_text(event.data.as_str()).unwrap_or_default();
+        // Only the two openers read their payload.
+        let data = || -> DataView<'_> { object_text(event.data.as_str()).unwrap_or_default() };
         match event.kind.as_str() {
             "turn/start" => {
-                self.open_turn = Bracket::from_field(data.turn);
+                self.open_turn = Bracket::from_field(data().turn);
                 self.open_step = Bracket::Closed;
                 self.window.clear();
             }
@@ -166,11 +156,18 @@ impl RepairScan {
                 self.open_step = Bracket::Closed;
                 self.window.clear();
             }
-            "step/start" => self.open_step = Bracket::from_field(data.step),
-            _ => {
+            "step/start" => self.open_step = Bracket::from_field(data().step),
+            "step/end" => {
                 self.window.clear();
                 self.open_step = Bracket::Closed;
             }
+            "assistant/message" | "tool/call" | "tool/result" => {
+                // Pending calls only matter while a turn is open: the next `turn/start` clears them.
+                if self.is_turn_open() {
+                    self.window.push(Arc::clone(event));
+                }
+            }
+            _ => {}
         }
     }
 
