@@ -161,11 +161,9 @@ impl RepairScan {
                 self.window.clear();
                 self.open_step = Bracket::Closed;
             }
-            "assistant/message" | "tool/call" | "tool/result" => {
-                // Pending calls only matter while a turn is open: the next `turn/start` clears them.
-                if self.is_turn_open() {
-                    self.window.push(Arc::clone(event));
-                }
+            // Pending calls only matter while a turn is open: the next `turn/start` clears them.
+            "assistant/message" | "tool/call" | "tool/result" if self.is_turn_open() => {
+                self.window.push(Arc::clone(event));
             }
             _ => {}
         }
