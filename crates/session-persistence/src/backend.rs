@@ -95,6 +95,13 @@ pub trait ScanSink {
     fn read_ahead(&self) -> bool {
         false
     }
+
+    /// The stream delivered everything, closers included, and ends well. A sink that only needs
+    /// its result, not what it accumulated, may reduce itself here: a persistence reading many
+    /// sessions calls this on the reading thread as each read ends, so finished reads waiting for
+    /// the batch hold their results only. Not called when the read fails; a sink must not rely on
+    /// it being called at all (`scan` does not call it).
+    fn finish(&mut self) {}
 }
 
 /// Collects a scan into memory.

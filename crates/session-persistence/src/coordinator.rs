@@ -507,6 +507,7 @@ impl Inner {
         for closer in closers {
             sink.event(Arc::new(closer))?;
         }
+        sink.finish();
         let summary = StreamSummary {
             header: outcome.header,
             n_events: outcome.n_events + n_closers,
@@ -811,6 +812,7 @@ fn feed(mut sink: Box<dyn StreamSink>, view: Inspection) -> Streamed {
     for event in view.events.iter() {
         sink.event(Arc::clone(event))?;
     }
+    sink.finish();
     let summary = StreamSummary {
         header: view.header.clone(),
         n_events: view.events.len() as u64,

@@ -66,7 +66,8 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
     async fn inspect(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Inspection>;
 
     /// Like [`inspect`](Self::inspect), but streams the events into `sink` as they are decoded,
-    /// so memory does not grow with the log. Returns the sink with a summary.
+    /// so memory does not grow with the log, then calls [`ScanSink::finish`]. Returns the sink
+    /// with a summary.
     async fn inspect_stream(&self, id: &SessionId, cancel: &CancellationToken, sink: Box<dyn StreamSink>) -> Streamed;
 
     /// [`inspect_stream`](Self::inspect_stream) for several sessions, each into its own sink,

@@ -16,7 +16,7 @@ use session_core::{Session, SessionEvent, SessionHeader, SessionId, SessionStore
 use session_persistence::{
     CorruptKind, Location, PersistenceError, ScanSink, SessionPersistence, StreamSummary, inspect_each_into,
 };
-use session_projection::{ProjectionRegistry, RestoreFold, Snapshot};
+use session_projection::{ProjectionRegistry, RestoreError, RestoreFold, Snapshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -251,12 +251,7 @@ fn cold_row(
     if !same_lifecycle(header, &summary.header) {
         return SubagentListEntry::diagnostic(id, DiagnosticReason::Corrupt);
     }
-    // The identity value and the failure verdict only, as on the live rung: no unit's value is
-    // copied and no checkpoint row is encoded.
-    let verdict = match sink
-        .fold
-        .read_view(SUBAGENT_IDENTITY_KEY, |identity, any_failure| verdict(any_failure, identity))
-    {
+    let verdict = match sink.verdict() {
         Ok(verdict) => verdict,
         Err(error) => {
             tracing::debug!(session = %id, %error, "subagent listing: cold fold could not finish; listing the child as unavailable");
@@ -272,7 +267,7 @@ fn cold_row(
 }
 
 /// What a snapshot says about a child.
-enum Verdict {
+pub(crate) enum Verdict {
     /// Some registered unit failed on this child's log.
     Failed,
     /// No identity: the `null` sentinel or the key absent.
@@ -329,29 +324,62 @@ fn same_lifecycle(enumerated: &SessionHeader, inspected: &SessionHeader) -> bool
 }
 
 /// Rung 3's sink: folds every registered unit from `init` over the events as they are decoded,
-/// so the transcript is never held in memory.
+/// so the transcript is never held in memory. When the read ends ([`ScanSink::finish`]) it keeps
+/// only its verdict, so a listing's finished reads hold no unit state while the others run.
 pub(crate) struct ColdFold {
     registry: Arc<ProjectionRegistry>,
     id: SessionId,
-    pub(crate) fold: RestoreFold,
+    state: ColdState,
+}
+
+enum ColdState {
+    Folding(RestoreFold),
+    Finished(Result<Verdict, RestoreError>),
 }
 
 impl ColdFold {
     pub(crate) fn new(registry: &Arc<ProjectionRegistry>, id: &SessionId) -> ColdFold {
-        ColdFold { registry: Arc::clone(registry), id: id.clone(), fold: registry.begin_full_restore() }
+        ColdFold {
+            registry: Arc::clone(registry),
+            id: id.clone(),
+            state: ColdState::Folding(registry.begin_full_restore()),
+        }
     }
+
+    /// The identity value and the failure verdict only, as on the live rung: no unit's value is
+    /// copied and no checkpoint row is encoded.
+    pub(crate) fn verdict(self) -> Result<Verdict, RestoreError> {
+        match self.state {
+            ColdState::Folding(fold) => fold_verdict(fold),
+            ColdState::Finished(verdict) => verdict,
+        }
+    }
+}
+
+fn fold_verdict(fold: RestoreFold) -> Result<Verdict, RestoreError> {
+    fold.read_view(SUBAGENT_IDENTITY_KEY, |identity, any_failure| verdict(any_failure, identity))
 }
 
 impl ScanSink for ColdFold {
     fn event(&mut self, event: Arc<SessionEvent>) -> session_persistence::Result<()> {
-        self.fold.apply(&event).map_err(|error| {
+        let ColdState::Folding(fold) = &mut self.state else {
+            return Err(PersistenceError::invalid_input("an event reached a cold fold after its read finished"));
+        };
+        fold.apply(&event).map_err(|error| {
             PersistenceError::corrupt(CorruptKind::SeqGap, Location::Session { id: self.id.clone() }, error.to_string())
         })
     }
 
     fn restart(&mut self) -> bool {
-        self.fold = self.registry.begin_full_restore();
+        self.state = ColdState::Folding(self.registry.begin_full_restore());
         true
+    }
+
+    fn finish(&mut self) {
+        let placeholder = ColdState::Finished(Ok(Verdict::Absent));
+        if let ColdState::Folding(fold) = std::mem::replace(&mut self.state, placeholder) {
+            self.state = ColdState::Finished(fold_verdict(fold));
+        }
     }
 }
 

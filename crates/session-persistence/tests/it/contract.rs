@@ -829,3 +829,53 @@ fn a_dropped_batch_starts_no_further_read() {
         assert_eq!(dropped, [("s-b", false), ("s-c", false)], "the lane stopped after the read it held");
     });
 }
+
+/// Records how many events it had when `finish` was called, and how often it was.
+#[derive(Default)]
+struct FinishSink {
+    events: usize,
+    finished: Vec<usize>,
+}
+
+impl session_persistence::ScanSink for FinishSink {
+    fn event(&mut self, _event: Arc<SessionEvent>) -> session_persistence::Result<()> {
+        self.events += 1;
+        Ok(())
+    }
+
+    fn restart(&mut self) -> bool {
+        self.events = 0;
+        true
+    }
+
+    fn finish(&mut self) {
+        self.finished.push(self.events);
+    }
+}
+
+#[test]
+fn a_stream_finishes_its_sink_once_after_the_last_event() {
+    run(async |h| {
+        let persistence = h.open();
+        three_stored(&persistence).await;
+        drop(persistence);
+        let persistence = h.open();
+        let store = store();
+        persistence.attach(&store).unwrap();
+        let live = store.create(Some(SessionId::from("s-live")), CreateOptions { seed: None, meta: meta() }).unwrap();
+        append_turn(&live, 1);
+        for name in ["s-b", "s-live"] {
+            let id = SessionId::from(name);
+            let (sink, summary) =
+                session_persistence::inspect_into(&persistence, &id, &cancel(), FinishSink::default()).await.unwrap();
+            assert_eq!(sink.finished, [summary.n_events as usize], "{name}: once, after every event and closer");
+        }
+        let names = ["s-a", "s-b", "s-live", "s-c"];
+        let reads = names.iter().map(|name| (SessionId::from(*name), FinishSink::default())).collect();
+        let batch = session_persistence::inspect_each_into(&persistence, reads, 2, &cancel()).await;
+        for (name, read) in names.iter().zip(batch) {
+            let (sink, summary) = read.unwrap();
+            assert_eq!(sink.finished, [summary.n_events as usize], "{name} in a batch");
+        }
+    });
+}
