@@ -50,7 +50,7 @@ fn array_push(state: u64, element: u64) -> u64 {
 /// `tool/result` payloads differ only in rewritable content exactly when their hashes are equal
 /// (up to a 2^-64 collision).
 pub(crate) fn tool_result_shape_hash(data: &JsonData) -> Option<u64> {
-    if let Some(hash) = fast::shape_hash(data.as_str()) {
+    if let Some(hash) = fast::shape_hash(data.as_str(), data.masked_content()) {
         return hash;
     }
     let mut deserializer = serde_json::Deserializer::from_str(data.as_str());
@@ -61,6 +61,8 @@ pub(crate) fn tool_result_shape_hash(data: &JsonData) -> Option<u64> {
 /// escape-free strings and integer numbers; `None` leaves the payload to the `serde_json`
 /// visitors below, which define the hash.
 mod fast {
+    use std::ops::Range;
+
     use super::{ARRAY, NULL, array_push, entry_hash, hash_bytes, mix, object_hash};
     use crate::jsontext::{Walker, plain_str};
 
@@ -68,7 +70,10 @@ mod fast {
     /// own recursion limit (128). The walk recurses, so this also bounds its stack.
     const MAX_DEPTH: usize = 100;
 
-    pub(super) fn shape_hash(text: &str) -> Option<Option<u64>> {
+    ///
+    /// `masked`, when the decoder found it, is where the masked content lies in `text`: the walk
+    /// steps over it instead of scanning it again.
+    pub(super) fn shape_hash(text: &str, masked: Option<Range<usize>>) -> Option<Option<u64>> {
         if !text.starts_with('{') {
             // Not an object: no shape, whatever it is (the text is valid JSON).
             return Some(None);
@@ -79,7 +84,7 @@ mod fast {
         let mut message = None;
         while let Some(key) = walker.next_key()? {
             if key == "message" {
-                message = message_hash(&mut walker)?;
+                message = message_hash(&mut walker, masked.as_ref())?;
                 if let Some(hash) = message {
                     sum = sum.wrapping_add(entry_hash("message", hash));
                 }
@@ -99,7 +104,7 @@ mod fast {
     }
 
     /// `data.message`, as `MessageVisitor` hashes it.
-    fn message_hash(walker: &mut Walker<'_>) -> Option<Option<u64>> {
+    fn message_hash(walker: &mut Walker<'_>, masked: Option<&Range<usize>>) -> Option<Option<u64>> {
         if walker.enter_object().is_none() {
             skip_visited(walker)?;
             return Some(None);
@@ -108,7 +113,7 @@ mod fast {
         let mut first_block = 0u64;
         while let Some(key) = walker.next_key()? {
             if key == "content" {
-                first_block = content_hash(walker)?;
+                first_block = content_hash(walker, masked)?;
             } else {
                 sum = sum.wrapping_add(entry_hash(key, plain(walker, 3)?));
             }
@@ -120,7 +125,7 @@ mod fast {
 
     /// `message.content`, as `ContentVisitor` hashes it: the first block's entries without its
     /// own `content`.
-    fn content_hash(walker: &mut Walker<'_>) -> Option<u64> {
+    fn content_hash(walker: &mut Walker<'_>, masked: Option<&Range<usize>>) -> Option<u64> {
         if walker.enter_array().is_none() {
             skip_visited(walker)?;
             return Some(0);
@@ -134,7 +139,7 @@ mod fast {
             } else if walker.enter_object().is_some() {
                 while let Some(key) = walker.next_key()? {
                     if key == "content" {
-                        walker.value()?;
+                        walker.skip_known(masked)?;
                     } else {
                         first = first.wrapping_add(entry_hash(key, plain(walker, 5)?));
                     }
@@ -515,7 +520,7 @@ mod tests {
                 data = serde_json::json!({"turn": 1, "message": message, "other": data});
             }
             let text = serde_json::to_string(&data).unwrap();
-            if let Some(fast) = fast::shape_hash(&text) {
+            if let Some(fast) = fast::shape_hash(&text, None) {
                 proptest::prop_assert_eq!(fast, serde_hash(&text), "{}", text);
             }
         }
@@ -529,7 +534,7 @@ mod tests {
             let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
             let text =
                 format!(r#"{{"turn":1,"message":{{"id":"m","content":[{{"type":"tool-result"}}]}},"x":{deep}}}"#);
-            let fast = fast::shape_hash(&text);
+            let fast = fast::shape_hash(&text, None);
             assert!(fast.is_none() || fast == Some(serde_hash(&text)), "depth {depth}");
             assert_eq!(tool_result_shape_hash(&JsonData::from_text(text.clone()).unwrap()), serde_hash(&text));
         }
@@ -548,15 +553,38 @@ mod tests {
         ] {
             let raw: Box<serde_json::value::RawValue> = serde_json::from_str(text).unwrap();
             assert_eq!(tool_result_shape_hash(&JsonData::from_raw(raw)), serde_hash(text), "{text}");
-            assert_eq!(fast::shape_hash(text), None, "{text}");
+            assert_eq!(fast::shape_hash(text, None), None, "{text}");
         }
     }
 
     #[test]
     fn well_formed_results_take_the_fast_hash() {
         let text = r#"{"turn":1,"step":2,"message":{"id":"t","role":"user","source":{"kind":"tool","callId":"c"},"content":[{"type":"tool-result","toolCallId":"c","isError":false,"content":[{"type":"text","text":"x"}]}]}}"#;
-        assert_eq!(fast::shape_hash(text), Some(serde_hash(text)));
+        assert_eq!(fast::shape_hash(text, None), Some(serde_hash(text)));
         assert!(serde_hash(text).is_some());
+    }
+
+    /// A tool result decoded from a log line carries where its masked content lies, and the hash
+    /// that steps over it is the hash that scans it, whatever the content holds.
+    #[test]
+    fn a_decoded_tool_result_is_hashed_over_its_masked_content() {
+        let contents = [
+            r#"[{"type":"text","text":"x"}]"#,
+            r#"[]"#,
+            r#"[{"type":"text","text":"a \"quoted\" ] } text \\ with escapes \u00e9"}]"#,
+            r#"[{"type":"text","text":"one"},{"type":"image","data":[1,2,{"deep":[[]]}]}]"#,
+        ];
+        for content in contents {
+            let data = format!(
+                r#"{{"turn":1,"step":2,"message":{{"id":"t","role":"user","source":{{"kind":"tool","callId":"c"}},"content":[{{"type":"tool-result","toolCallId":"c","isError":false,"content":{content}}}]}}}}"#
+            );
+            let line = format!(r#"{{"type":"tool/result","seq":0,"time":1,"data":{data},"surfaceOp":"append"}}"#);
+            let event = crate::SessionEvent::from_json_line(&line).unwrap();
+            let masked = event.data.masked_content().expect("the decoder records the masked content");
+            assert_eq!(&event.data.as_str()[masked], content);
+            assert_eq!(tool_result_shape_hash(&event.data), serde_hash(&data), "{content}");
+            assert!(serde_hash(&data).is_some());
+        }
     }
 
     #[test]

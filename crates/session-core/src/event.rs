@@ -342,10 +342,13 @@ fn fast_envelope(line: &str) -> Option<SessionEvent> {
     // A message is walked with its shape check, which validates it in the same pass; any other
     // payload (or a message the walk leaves to the full rules) is validated on its own.
     let walked = crate::messages::MessageKind::of(kind).and_then(|message| {
-        crate::messages::walk_message(message, &line[data_start..]).map(|len| (data_start + len, message))
+        let (len, masked) = crate::messages::walk_message(message, &line[data_start..])?;
+        // A range that does not fit the compact offsets is simply not recorded.
+        let masked = masked.and_then(|range| Some((u32::try_from(range.start).ok()?, u32::try_from(range.end).ok()?)));
+        Some((data_start + len, crate::json::Verified { kind: message, masked }))
     });
     let (data_end, verified) = match walked {
-        Some((end, message)) => (end, Some(message)),
+        Some((end, verified)) => (end, Some(verified)),
         None => (crate::jsontext::skip_value(bytes, data_start)?, None),
     };
     cursor.idx = data_end;

@@ -135,8 +135,18 @@ pub fn as_safe_i64(value: &Value) -> Option<i64> {
 pub struct JsonData {
     text: SmolStr,
     /// Set by the log decoder when the text was checked, in the same pass that decoded it, to be
-    /// a well-formed message of this kind; the shape check then has nothing left to do.
-    verified: Option<MessageKind>,
+    /// a well-formed message; the shape check then has nothing left to do.
+    verified: Option<Verified>,
+}
+
+/// What the log decoder proved about a payload in the pass that decoded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Verified {
+    /// The payload is a well-formed message of this kind.
+    pub(crate) kind: MessageKind,
+    /// For a tool result: the byte range of `message.content[0].content` in the text, which the
+    /// surface's shape hash masks and can step over.
+    pub(crate) masked: Option<(u32, u32)>,
 }
 
 impl JsonData {
@@ -173,14 +183,26 @@ impl JsonData {
 
     /// Wraps `text` that [`crate::jsontext`] validated; decoders reach it through
     /// [`SessionEvent::from_json_line`](crate::SessionEvent::from_json_line).
-    pub(crate) fn from_scanned(text: &str, verified: Option<MessageKind>) -> JsonData {
+    pub(crate) fn from_scanned(text: &str, verified: Option<Verified>) -> JsonData {
         debug_assert!(serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok());
+        debug_assert!(
+            verified.and_then(|verified| verified.masked).is_none_or(|(start, end)| {
+                start <= end && text.get(start as usize..end as usize).is_some_and(|masked| masked.starts_with('['))
+            }),
+            "a masked range is a content array in the text"
+        );
         JsonData { text: SmolStr::new(text), verified }
     }
 
     /// The message kind this payload was verified to be well-formed for, if any.
     pub(crate) fn verified_message(&self) -> Option<MessageKind> {
-        self.verified
+        self.verified.map(|verified| verified.kind)
+    }
+
+    /// Where a verified tool result's masked content lies in the text, if the decoder found it.
+    pub(crate) fn masked_content(&self) -> Option<std::ops::Range<usize>> {
+        let (start, end) = self.verified?.masked?;
+        Some(start as usize..end as usize)
     }
 
     /// The empty object, `{}`.

@@ -267,6 +267,19 @@ impl<'a> Walker<'a> {
         self.fresh = false;
         Some(&self.text[start..self.idx])
     }
+
+    /// Steps over the value at the cursor. When `known` starts at the cursor, it is that value as
+    /// an earlier walk of this same text delimited it, and the cursor jumps to its end unscanned.
+    pub(crate) fn skip_known(&mut self, known: Option<&std::ops::Range<usize>>) -> Option<()> {
+        match known {
+            Some(known) if known.start == self.idx && known.end <= self.text.len() => {
+                self.idx = known.end;
+                self.fresh = false;
+                Some(())
+            }
+            _ => self.value().map(drop),
+        }
+    }
 }
 
 /// The contents of a compact string token without escapes (`"abc"` gives `abc`); `None` for any
@@ -283,6 +296,21 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
+
+    #[test]
+    fn a_known_value_is_stepped_over_and_any_other_range_is_scanned() {
+        let text = r#"{"a":[1,"]"],"b":2}"#;
+        let value_of_a = 5..12;
+        assert_eq!(&text[value_of_a.clone()], r#"[1,"]"]"#);
+        for known in [Some(value_of_a), Some(0..3), Some(5..999), None] {
+            let mut walker = Walker::new(text);
+            walker.enter_object().unwrap();
+            assert_eq!(walker.next_key(), Some(Some("a")));
+            walker.skip_known(known.as_ref()).unwrap();
+            assert_eq!(walker.position(), 12, "{known:?}");
+            assert_eq!(walker.next_key(), Some(Some("b")), "{known:?}");
+        }
+    }
 
     fn serde_accepts(text: &str) -> bool {
         serde_json::from_str::<IgnoredAny>(text).is_ok()

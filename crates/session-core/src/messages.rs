@@ -5,6 +5,8 @@
 //! occupies and inspected only if a rule needs it, so checking a long log costs about one scan
 //! of each message payload and allocates almost nothing.
 
+use std::ops::Range;
+
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -125,10 +127,14 @@ impl MessageKind {
 /// `data` begins) with the one-pass shape check, validating its syntax on the way. Returns where
 /// the payload ends if it is a well-formed message in compact text; `None` otherwise, and the
 /// decoder then validates the payload on its own. So a message in a log is read in one pass.
-pub(crate) fn walk_message(kind: MessageKind, text: &str) -> Option<usize> {
+///
+/// For a tool result it also returns where `message.content[0].content` lies in `text`, the
+/// content the surface's shape hash masks, so that hash can step over it instead of walking it
+/// again ([`crate::canonical::tool_result_shape_hash`]).
+pub(crate) fn walk_message(kind: MessageKind, text: &str) -> Option<(usize, Option<Range<usize>>)> {
     let mut walker = Walker::new(text);
-    fast::check(kind, &mut walker)?;
-    Some(walker.position())
+    let masked = fast::check(kind, &mut walker)?;
+    Some((walker.position(), masked))
 }
 
 /// The field-by-field shape rules, which decide and word every error.
@@ -363,6 +369,8 @@ pub fn check_legacy_shape(event: &SessionEvent) -> Result<(), String> {
 /// text outside the fast subset) makes this return `false`, and the field-by-field checks above
 /// decide and word the error. So this only ever accepts what those checks accept.
 mod fast {
+    use std::ops::Range;
+
     use super::MessageKind as Kind;
     use crate::{
         SessionEvent,
@@ -384,8 +392,8 @@ mod fast {
     }
 
     /// Walks one message payload of `kind` from the walker's position, consuming exactly the
-    /// payload when it passes.
-    pub(super) fn check(kind: Kind, walker: &mut Walker<'_>) -> Option<()> {
+    /// payload when it passes. For a tool result, returns the range of its masked content.
+    pub(super) fn check(kind: Kind, walker: &mut Walker<'_>) -> Option<Option<Range<usize>>> {
         if kind == Kind::User {
             return message(walker, kind);
         }
@@ -425,18 +433,24 @@ mod fast {
     }
 
     /// A tool result's content: exactly one `tool-result` block; returns its `toolCallId` token.
-    fn tool_result_content<'a>(walker: &mut Walker<'a>) -> Option<&'a str> {
+    /// The first (only) block of a tool result's content: its `toolCallId` token, and the range
+    /// of its own `content`.
+    fn tool_result_content<'a>(walker: &mut Walker<'a>) -> Option<(&'a str, Range<usize>)> {
         walker.enter_array()?;
         if !walker.next_element()? {
             return None;
         }
         walker.enter_object()?;
-        let (mut block_kind, mut call_id, mut content) = (None, None, None);
+        let (mut block_kind, mut call_id, mut content, mut masked) = (None, None, None, 0..0);
         while let Some(key) = walker.next_key()? {
             match key {
                 "type" => once(&mut block_kind, walker.value()?)?,
                 "toolCallId" => once(&mut call_id, walker.value()?)?,
-                "content" => once(&mut content, walker.value()?)?,
+                "content" => {
+                    let start = walker.position();
+                    once(&mut content, walker.value()?)?;
+                    masked = start..walker.position();
+                }
                 _ => {
                     walker.value()?;
                 }
@@ -447,19 +461,24 @@ mod fast {
             return None;
         }
         let valid = plain_str(block_kind?) == Some("tool-result") && content?.starts_with('[');
-        valid.then_some(call_id?)
+        valid.then_some((call_id?, masked))
     }
 
-    fn message(walker: &mut Walker<'_>, kind: Kind) -> Option<()> {
+    fn message(walker: &mut Walker<'_>, kind: Kind) -> Option<Option<Range<usize>>> {
         walker.enter_object()?;
         let (mut id, mut role, mut found_source, mut content) = (None, None, None, None);
+        let mut masked = None;
         while let Some(key) = walker.next_key()? {
             match key {
                 "id" => once(&mut id, walker.value()?)?,
                 "role" => once(&mut role, walker.value()?)?,
                 "source" => once(&mut found_source, source(walker)?)?,
                 // Only a tool result's content is read; any other content only has to be an array.
-                "content" if kind == Kind::ToolResult => once(&mut content, tool_result_content(walker)?)?,
+                "content" if kind == Kind::ToolResult => {
+                    let (call_id, range) = tool_result_content(walker)?;
+                    once(&mut content, call_id)?;
+                    masked = Some(range);
+                }
                 "content" => {
                     let token = walker.value()?;
                     once(&mut content, token)?;
@@ -491,6 +510,6 @@ mod fast {
                     && non_empty(call_id).is_some_and(|call_id| plain_str(content) == Some(call_id))
             }
         };
-        valid.then_some(())
+        valid.then_some(masked)
     }
 }
