@@ -421,6 +421,16 @@ impl JsonlStore {
         Ok(())
     }
 
+    /// The indexed log path of `id`, unchecked but for the other encoding beside it: whoever
+    /// opens it learns whether it still exists.
+    fn indexed_log(&self, id: &SessionId) -> Result<Option<PathBuf>> {
+        let Some(path) = self.index.lock().get(id).cloned() else { return Ok(None) };
+        if let Some(dir) = path.parent() {
+            self.reject_opposite(dir)?;
+        }
+        Ok(Some(path))
+    }
+
     /// Finds the one log of `id`: through the index, or by probing every project directory.
     fn find_log(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<PathBuf>> {
         let segment = encode_segment(id.as_str())?;
@@ -805,7 +815,15 @@ impl Backend for JsonlStore {
         self.check_root(cancel)?;
         let mut last_path = self.root.clone();
         for attempt in 1..=MAX_READ_ATTEMPTS {
-            let Some(path) = self.find_log(id, cancel)? else { return Ok(None) };
+            // The first attempt trusts the index without a `stat`: opening the file tells.
+            let indexed = if attempt == 1 { self.indexed_log(id)? } else { None };
+            let path = match indexed {
+                Some(path) => path,
+                None => match self.find_log(id, cancel)? {
+                    Some(path) => path,
+                    None => return Ok(None),
+                },
+            };
             last_path.clone_from(&path);
             let file = match File::open(&path) {
                 Ok(file) => file,

@@ -204,6 +204,23 @@ fn lookups_use_the_index_and_fall_back_to_a_scan() {
     assert_eq!(scan_ok(&store, "moving").1.len(), 4);
 }
 
+/// A scan trusts the index without a `stat`, so a log deleted behind the store's back is found
+/// missing by the open, and the scan then probes the directories as a fresh lookup would.
+#[test]
+fn a_scan_through_a_stale_index_probes_again() {
+    for compression in [Compression::Zstd, Compression::None] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path(), compression);
+        store.append_batch(&header("stale", Some("/a")), &arcs(&turn(0, 1)), false).unwrap();
+        assert_eq!(scan_ok(&store, "stale").1.len(), turn(0, 1).len(), "the scan indexes the log");
+        fs::remove_dir_all(dir.path().join("--a--")).unwrap();
+        assert!(scan(&store, "stale").unwrap().is_none(), "a deleted log is absent, not an error");
+        // Written again in another project directory: found by the probe.
+        store.append_batch(&header("stale", None), &arcs(&turn(0, 2)), false).unwrap();
+        assert_eq!(scan_ok(&store, "stale").1.len(), turn(0, 2).len());
+    }
+}
+
 #[test]
 fn list_caches_headers_per_file() {
     let dir = tempfile::tempdir().unwrap();
