@@ -616,6 +616,20 @@ async fn three_stored(persistence: &Coordinator) {
     }
 }
 
+/// A fresh coordinator over [`three_stored`]'s sessions, attached to a store holding the live
+/// session `s-live` with one turn. Keep the store alive while reading `s-live`.
+async fn three_stored_and_one_live(h: &Harness) -> (Coordinator, Arc<SessionStore>) {
+    let persistence = h.open();
+    three_stored(&persistence).await;
+    drop(persistence);
+    let persistence = h.open();
+    let store = store();
+    persistence.attach(&store).unwrap();
+    let live = store.create(Some(SessionId::from("s-live")), CreateOptions { seed: None, meta: meta() }).unwrap();
+    append_turn(&live, 1);
+    (persistence, store)
+}
+
 fn collect() -> Box<dyn session_persistence::StreamSink> {
     Box::new(session_persistence::CollectSink::default())
 }
@@ -628,14 +642,7 @@ fn collected(sink: Box<dyn session_persistence::StreamSink>) -> Vec<SessionEvent
 #[test]
 fn batched_streams_equal_single_streams_in_request_order() {
     run(async |h| {
-        let persistence = h.open();
-        three_stored(&persistence).await;
-        drop(persistence);
-        let persistence = h.open();
-        let store = store();
-        persistence.attach(&store).unwrap();
-        let live = store.create(Some(SessionId::from("s-live")), CreateOptions { seed: None, meta: meta() }).unwrap();
-        append_turn(&live, 1);
+        let (persistence, _store) = three_stored_and_one_live(h).await;
         let order = ["s-b", "s-missing", "s-a", "s-live", "s-c"];
         for lanes in [0, 1, 2, 16] {
             let reads = order.iter().map(|name| (SessionId::from(*name), collect())).collect();
@@ -856,14 +863,7 @@ impl session_persistence::ScanSink for FinishSink {
 #[test]
 fn a_stream_finishes_its_sink_once_after_the_last_event() {
     run(async |h| {
-        let persistence = h.open();
-        three_stored(&persistence).await;
-        drop(persistence);
-        let persistence = h.open();
-        let store = store();
-        persistence.attach(&store).unwrap();
-        let live = store.create(Some(SessionId::from("s-live")), CreateOptions { seed: None, meta: meta() }).unwrap();
-        append_turn(&live, 1);
+        let (persistence, _store) = three_stored_and_one_live(h).await;
         for name in ["s-b", "s-live"] {
             let id = SessionId::from(name);
             let (sink, summary) =
