@@ -144,6 +144,27 @@ impl fmt::Debug for JsonlStore {
     }
 }
 
+/// How long [`JsonlStore::open`] waits for a held lock. A lock is an `flock`, shared by every
+/// descriptor of its open file: it outlives its store for a moment when the process spawned a
+/// child between `fork` and `exec`, or when a writer is just closing. A real second writer still
+/// holds it after the wait.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Takes the exclusive lock on `lock`, waiting up to [`LOCK_WAIT`] for a holder to let go.
+fn take_lock(lock: &File, lock_path: &Path) -> Result<()> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match lock.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(fs::TryLockError::WouldBlock) => return Err(PersistenceError::Locked { path: lock_path.to_owned() }),
+            Err(fs::TryLockError::Error(error)) => return Err(PersistenceError::io(lock_path, error)),
+        }
+    }
+}
+
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> PersistenceError + '_ {
     move |error| PersistenceError::io(path, error)
 }
@@ -235,7 +256,8 @@ impl ScanSink for BoundSink<'_> {
 impl JsonlStore {
     /// Opens the store at `config.root` for reading and writing, creating the root (mode 0700)
     /// if it is absent, and takes the store's exclusive advisory lock for the store's lifetime.
-    /// Another process holding the lock makes this fail with [`PersistenceError::Locked`].
+    /// A lock held elsewhere is waited for up to [`LOCK_WAIT`], then the open fails with
+    /// [`PersistenceError::Locked`].
     pub fn open(config: JsonlConfig) -> Result<JsonlStore> {
         let root = std::path::absolute(&config.root).map_err(io_error(&config.root))?;
         match fs::metadata(&root) {
@@ -258,11 +280,7 @@ impl JsonlStore {
             .mode(0o600)
             .open(&lock_path)
             .map_err(io_error(&lock_path))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) => return Err(PersistenceError::Locked { path: lock_path }),
-            Err(fs::TryLockError::Error(error)) => return Err(PersistenceError::io(&lock_path, error)),
-        }
+        take_lock(&lock, &lock_path)?;
         Ok(JsonlStore::new(root, &config, Some(lock)))
     }
 
