@@ -34,14 +34,12 @@ fn parse_ack(line: &str) -> Option<Ack> {
 
 /// Runs the writer until a random moment, kills it, and returns what it acknowledged.
 fn run_and_kill(root: &Path, compression: &str, seed: u64, prng: &mut Prng) -> Vec<Ack> {
-    let spawning = crate::spawn_or_open();
     let mut child = Command::new(env!("CARGO_BIN_EXE_crash_writer"))
         .args([root.to_str().unwrap(), compression, "s-crash", &seed.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn the crash writer");
-    drop(spawning);
     let stdout = child.stdout.take().unwrap();
     let (sender, receiver) = mpsc::channel();
     let reader = std::thread::spawn(move || {
@@ -73,7 +71,6 @@ fn run_and_kill(root: &Path, compression: &str, seed: u64, prng: &mut Prng) -> V
 }
 
 fn check_store(root: &Path, compression: Compression, all_acks: &[Ack], runtime: &tokio::runtime::Runtime) -> usize {
-    let _open = crate::spawn_or_open();
     runtime.block_on(async {
         let store = JsonlStore::open(JsonlConfig { root: root.to_path_buf(), compression, pack_chunks: true })
             .expect("the store opens after a kill (the lock died with the writer)");
