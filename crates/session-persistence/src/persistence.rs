@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     backend::{Revision, ScanSink, StoredHeader},
-    error::Result,
+    error::{PersistenceError, Result},
 };
 
 /// An immutable view of one session's log.
@@ -145,25 +145,44 @@ pub async fn inspect_into<S: StreamSink>(
     sink: S,
 ) -> Result<(S, StreamSummary)> {
     let (sink, summary) = persistence.inspect_stream(id, cancel, Box::new(sink)).await?;
-    Ok((typed(sink), summary))
+    Ok((typed(sink)?, summary))
 }
 
 /// [`inspect_into`] for several sessions at once, through
 /// [`inspect_streams`](SessionPersistence::inspect_streams): each result in the order of `reads`.
+/// A persistence that breaks the contract (a result missing or extra, a sink swapped) gives the
+/// reads it broke an `InvalidInput` error; nothing is dropped silently.
 pub async fn inspect_each_into<S: StreamSink>(
     persistence: &dyn SessionPersistence,
     reads: Vec<(SessionId, S)>,
     lanes: usize,
     cancel: &CancellationToken,
 ) -> Vec<Result<(S, StreamSummary)>> {
+    let n_reads = reads.len();
     let reads = reads.into_iter().map(|(id, sink)| (id, Box::new(sink) as Box<dyn StreamSink>)).collect();
     let streamed = persistence.inspect_streams(reads, lanes, cancel).await;
-    streamed.into_iter().map(|read| read.map(|(sink, summary)| (typed(sink), summary))).collect()
+    let n_results = streamed.len();
+    let mut typed_results: Vec<Result<(S, StreamSummary)>> = streamed
+        .into_iter()
+        .take(n_reads)
+        .map(|read| read.and_then(|(sink, summary)| Ok((typed(sink)?, summary))))
+        .collect();
+    while typed_results.len() < n_reads {
+        typed_results.push(Err(PersistenceError::invalid_input(format!(
+            "the persistence returned {n_results} results for {n_reads} streamed reads"
+        ))));
+    }
+    typed_results
 }
 
-/// The concrete sink a stream was given back.
-fn typed<S: StreamSink>(sink: Box<dyn StreamSink>) -> S {
+/// The concrete sink a stream was given back. A persistence must return the very sink it was
+/// given; one that returns another breaks its contract, which is an error, not a panic.
+fn typed<S: StreamSink>(sink: Box<dyn StreamSink>) -> Result<S> {
     let sink: Box<dyn Any> = sink;
-    // Invariant: every `SessionPersistence` returns the very sink it was given, so the type is `S`.
-    *sink.downcast::<S>().expect("a stream returns the sink it was given")
+    match sink.downcast::<S>() {
+        Ok(sink) => Ok(*sink),
+        Err(_) => {
+            Err(PersistenceError::invalid_input("the persistence returned another sink than the one it was given"))
+        }
+    }
 }

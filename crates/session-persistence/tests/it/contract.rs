@@ -879,3 +879,110 @@ fn a_stream_finishes_its_sink_once_after_the_last_event() {
         }
     });
 }
+
+/// A persistence that breaks the streaming contract: it streams into a sink of its own and hands
+/// that back, and it returns one result short for a batch.
+#[derive(Debug)]
+struct Misbehaving(Coordinator);
+
+#[async_trait::async_trait]
+impl SessionPersistence for Misbehaving {
+    async fn create(&self, header: SessionHeader, cancel: &CancellationToken) -> session_persistence::Result<()> {
+        self.0.create(header, cancel).await
+    }
+
+    async fn append(
+        &self,
+        id: &SessionId,
+        events: Vec<Arc<SessionEvent>>,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<()> {
+        self.0.append(id, events, cancel).await
+    }
+
+    async fn list(&self, cancel: &CancellationToken) -> session_persistence::Result<Vec<Arc<SessionHeader>>> {
+        self.0.list(cancel).await
+    }
+
+    async fn list_snapshots(
+        &self,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<Vec<session_persistence::StoredHeader>> {
+        self.0.list_snapshots(cancel).await
+    }
+
+    async fn inspect(
+        &self,
+        id: &SessionId,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<session_persistence::Inspection> {
+        self.0.inspect(id, cancel).await
+    }
+
+    async fn inspect_stream(
+        &self,
+        id: &SessionId,
+        cancel: &CancellationToken,
+        _sink: Box<dyn session_persistence::StreamSink>,
+    ) -> session_persistence::Streamed {
+        self.0.inspect_stream(id, cancel, collect()).await
+    }
+
+    async fn inspect_streams(
+        &self,
+        mut reads: Vec<(SessionId, Box<dyn session_persistence::StreamSink>)>,
+        lanes: usize,
+        cancel: &CancellationToken,
+    ) -> Vec<session_persistence::Streamed> {
+        reads.pop();
+        self.0.inspect_streams(reads, lanes, cancel).await
+    }
+
+    async fn read_from(
+        &self,
+        id: &SessionId,
+        from_seq: u64,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<session_persistence::Inspection> {
+        self.0.read_from(id, from_seq, cancel).await
+    }
+
+    async fn load(
+        &self,
+        id: &SessionId,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<session_persistence::Inspection> {
+        self.0.load(id, cancel).await
+    }
+
+    async fn flush(&self, id: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<()> {
+        self.0.flush(id, cancel).await
+    }
+
+    fn locate(&self, header: &SessionHeader) -> Option<PathBuf> {
+        self.0.locate(header)
+    }
+}
+
+#[test]
+fn a_persistence_breaking_the_stream_contract_gives_errors_not_panics() {
+    run(async |h| {
+        let persistence = h.open();
+        three_stored(&persistence).await;
+        let misbehaving = Misbehaving(persistence);
+        let swapped =
+            session_persistence::inspect_into(&misbehaving, &SessionId::from("s-a"), &cancel(), FinishSink::default())
+                .await;
+        let Err(PersistenceError::InvalidInput { message }) = swapped else { panic!("a swapped sink is an error") };
+        assert!(message.contains("another sink"), "{message}");
+
+        let reads = ["s-a", "s-b", "s-c"].iter().map(|name| (SessionId::from(*name), FinishSink::default())).collect();
+        let batch = session_persistence::inspect_each_into(&misbehaving, reads, 2, &cancel()).await;
+        assert_eq!(batch.len(), 3, "every read has a result");
+        assert!(batch[..2].iter().all(Result::is_ok));
+        let Err(PersistenceError::InvalidInput { message }) = &batch[2] else {
+            panic!("the missing result is an error")
+        };
+        assert!(message.contains("2 results for 3 streamed reads"), "{message}");
+    });
+}
