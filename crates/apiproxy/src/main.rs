@@ -194,11 +194,24 @@ async fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Sessions { command: SessionsCommand::List { store, json } } => {
             let persistence = ops::open_read_only(&store.options())?;
-            let headers = ops::list_sessions(&*persistence).await?;
+            let listing = ops::list_sessions(&*persistence).await?;
+            let headers: Vec<_> = listing.headers.iter().map(|stored| &stored.header).collect();
             let mut out = std::io::stdout().lock();
+            // A log that cannot be listed is reported on its own line (on stderr with `--json`,
+            // whose output stays an array of headers), never dropped silently.
+            let fault_line = |fault: &session_persistence::LogFault| {
+                let path = fault.path.as_ref().map_or_else(String::new, |path| format!(" [{}]", path.display()));
+                format!("{}	unlistable{path}: {}", fault.id, fault.error)
+            };
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&headers)?)?;
+                for fault in &listing.faults {
+                    eprintln!("apiproxy: warning: {}", fault_line(fault));
+                }
             } else {
+                for fault in &listing.faults {
+                    writeln!(out, "{}", fault_line(fault))?;
+                }
                 for header in &headers {
                     let mut line = format!("{}\tcreatedAt={}", header.id, header.created_at);
                     if let Some(cwd) = &header.cwd {
@@ -270,6 +283,14 @@ fn describe_row(row: &serde_json::Value) -> String {
 
 async fn verify(options: StoreOptions, repair: bool) -> Result<ExitCode> {
     let coordinator = if repair { ops::open_writable(&options)? } else { ops::open_read_only(&options)? };
+    // A read-only verify beside a running writer cannot tell a live turn from an interrupted one.
+    let writer_active = !repair && ops::writer_active(&options)?;
+    if writer_active {
+        eprintln!(
+            "apiproxy: another process holds the store for writing; logs that end inside a turn are reported as \
+             in-use, not interrupted"
+        );
+    }
     let bar = if std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new(0);
         bar.set_style(
@@ -280,7 +301,7 @@ async fn verify(options: StoreOptions, repair: bool) -> Result<ExitCode> {
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let reports = ops::verify(&coordinator, repair, |done, total, report| {
+    let reports = ops::verify(&coordinator, ops::VerifyOptions { repair, writer_active }, |done, total, report| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
         bar.set_message(report.id.to_string());
@@ -293,6 +314,7 @@ async fn verify(options: StoreOptions, repair: bool) -> Result<ExitCode> {
     for report in &reports {
         let detail = match &report.status {
             LogStatus::Healthy | LogStatus::Torn => String::new(),
+            LogStatus::InUse => " (ends inside a turn that a running writer may hold live)".to_owned(),
             LogStatus::Interrupted { closers } => format!(" ({closers} closers needed)"),
             LogStatus::Repaired { what } => format!(" ({what})"),
             LogStatus::Corrupt { message } | LogStatus::Unsupported { message } | LogStatus::Unreadable { message } => {

@@ -6,8 +6,8 @@ use std::{path::PathBuf, sync::Arc};
 use serde_json::{Value, json};
 use session_core::{Clock, SessionHeader, SessionId, SessionStore};
 use session_persistence::{
-    Compression, Coordinator, CoordinatorConfig, Inspection, JsonlConfig, JsonlStore, PersistenceError, ScanSink,
-    SessionPersistence, inspect_into,
+    Compression, Coordinator, CoordinatorConfig, Inspection, JsonlConfig, JsonlStore, Listing, PersistenceError,
+    ScanSink, SessionPersistence, inspect_into,
 };
 use session_projection::ProjectionRegistry;
 use tokio_util::sync::CancellationToken;
@@ -52,9 +52,15 @@ pub fn open_read_only(options: &StoreOptions) -> Result<Arc<Coordinator>, ProxyE
     coordinator(JsonlStore::open_read_only(config)?)
 }
 
-/// Every stored header, sorted by id.
-pub async fn list_sessions(persistence: &dyn SessionPersistence) -> Result<Vec<Arc<SessionHeader>>, ProxyError> {
-    Ok(persistence.list(&CancellationToken::new()).await?)
+/// Every stored header, sorted by id, and every log that cannot be listed, each on its own.
+pub async fn list_sessions(persistence: &dyn SessionPersistence) -> Result<Listing, ProxyError> {
+    Ok(persistence.list_snapshots(&CancellationToken::new()).await?)
+}
+
+/// Whether a writer (a running `apiproxy serve`, say) holds the store's lock right now.
+pub fn writer_active(options: &StoreOptions) -> Result<bool, ProxyError> {
+    let config = JsonlConfig { root: options.dir.clone(), compression: options.compression, pack_chunks: true };
+    Ok(JsonlStore::open_read_only(config)?.writer_active()?)
 }
 
 /// The balanced view of one stored session (crash closers synthesized in memory).
@@ -104,6 +110,9 @@ pub enum LogStatus {
     Torn,
     /// The log ends inside a turn (a crash mid-turn); a repair appends the closers.
     Interrupted { closers: u64 },
+    /// The log ends inside a turn while a writer holds the store: the turn may be live, so it
+    /// cannot be judged interrupted. Not a defect.
+    InUse,
     /// Committed bytes are damaged; nothing can repair it automatically.
     Corrupt { message: String },
     /// Intact, but this build cannot read it (newer format, unknown event type, legacy shape).
@@ -117,16 +126,17 @@ pub enum LogStatus {
 impl LogStatus {
     /// Whether the log needs nothing.
     pub fn is_healthy(&self) -> bool {
-        matches!(self, LogStatus::Healthy | LogStatus::Repaired { .. })
+        matches!(self, LogStatus::Healthy | LogStatus::Repaired { .. } | LogStatus::InUse)
     }
 
-    /// A short label: `healthy`, `torn`, `interrupted`, `corrupt`, `unsupported`, `unreadable`,
-    /// `repaired`.
+    /// A short label: `healthy`, `torn`, `interrupted`, `in-use`, `corrupt`, `unsupported`,
+    /// `unreadable`, `repaired`.
     pub fn label(&self) -> &'static str {
         match self {
             LogStatus::Healthy => "healthy",
             LogStatus::Torn => "torn",
             LogStatus::Interrupted { .. } => "interrupted",
+            LogStatus::InUse => "in-use",
             LogStatus::Corrupt { .. } => "corrupt",
             LogStatus::Unsupported { .. } => "unsupported",
             LogStatus::Unreadable { .. } => "unreadable",
@@ -171,10 +181,21 @@ fn classify(error: PersistenceError) -> LogStatus {
     }
 }
 
+/// How `verify` runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VerifyOptions {
+    /// Commit the repairs of torn and interrupted logs.
+    pub repair: bool,
+    /// Another process holds the store for writing, so a log that ends inside a turn may be
+    /// live: it is reported as in use, not interrupted.
+    pub writer_active: bool,
+}
+
 /// Checks one log: a raw scan (structure, torn tail), then a validating streamed inspection
 /// (session rules, crash closers). With `repair`, a torn or interrupted log is loaded, which
 /// cuts the torn tail and appends the closers durably.
-pub async fn verify_log(coordinator: &Coordinator, header: &SessionHeader, repair: bool) -> LogReport {
+pub async fn verify_log(coordinator: &Coordinator, header: &SessionHeader, options: VerifyOptions) -> LogReport {
+    let repair = options.repair;
     let id = header.id.clone();
     let cancel = CancellationToken::new();
     let path = coordinator.locate(header);
@@ -202,6 +223,7 @@ pub async fn verify_log(coordinator: &Coordinator, header: &SessionHeader, repai
     };
     let status = match (torn, closers) {
         (false, 0) => return report(n_events, LogStatus::Healthy),
+        (false, _) if options.writer_active => return report(n_events, LogStatus::InUse),
         (true, _) => LogStatus::Torn,
         (false, closers) => LogStatus::Interrupted { closers },
     };
@@ -225,7 +247,7 @@ pub async fn verify_log(coordinator: &Coordinator, header: &SessionHeader, repai
 /// hiding the others.
 pub async fn verify(
     coordinator: &Coordinator,
-    repair: bool,
+    options: VerifyOptions,
     mut progress: impl FnMut(usize, usize, &LogReport),
 ) -> Result<Vec<LogReport>, ProxyError> {
     let backend = Arc::clone(coordinator.backend());
@@ -237,7 +259,7 @@ pub async fn verify(
     let mut reports = Vec::with_capacity(total);
     for (idx, entry) in survey.into_iter().enumerate() {
         let report = match entry.header {
-            Ok(stored) => verify_log(coordinator, &stored.header, repair).await,
+            Ok(stored) => verify_log(coordinator, &stored.header, options).await,
             Err(error) => LogReport { id: entry.id, path: entry.path, n_events: 0, status: classify(error) },
         };
         progress(idx + 1, total, &report);

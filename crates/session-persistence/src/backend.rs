@@ -9,7 +9,7 @@ use std::{fmt, path::PathBuf, sync::Arc};
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Result;
+use crate::error::{PersistenceError, Result};
 
 /// An opaque token that identifies exactly one stored state of a log. Compare only for equality.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -39,6 +39,55 @@ pub struct StoredHeader {
     /// The stored log's size in bytes, as stored (compressed for zstd), when the backend knows it
     /// without reading the log. Lets a caller decide whether a read is cheap.
     pub n_bytes: Option<u64>,
+}
+
+/// A log that a listing found but could not list: what its location names, where it is, and
+/// why it cannot be listed. One fault never hides another log.
+#[derive(Debug)]
+pub struct LogFault {
+    /// The id the log's location names (for JSONL, the decoded session directory name).
+    pub id: SessionId,
+    /// The log file (or the directory that holds it), for backends with files.
+    pub path: Option<PathBuf>,
+    /// The log's header, when it was read and describes this very log (as for an id stored
+    /// twice); `None` when it could not be read or names another log.
+    pub header: Option<Arc<SessionHeader>>,
+    pub error: PersistenceError,
+}
+
+impl PartialEq for LogFault {
+    /// Faults compare by what they report: the error by its message.
+    fn eq(&self, other: &LogFault) -> bool {
+        self.id == other.id
+            && self.path == other.path
+            && self.header == other.header
+            && self.error.to_string() == other.error.to_string()
+    }
+}
+
+/// What a listing found: every listable header, and every log it found but could not list.
+#[derive(Debug, Default, PartialEq)]
+pub struct Listing {
+    /// Listable headers with their revisions, sorted by id.
+    pub headers: Vec<StoredHeader>,
+    /// Logs that could not be listed, sorted by id: a damaged or unreadable header, a log that
+    /// is not a regular file, an id stored twice, a log in the other encoding. This includes
+    /// logs the reference skips silently (an empty or incomplete first line or frame, a first
+    /// line that is not a header): they stay out of `headers`, but are not lost from sight.
+    pub faults: Vec<LogFault>,
+}
+
+impl Listing {
+    /// A listing of `headers` with no faults.
+    pub fn of(headers: Vec<StoredHeader>) -> Listing {
+        Listing { headers, faults: Vec::new() }
+    }
+
+    /// Sorts both parts by id, the order every listing reports.
+    pub fn sort(&mut self) {
+        self.headers.sort_by(|a, b| a.header.id.cmp(&b.header.id));
+        self.faults.sort_by(|a, b| a.id.cmp(&b.id).then_with(|| a.path.cmp(&b.path)));
+    }
 }
 
 /// One log found by [`Backend::survey`]: where it is, and its header or why that cannot be read.
@@ -144,22 +193,32 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// as one batch. Need not be atomic: an interrupted repair is found and redone by the next scan.
     fn commit_repair(&self, header: &SessionHeader, torn: Option<&TornTail>, closers: &[SessionEvent]) -> Result<()>;
 
-    /// Every stored header with its revision. Headers are read, logs are not.
-    fn list(&self, cancel: &CancellationToken) -> Result<Vec<StoredHeader>>;
+    /// Every stored header with its revision, and every log that cannot be listed as its own
+    /// [`LogFault`]. Headers are read, logs are not. One damaged log never fails the listing:
+    /// only a fault of the store as a whole (its root unreadable) or a cancellation does.
+    fn list(&self, cancel: &CancellationToken) -> Result<Listing>;
 
     /// Every log the backend holds, each with its header or the error that keeps it from being
-    /// read. Unlike [`list`](Self::list), one damaged log does not hide the others and is not
-    /// skipped: this is what an operator's `verify` walks. The default reports `list`'s headers.
+    /// read: this is what an operator's `verify` walks. The default reports `list`'s headers
+    /// and faults, in id order.
     fn survey(&self, cancel: &CancellationToken) -> Result<Vec<SurveyEntry>> {
-        Ok(self
-            .list(cancel)?
+        let listing = self.list(cancel)?;
+        let mut entries: Vec<SurveyEntry> = listing
+            .headers
             .into_iter()
             .map(|stored| SurveyEntry {
                 id: stored.header.id.clone(),
                 path: self.locate(&stored.header),
                 header: Ok(stored),
             })
-            .collect())
+            .chain(listing.faults.into_iter().map(|fault| SurveyEntry {
+                id: fault.id,
+                path: fault.path,
+                header: Err(fault.error),
+            }))
+            .collect();
+        entries.sort_by(|a, b| a.id.cmp(&b.id).then_with(|| a.path.cmp(&b.path)));
+        Ok(entries)
     }
 
     /// Where `header`'s log lives (or would live), for messages. `None` for backends without files.

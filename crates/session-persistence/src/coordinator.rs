@@ -5,7 +5,7 @@
 //! sessions durable with write-behind batching and a flush barrier.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     fmt,
     panic::AssertUnwindSafe,
     path::PathBuf,
@@ -22,7 +22,7 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    backend::{Backend, Revision, ScanOutcome, ScanSink, StoredHeader},
+    backend::{Backend, Listing, LogFault, Revision, ScanOutcome, ScanSink},
     error::{PersistenceError, Result},
     live::LiveWriter,
     persistence::{Inspection, SessionPersistence, StreamSink, StreamSummary, Streamed},
@@ -102,7 +102,13 @@ pub(crate) struct Inner {
     states: Mutex<HashMap<SessionId, IdState>>,
     live: Mutex<HashMap<SessionId, Arc<LiveWriter>>>,
     cache: Mutex<InspectCache>,
+    /// The faults listings have already logged, so each is logged once, not on every listing.
+    reported_faults: Mutex<HashSet<String>>,
 }
+
+/// How many distinct listing faults are remembered as logged; past it, the memory starts over
+/// (and faults still present are logged again).
+const MAX_REPORTED_FAULTS: usize = 4096;
 
 impl fmt::Debug for Coordinator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -122,6 +128,7 @@ impl Coordinator {
                 states: Mutex::new(HashMap::new()),
                 live: Mutex::new(HashMap::new()),
                 cache: Mutex::new(cache),
+                reported_faults: Mutex::default(),
             }),
         })
     }
@@ -483,6 +490,32 @@ impl Inner {
         Ok(())
     }
 
+    /// Logs each listing fault as a warning the first time a listing finds it: the log is left
+    /// out of the listing, but never silently.
+    fn report_faults(&self, faults: &[LogFault]) {
+        if faults.is_empty() {
+            return;
+        }
+        let mut reported = self.reported_faults.lock();
+        for fault in faults {
+            let path = fault.path.as_ref().map(|path| path.display().to_string());
+            let key = format!("{}\0{}\0{}", fault.id, path.as_deref().unwrap_or(""), fault.error);
+            if reported.contains(&key) {
+                continue;
+            }
+            if reported.len() >= MAX_REPORTED_FAULTS {
+                reported.clear();
+            }
+            tracing::warn!(
+                session = %fault.id,
+                path = path.as_deref().unwrap_or("-"),
+                error = %fault.error,
+                "a stored log cannot be listed; it is left out of listings (run `apiproxy verify` for a report)"
+            );
+            reported.insert(key);
+        }
+    }
+
     /// Streams `id` into `sink` on a blocking thread: the body of every streamed read.
     fn stream(&self, id: &SessionId, cancel: &CancellationToken, mut sink: Box<dyn StreamSink>) -> Streamed {
         check_cancel(cancel)?;
@@ -601,16 +634,13 @@ impl SessionPersistence for Coordinator {
         result
     }
 
-    async fn list(&self, cancel: &CancellationToken) -> Result<Vec<Arc<SessionHeader>>> {
-        Ok(self.list_snapshots(cancel).await?.into_iter().map(|stored| stored.header).collect())
-    }
-
-    async fn list_snapshots(&self, cancel: &CancellationToken) -> Result<Vec<StoredHeader>> {
+    async fn list_snapshots(&self, cancel: &CancellationToken) -> Result<Listing> {
         check_cancel(cancel)?;
         let token = cancel.clone();
         let mut listed = blocking(&self.inner.backend, move |backend| backend.list(&token)).await?;
         check_cancel(cancel)?;
-        listed.sort_by(|a, b| a.header.id.cmp(&b.header.id));
+        listed.sort();
+        self.inner.report_faults(&listed.faults);
         Ok(listed)
     }
 

@@ -13,7 +13,7 @@ use session_core::{SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    backend::{Backend, Revision, ScanOutcome, ScanSink, StoredHeader, SurveyEntry, TornTail},
+    backend::{Backend, Listing, Revision, ScanOutcome, ScanSink, SurveyEntry, TornTail},
     error::{PersistenceError, Result},
 };
 
@@ -81,7 +81,7 @@ impl Backend for CountingBackend {
         self.inner.commit_repair(header, torn, closers)
     }
 
-    fn list(&self, cancel: &CancellationToken) -> Result<Vec<StoredHeader>> {
+    fn list(&self, cancel: &CancellationToken) -> Result<Listing> {
         self.inner.list(cancel)
     }
 

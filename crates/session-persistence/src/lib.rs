@@ -15,7 +15,9 @@ mod persistence;
 mod validate;
 
 pub use crate::{
-    backend::{Backend, CollectSink, Revision, ScanOutcome, ScanSink, StoredHeader, SurveyEntry, TornTail},
+    backend::{
+        Backend, CollectSink, Listing, LogFault, Revision, ScanOutcome, ScanSink, StoredHeader, SurveyEntry, TornTail,
+    },
     coordinator::{Coordinator, CoordinatorConfig},
     counting::CountingBackend,
     error::{CorruptKind, Location, PersistenceError, Result},

@@ -13,7 +13,7 @@ use session_core::{SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    backend::{Backend, Revision, ScanOutcome, ScanSink, StoredHeader, TornTail},
+    backend::{Backend, Listing, Revision, ScanOutcome, ScanSink, StoredHeader, TornTail},
     error::{PersistenceError, Result},
 };
 
@@ -125,19 +125,22 @@ impl Backend for MemoryStore {
         self.append_batch(header, &closers, true)
     }
 
-    fn list(&self, cancel: &CancellationToken) -> Result<Vec<StoredHeader>> {
+    fn list(&self, cancel: &CancellationToken) -> Result<Listing> {
         if cancel.is_cancelled() {
             return Err(PersistenceError::Cancelled);
         }
-        Ok(self
-            .logs
-            .lock()
-            .values()
-            .map(|log| StoredHeader {
-                header: log.header.clone(),
-                revision: log.revision(self.store_no),
-                n_bytes: Some(log.n_bytes),
-            })
-            .collect())
+        let mut listing = Listing::of(
+            self.logs
+                .lock()
+                .values()
+                .map(|log| StoredHeader {
+                    header: log.header.clone(),
+                    revision: log.revision(self.store_no),
+                    n_bytes: Some(log.n_bytes),
+                })
+                .collect(),
+        );
+        listing.sort();
+        Ok(listing)
     }
 }

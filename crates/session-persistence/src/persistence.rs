@@ -6,7 +6,7 @@ use session_core::{SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    backend::{Revision, ScanSink, StoredHeader},
+    backend::{Listing, Revision, ScanSink},
     error::{PersistenceError, Result},
 };
 
@@ -55,11 +55,17 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
     /// Durably appends events that continue the stored log. Resolves after they are durable.
     async fn append(&self, id: &SessionId, events: Vec<Arc<SessionEvent>>, cancel: &CancellationToken) -> Result<()>;
 
-    /// Headers of every stored session (not of sessions that were created but never written).
-    async fn list(&self, cancel: &CancellationToken) -> Result<Vec<Arc<SessionHeader>>>;
+    /// Headers of every stored session that can be listed (not of sessions that were created
+    /// but never written), sorted by id. Logs that cannot be listed are left out; see
+    /// [`list_snapshots`](Self::list_snapshots) for them.
+    async fn list(&self, cancel: &CancellationToken) -> Result<Vec<Arc<SessionHeader>>> {
+        Ok(self.list_snapshots(cancel).await?.headers.into_iter().map(|stored| stored.header).collect())
+    }
 
-    /// Headers with their revisions, without reading the logs.
-    async fn list_snapshots(&self, cancel: &CancellationToken) -> Result<Vec<StoredHeader>>;
+    /// Headers with their revisions, without reading the logs, and every stored log that cannot
+    /// be listed as its own [`LogFault`](crate::LogFault): one damaged log never fails the
+    /// listing or hides another. Only a fault of the store as a whole, or a cancellation, fails it.
+    async fn list_snapshots(&self, cancel: &CancellationToken) -> Result<Listing>;
 
     /// The balanced view of a session, without changing storage: a cold log gets its crash
     /// closers in memory; a live session gets its current snapshot.

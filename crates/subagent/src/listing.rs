@@ -43,6 +43,9 @@ pub(crate) struct Listing<'a> {
 struct Record {
     header: Arc<SessionHeader>,
     live: Option<Arc<Session>>,
+    /// The stored log was listed as a fault whose header still names it (an id stored twice):
+    /// it cannot be read, so its row is `unavailable` without a read.
+    unreadable: bool,
 }
 
 /// The merged material of one listing.
@@ -134,20 +137,30 @@ impl<'a> Listing<'a> {
             let listed = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(SubagentError::ListingCancelled),
-                listed = persistence.list(cancel) => listed,
+                listed = persistence.list_snapshots(cancel) => listed,
             };
-            let headers = match listed {
-                Ok(headers) => headers,
+            let listing = match listed {
+                Ok(listing) => listing,
                 Err(_) if cancel.is_cancelled() => return Err(SubagentError::ListingCancelled),
                 Err(error) => return Err(SubagentError::Listing(error)),
             };
             check_cancel(cancel)?;
-            for header in headers {
-                records.insert(header.id.clone(), Record { header, live: None });
+            // A log listed as a fault joins the corpus only if its header still names it; one
+            // whose header cannot be read names no parent, so no catalog can list it (the
+            // persistence logs it, and `verify` reports it).
+            for fault in listing.faults {
+                if let Some(header) = fault.header {
+                    records.insert(header.id.clone(), Record { header, live: None, unreadable: true });
+                }
+            }
+            for stored in listing.headers {
+                let header = stored.header;
+                records.insert(header.id.clone(), Record { header, live: None, unreadable: false });
             }
         }
         for session in self.sessions.list() {
-            records.insert(session.id().clone(), Record { header: Arc::clone(session.header()), live: Some(session) });
+            let header = Arc::clone(session.header());
+            records.insert(session.id().clone(), Record { header, live: Some(session), unreadable: false });
         }
         let subagent_parents = records
             .values()
@@ -173,6 +186,9 @@ impl<'a> Listing<'a> {
             let has_children = corpus.subagent_parents.contains(&record.header.id);
             match &record.live {
                 Some(session) => rows[idx] = self.resolve_live(session, has_children),
+                None if record.unreadable => {
+                    rows[idx] = Some(SubagentListEntry::diagnostic(&record.header.id, DiagnosticReason::Unavailable));
+                }
                 None => cold.push((idx, has_children)),
             }
         }

@@ -112,15 +112,17 @@ pub(super) async fn list(shared: &Shared, caller: &Caller, cancel: &Cancellation
         }
     }
     if let Some(persistence) = &shared.persistence {
-        let headers = match persistence.list_snapshots(cancel).await {
-            Ok(headers) => headers,
+        // Logs that cannot be listed are left out (the persistence logs each one): their owner
+        // is unknown, so no caller may be shown them.
+        let listing = match persistence.list_snapshots(cancel).await {
+            Ok(listing) => listing,
             Err(PersistenceError::Cancelled) => return Err(RpcError::cancelled("session list was cancelled")),
             Err(error) => {
                 tracing::error!(%error, "listing persisted sessions failed");
                 return Err(RpcError::internal("session list unavailable: the session store could not be listed"));
             }
         };
-        for stored in headers {
+        for stored in listing.headers {
             let header = &stored.header;
             if live_ids.contains(&header.id) || header.cwd.is_none() || !caller.sees(header) {
                 continue;

@@ -92,3 +92,25 @@ pub(crate) fn project_dir_name(cwd: Option<&str>) -> Result<String> {
         Some(cwd) => project_key(cwd),
     }
 }
+
+/// The id a session directory's name encodes: the inverse of [`encode_segment`]. `None` if the
+/// name is not an encoding of any id (an escape that is not `~XXXX`, or unpaired surrogates).
+pub(crate) fn decode_segment(segment: &str) -> Option<String> {
+    let mut units: Vec<u16> = Vec::with_capacity(segment.len());
+    let mut rest = segment;
+    while let Some(first) = rest.chars().next() {
+        if first == '~' {
+            let hex = rest.get(1..5)?;
+            if !hex.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+                return None;
+            }
+            units.push(u16::from_str_radix(hex, 16).ok()?);
+            rest = &rest[5..];
+        } else {
+            let unit = u16::try_from(u32::from(first)).ok().filter(|unit| is_safe(*unit))?;
+            units.push(unit);
+            rest = &rest[first.len_utf8()..];
+        }
+    }
+    String::from_utf16(&units).ok().filter(|id| !id.is_empty())
+}

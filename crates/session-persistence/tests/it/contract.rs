@@ -219,7 +219,7 @@ fn crash_recovery_of_pending_tool_calls() {
 fn lists_only_written_sessions_and_honours_cancellation() {
     run(async |h| {
         let persistence = h.open();
-        assert!(persistence.list_snapshots(&cancel()).await.unwrap().is_empty());
+        assert_eq!(persistence.list_snapshots(&cancel()).await.unwrap(), session_persistence::Listing::default());
         persistence.create(header("s-lazy"), &cancel()).await.unwrap();
         persistence.append(&SessionId::from("s-lazy"), Vec::new(), &cancel()).await.unwrap();
         persistence.create(header("s-real"), &cancel()).await.unwrap();
@@ -273,7 +273,7 @@ fn revisions_are_stable_and_change_on_append() {
         persistence.inspect(&id, &cancel()).await.unwrap();
         assert_eq!(persistence.list_snapshots(&cancel()).await.unwrap(), first);
         persistence.append(&id, one_turn(6, 2), &cancel()).await.unwrap();
-        assert_ne!(persistence.list_snapshots(&cancel()).await.unwrap()[0].revision, first[0].revision);
+        assert_ne!(persistence.list_snapshots(&cancel()).await.unwrap().headers[0].revision, first.headers[0].revision);
     });
 }
 
@@ -900,14 +900,10 @@ impl SessionPersistence for Misbehaving {
         self.0.append(id, events, cancel).await
     }
 
-    async fn list(&self, cancel: &CancellationToken) -> session_persistence::Result<Vec<Arc<SessionHeader>>> {
-        self.0.list(cancel).await
-    }
-
     async fn list_snapshots(
         &self,
         cancel: &CancellationToken,
-    ) -> session_persistence::Result<Vec<session_persistence::StoredHeader>> {
+    ) -> session_persistence::Result<session_persistence::Listing> {
         self.0.list_snapshots(cancel).await
     }
 

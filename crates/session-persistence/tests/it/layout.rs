@@ -2,10 +2,22 @@
 
 use std::{fs, io::Write};
 
-use session_persistence::{Backend, Compression, JsonlStore, PersistenceError, encode_segment, project_key};
+use session_persistence::{Backend, Compression, JsonlStore, Listing, PersistenceError, encode_segment, project_key};
 use tokio_util::sync::CancellationToken;
 
 use crate::{arcs, config, header, id, open, scan, scan_ok, turn};
+
+/// The ids `listing` lists.
+fn listed_ids(listing: &Listing) -> Vec<&str> {
+    listing.headers.iter().map(|stored| stored.header.id.as_str()).collect()
+}
+
+/// The error of the one fault `listing` reports for `id`.
+fn fault_of<'l>(listing: &'l Listing, id: &str) -> &'l PersistenceError {
+    let faults: Vec<_> = listing.faults.iter().filter(|fault| fault.id.as_str() == id).collect();
+    assert_eq!(faults.len(), 1, "one fault for {id:?} in {listing:?}");
+    &faults[0].error
+}
 
 fn check_segment(id: &str, expected: &str) {
     assert_eq!(encode_segment(id).unwrap(), expected, "{id:?}");
@@ -74,7 +86,7 @@ fn path_traversal_ids_stay_inside_the_root() {
         assert!(path.starts_with(&root), "{}", path.display());
         assert_eq!(scan_ok(&store, session).1.len(), 3);
     }
-    assert_eq!(store.list(&CancellationToken::new()).unwrap().len(), 4);
+    assert_eq!(store.list(&CancellationToken::new()).unwrap().headers.len(), 4);
 }
 
 #[test]
@@ -85,7 +97,9 @@ fn flat_layout_is_refused() {
         store.append_batch(&header("ok", Some("/p")), &arcs(&turn(0, 1)), false).unwrap();
         fs::write(dir.path().join("--p--").join(format!("old{}", compression.suffix())), b"x").unwrap();
         let fresh = open_again(dir.path(), compression);
-        let error = fresh.list(&CancellationToken::new()).unwrap_err();
+        let listing = fresh.list(&CancellationToken::new()).unwrap();
+        assert_eq!(listed_ids(&listing), ["ok"], "the other sessions of the project still list");
+        let error = fault_of(&listing, "old");
         assert!(matches!(error, PersistenceError::FormatUnsupported { .. }), "{error:?}");
         assert!(error.to_string().contains("uses the unsupported flat-file layout"), "{error}");
     }
@@ -107,7 +121,7 @@ fn opposite_encoding_is_refused() {
     fs::write(&raw_twin, b"{}\n").unwrap();
     for error in [
         scan(&store, "mixed").unwrap_err(),
-        store.list(&CancellationToken::new()).unwrap_err(),
+        store.list(&CancellationToken::new()).unwrap().faults.remove(0).error,
         store.revision(&id("mixed")).unwrap_err(),
         {
             let fresh = dir.path().join("--p--/fresh");
@@ -122,7 +136,8 @@ fn opposite_encoding_is_refused() {
         );
     }
     let raw = JsonlStore::open_read_only(config(dir.path(), Compression::None)).unwrap();
-    let error = raw.list(&CancellationToken::new()).unwrap_err();
+    let listing = raw.list(&CancellationToken::new()).unwrap();
+    let error = fault_of(&listing, "mixed");
     assert!(error.to_string().contains("uses .jsonl.zstd, but this backend is configured for compression \"none\""));
 }
 
@@ -138,8 +153,11 @@ fn duplicate_ids_across_projects_are_refused() {
     let error = scan(&fresh, "dup").unwrap_err();
     assert!(matches!(error, PersistenceError::Conflict { .. }));
     assert!(error.to_string().contains("duplicate JSONL session id \"dup\" appears in multiple project directories"));
-    let error = fresh.list(&CancellationToken::new()).unwrap_err();
-    assert!(error.to_string().contains("\"dup\""), "{error}");
+    // The copy under the other project fails its identity binding and is reported on its own.
+    let listing = fresh.list(&CancellationToken::new()).unwrap();
+    assert_eq!(listed_ids(&listing), ["dup"]);
+    let error = fault_of(&listing, "dup");
+    assert!(error.to_string().contains("header id \"dup\" and cwd identify"), "{error}");
 }
 
 #[test]
@@ -154,7 +172,9 @@ fn identity_binding() {
     let error = scan(&store, "alias").unwrap_err();
     assert!(matches!(error, PersistenceError::Corrupt { kind: session_persistence::CorruptKind::Identity, .. }));
     assert!(error.to_string().contains("requested id \"alias\" does not match header id \"real\""), "{error}");
-    let error = open_again(dir.path(), Compression::None).list(&CancellationToken::new()).unwrap_err();
+    let listing = open_again(dir.path(), Compression::None).list(&CancellationToken::new()).unwrap();
+    assert_eq!(listed_ids(&listing), ["real"]);
+    let error = fault_of(&listing, "alias");
     assert!(error.to_string().contains("header id \"real\" and cwd identify"), "{error}");
     fs::remove_dir_all(&moved).unwrap();
 
@@ -175,7 +195,7 @@ fn missing_and_unusable_roots() {
     let dir = tempfile::tempdir().unwrap();
     let absent = dir.path().join("absent");
     let read_only = JsonlStore::open_read_only(config(&absent, Compression::Zstd)).unwrap();
-    assert!(read_only.list(&CancellationToken::new()).unwrap().is_empty());
+    assert_eq!(read_only.list(&CancellationToken::new()).unwrap(), session_persistence::Listing::default());
     assert!(scan(&read_only, "x").unwrap().is_none());
     assert_eq!(read_only.revision(&id("x")).unwrap(), None);
     let error = read_only.append_batch(&header("x", None), &arcs(&turn(0, 1)), false).unwrap_err();
@@ -229,14 +249,14 @@ fn list_caches_headers_per_file() {
         store.append_batch(&header(session, Some("/p")), &arcs(&turn(0, 1)), false).unwrap();
     }
     let cancel = CancellationToken::new();
-    let first = store.list(&cancel).unwrap();
+    let first = store.list(&cancel).unwrap().headers;
     assert_eq!(first.iter().map(|stored| stored.header.id.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
     let stats = store.header_cache_stats();
     assert_eq!((stats.hits, stats.misses, stats.entries), (0, 3, 3));
 
     // Appends change revisions but not headers: the second listing reads no header.
     store.append_batch(&header("b", Some("/p")), &arcs(&turn(3, 1)), true).unwrap();
-    let second = store.list(&cancel).unwrap();
+    let second = store.list(&cancel).unwrap().headers;
     let stats = store.header_cache_stats();
     assert_eq!((stats.hits, stats.misses), (3, 3));
     assert_eq!(second[0], first[0]);
@@ -249,7 +269,7 @@ fn list_caches_headers_per_file() {
     fs::remove_file(&path_c).unwrap();
     fs::write(&path_c, &bytes).unwrap();
     fs::remove_dir_all(dir.path().join("--p--/a")).unwrap();
-    let third = store.list(&cancel).unwrap();
+    let third = store.list(&cancel).unwrap().headers;
     assert_eq!(third.len(), 2);
     let stats = store.header_cache_stats();
     assert_eq!((stats.hits, stats.misses, stats.entries), (4, 4, 2));
@@ -329,10 +349,18 @@ fn list_skips_junk_and_lists_foreign_versions() {
         .unwrap()
         .write_all(b"\n")
         .unwrap();
-    let listed = store.list(&CancellationToken::new()).unwrap();
+    let listing = store.list(&CancellationToken::new()).unwrap();
     let ids: Vec<(&str, u32)> =
-        listed.iter().map(|stored| (stored.header.id.as_str(), stored.header.version)).collect();
+        listing.headers.iter().map(|stored| (stored.header.id.as_str(), stored.header.version)).collect();
     assert_eq!(ids, [("future", 2), ("good", 0)]);
+    // What the reference skips is not listed, but each is reported as its own fault; a session
+    // directory without a log is nothing.
+    let faulty: Vec<&str> = listing.faults.iter().map(|fault| fault.id.as_str()).collect();
+    assert_eq!(faulty, ["empty", "not-header", "not-json", "partial"]);
+    for fault in &listing.faults {
+        assert!(matches!(fault.error, PersistenceError::Corrupt { .. }), "{fault:?}");
+        assert!(fault.header.is_none());
+    }
     let error = scan(&store, "future").unwrap_err();
     assert!(matches!(error, PersistenceError::FormatUnsupported { .. }));
     assert!(error.to_string().contains("uses log format v2") && error.to_string().contains("(raw log: "), "{error}");
@@ -342,6 +370,8 @@ fn list_skips_junk_and_lists_foreign_versions() {
         br#"{"type":"session","version":0,"id":"retired","createdAt":1,"delegationDepth":0,"approvalPolicy":"x"}
 "#,
     );
-    let error = store.list(&CancellationToken::new()).unwrap_err();
+    let listing = store.list(&CancellationToken::new()).unwrap();
+    assert_eq!(listed_ids(&listing), ["future", "good"]);
+    let error = fault_of(&listing, "retired");
     assert!(error.to_string().contains("retired policy baseline fields"), "{error}");
 }

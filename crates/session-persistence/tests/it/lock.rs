@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use session_persistence::{Compression, JsonlStore, PersistenceError};
+use session_persistence::{Backend, Compression, JsonlStore, PersistenceError};
 
 use crate::{config, open};
 
@@ -14,7 +14,10 @@ fn a_second_writer_in_this_process_is_refused() {
     let first = open(dir.path(), Compression::Zstd);
     // `flock` locks belong to an open file description, so a second open conflicts even here.
     let error = JsonlStore::open(config(dir.path(), Compression::Zstd)).unwrap_err();
-    assert!(matches!(&error, PersistenceError::Locked { path } if path.ends_with(".lock")), "{error:?}");
+    assert!(
+        matches!(&error, PersistenceError::Locked { path } if path == &std::path::absolute(dir.path()).unwrap()),
+        "{error:?}"
+    );
     assert!(error.to_string().contains("is locked by another process"));
     // Readers take no lock.
     JsonlStore::open_read_only(config(dir.path(), Compression::Zstd)).unwrap();
@@ -73,4 +76,53 @@ fn a_second_writer_process_is_refused() {
     assert_eq!(probe(dir.path()), "locked");
     drop(store);
     assert_eq!(probe(dir.path()), "opened");
+}
+
+/// The lock is on the store directory itself: deleting (or replacing) `.lock` while a writer runs
+/// does not let a second writer in, in this process or another.
+#[test]
+fn deleting_the_lock_file_does_not_admit_a_second_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), Compression::Zstd);
+    let lock_file = dir.path().join(".lock");
+    assert!(lock_file.is_file(), "the lock file of earlier builds is still created");
+    std::fs::remove_file(&lock_file).unwrap();
+    let error = JsonlStore::open(config(dir.path(), Compression::Zstd)).unwrap_err();
+    assert!(matches!(error, PersistenceError::Locked { .. }), "{error:?}");
+    assert_eq!(probe(dir.path()), "locked");
+    // A new `.lock` (as a second writer of an earlier build would make) changes nothing either.
+    std::fs::write(&lock_file, b"").unwrap();
+    assert_eq!(probe(dir.path()), "locked");
+    assert!(!store.is_read_only());
+    drop(store);
+    assert_eq!(probe(dir.path()), "opened");
+}
+
+/// A writer whose root directory was replaced under it refuses to write into the new one.
+#[test]
+fn a_writer_whose_root_was_replaced_refuses_to_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    let store = open(&root, Compression::None);
+    std::fs::rename(&root, dir.path().join("moved")).unwrap();
+    std::fs::create_dir(&root).unwrap();
+    let header = crate::header("s", Some("/p"));
+    let error = store.append_batch(&header, &crate::arcs(&crate::turn(0, 1)), false).unwrap_err();
+    assert!(error.to_string().contains("the store directory was replaced"), "{error}");
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0, "nothing was written into the new directory");
+}
+
+/// A read-only handle can tell that a writer holds the store.
+#[test]
+fn a_reader_sees_whether_a_writer_is_active() {
+    let dir = tempfile::tempdir().unwrap();
+    let reader = JsonlStore::open_read_only(config(dir.path(), Compression::Zstd)).unwrap();
+    assert!(!reader.writer_active().unwrap());
+    let writer = open(dir.path(), Compression::Zstd);
+    assert!(reader.writer_active().unwrap());
+    assert!(!writer.writer_active().unwrap(), "a writer does not count itself");
+    drop(writer);
+    assert!(!reader.writer_active().unwrap());
+    let absent = JsonlStore::open_read_only(config(&dir.path().join("absent"), Compression::Zstd)).unwrap();
+    assert!(!absent.writer_active().unwrap());
 }

@@ -251,7 +251,7 @@ proptest! {
         let (outcome, events) = scan_ok(&store, "prop");
         prop_assert_eq!(outcome.torn, None);
         prop_assert_eq!(events, written);
-        let listed = store.list(&CancellationToken::new()).unwrap();
+        let listed = store.list(&CancellationToken::new()).unwrap().headers;
         prop_assert_eq!(listed.len(), 1);
         prop_assert_eq!(&*listed[0].header, &header);
     }

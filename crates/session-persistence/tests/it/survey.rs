@@ -16,13 +16,14 @@ fn a_damaged_header_is_reported_without_hiding_the_other_logs() {
         fs::create_dir_all(project.join("s-junk")).unwrap();
         fs::write(project.join("s-junk").join(compression.file_name()), b"not a header\n{}\n").unwrap();
         let store = open(&root, compression);
-        // `list` keeps the reference's behaviour: a raw junk header is skipped, a zstd one that
-        // is not a frame at all fails the whole listing.
-        match (compression, store.list(&CancellationToken::new())) {
-            (Compression::None, Ok(listed)) => assert_eq!(listed.len(), 6),
-            (Compression::Zstd, Err(PersistenceError::Corrupt { .. })) => {}
-            (_, other) => panic!("{compression:?}: {other:?}"),
-        }
+        // `list` lists the healthy logs and reports the junk one as its own fault: a raw junk
+        // header (which the reference skips) and a zstd one that is not a frame at all (which
+        // fails the reference's whole listing) alike.
+        let listing = store.list(&CancellationToken::new()).unwrap();
+        assert_eq!(listing.headers.len(), 6, "{compression:?}");
+        assert_eq!(listing.faults.len(), 1, "{compression:?}");
+        assert_eq!(listing.faults[0].id.as_str(), "s-junk");
+        assert!(matches!(listing.faults[0].error, PersistenceError::Corrupt { .. }), "{:?}", listing.faults[0]);
 
         let survey = store.survey(&CancellationToken::new()).unwrap();
         assert_eq!(survey.len(), 7, "{compression:?}: survey reports every log");
@@ -56,6 +57,7 @@ fn hidden_directories_of_the_root_are_not_projects() {
     fs::create_dir_all(hidden.join("s-x")).unwrap();
     fs::write(hidden.join("s-x").join(Compression::Zstd.file_name()), b"junk").unwrap();
     let store = open(&root, Compression::Zstd);
-    assert_eq!(store.list(&CancellationToken::new()).unwrap().len(), 6);
+    assert_eq!(store.list(&CancellationToken::new()).unwrap(), store.list(&CancellationToken::new()).unwrap());
+    assert_eq!(store.list(&CancellationToken::new()).unwrap().headers.len(), 6);
     assert_eq!(store.survey(&CancellationToken::new()).unwrap().len(), 6);
 }

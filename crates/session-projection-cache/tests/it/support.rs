@@ -17,8 +17,8 @@ use session_core::{
     CreateOptions, HeaderMeta, JsonData, ManualClock, Session, SessionEvent, SessionHeader, SessionId, SessionStore,
 };
 use session_persistence::{
-    Coordinator, CoordinatorConfig, Inspection, KnownTypes, MemoryStore, PersistenceError, SessionPersistence,
-    StoredHeader, StreamSink, StreamSummary,
+    Coordinator, CoordinatorConfig, Inspection, KnownTypes, Listing, MemoryStore, PersistenceError, SessionPersistence,
+    StreamSink, StreamSummary,
 };
 use session_projection::{
     CheckpointRows, ClientView, ProjectionRegistry, ProjectionUnit, Registration, StoreAttachment, UnitError,
@@ -376,11 +376,7 @@ impl SessionPersistence for Counting {
         self.inner.append(id, events, cancel).await
     }
 
-    async fn list(&self, cancel: &CancellationToken) -> session_persistence::Result<Vec<Arc<SessionHeader>>> {
-        self.inner.list(cancel).await
-    }
-
-    async fn list_snapshots(&self, cancel: &CancellationToken) -> session_persistence::Result<Vec<StoredHeader>> {
+    async fn list_snapshots(&self, cancel: &CancellationToken) -> session_persistence::Result<Listing> {
         self.inner.list_snapshots(cancel).await
     }
 

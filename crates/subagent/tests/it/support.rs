@@ -21,8 +21,8 @@ use session_core::{
     SessionStore, SurfaceIntent, SurfaceOp, is_surface_eligible,
 };
 use session_persistence::{
-    Compression, Coordinator, CoordinatorConfig, Inspection, JsonlConfig, JsonlStore, PersistenceError,
-    SessionPersistence, StoredHeader, StreamSink, StreamSummary, Streamed,
+    Compression, Coordinator, CoordinatorConfig, Inspection, JsonlConfig, JsonlStore, Listing, PersistenceError,
+    SessionPersistence, StreamSink, StreamSummary, Streamed,
 };
 use session_projection::{ClientView, ProjectionRegistry, ProjectionUnit, Snapshot, StoreAttachment, UnitError};
 use session_projection_cache::{CacheAttachment, CacheConfig, MemoryCheckpointStore, ProjectionCache};
@@ -615,26 +615,22 @@ impl SessionPersistence for Counting {
         self.inner.append(id, events, cancel).await
     }
 
-    async fn list(&self, cancel: &CancellationToken) -> session_persistence::Result<Vec<Arc<SessionHeader>>> {
+    async fn list_snapshots(&self, cancel: &CancellationToken) -> session_persistence::Result<Listing> {
         self.lists.fetch_add(1, Ordering::SeqCst);
         self.entered.notify_waiters();
         let fault = self.list_fault.lock().clone();
         match fault {
-            ListFault::None => self.inner.list(cancel).await,
+            ListFault::None => self.inner.list_snapshots(cancel).await,
             ListFault::Fail(message) => Err(injected(message)),
             ListFault::CancelThenOk(token) => {
                 token.cancel();
-                self.inner.list(cancel).await
+                self.inner.list_snapshots(cancel).await
             }
             ListFault::PendUntilCancelled => {
                 cancel.cancelled().await;
                 Err(PersistenceError::Cancelled)
             }
         }
-    }
-
-    async fn list_snapshots(&self, cancel: &CancellationToken) -> session_persistence::Result<Vec<StoredHeader>> {
-        self.inner.list_snapshots(cancel).await
     }
 
     async fn inspect(&self, id: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<Inspection> {

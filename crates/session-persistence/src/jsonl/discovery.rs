@@ -1,0 +1,318 @@
+//! Finding logs: the project and session directories of the root, one id's log, the binding of
+//! a log to the path its header names, and the listing walk, which reports every log it cannot
+//! list as that log's own fault and goes on with the others.
+
+use std::{
+    collections::HashMap,
+    fs, io,
+    path::{Path, PathBuf},
+    sync::Arc,
+    sync::atomic::Ordering,
+};
+
+use session_core::{SessionHeader, SessionId};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    JsonlStore,
+    files::{exists, io_error, same_file},
+    header_cache::Listed,
+    layout::{decode_segment, encode_segment},
+};
+use crate::{
+    backend::{Listing, LogFault},
+    error::{CorruptKind, Location, PersistenceError, Result},
+    format::Compression,
+};
+
+/// One entry of a project directory.
+enum ProjectEntry {
+    /// A session directory (or a symlink to one).
+    Session(PathBuf),
+    /// Anything else where a session directory belongs, with why it is not one.
+    Foreign(PathBuf, PersistenceError),
+}
+
+pub(super) fn check_cancel(cancel: &CancellationToken) -> Result<()> {
+    if cancel.is_cancelled() { Err(PersistenceError::Cancelled) } else { Ok(()) }
+}
+
+impl JsonlStore {
+    /// The project directories of the root. Hidden directories (a leading `.`) are not projects:
+    /// project keys never start with a dot, so a host may keep its own data there (the gateway
+    /// keeps its projection checkpoints in `.projection-cache`). Symlinks are not followed. An
+    /// unreadable root fails: that is a fault of the whole store.
+    pub(super) fn project_dirs(&self) -> Result<Vec<PathBuf>> {
+        let mut dirs = super::files::subdirectories(&self.root)?;
+        dirs.retain(|dir| !dir.file_name().is_some_and(|name| name.to_string_lossy().starts_with('.')));
+        Ok(dirs)
+    }
+
+    /// The entries of a project directory, sorted: session directories, and everything else
+    /// that is not one (a transcript file of the retired flat layout, a file or FIFO in a session
+    /// directory's place, a dangling or looping symlink). Hidden non-directories are ignored.
+    fn project_entries(&self, project: &Path) -> Result<Vec<ProjectEntry>> {
+        let entries = match fs::read_dir(project) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => return Err(PersistenceError::io(project, error)),
+        };
+        let mut found = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io_error(project))?;
+            let path = entry.path();
+            let file_type = entry.file_type().map_err(io_error(&path))?;
+            if file_type.is_dir() {
+                found.push(ProjectEntry::Session(path));
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if file_type.is_symlink() {
+                match fs::metadata(&path) {
+                    Ok(metadata) if metadata.is_dir() => found.push(ProjectEntry::Session(path)),
+                    Ok(_) => {
+                        found.push(ProjectEntry::Foreign(path.clone(), not_a_session_dir(&path, "a symlink to a file")))
+                    }
+                    Err(error) => found.push(ProjectEntry::Foreign(path.clone(), PersistenceError::io(&path, error))),
+                }
+                continue;
+            }
+            if file_type.is_file() && (name.ends_with(".jsonl") || name.ends_with(".jsonl.zstd")) {
+                found.push(ProjectEntry::Foreign(path.clone(), flat_layout(&path)));
+            } else if !name.starts_with('.') {
+                let what = if file_type.is_file() { "a file" } else { "a special file" };
+                found.push(ProjectEntry::Foreign(path.clone(), not_a_session_dir(&path, what)));
+            }
+        }
+        found.sort_by(|a, b| entry_path(a).cmp(entry_path(b)));
+        Ok(found)
+    }
+
+    pub(super) fn reject_opposite(&self, session_dir: &Path) -> Result<()> {
+        let opposite = session_dir.join(self.compression.opposite().file_name());
+        if exists(&opposite)? {
+            return Err(self.encoding_mismatch(&opposite));
+        }
+        Ok(())
+    }
+
+    fn encoding_mismatch(&self, path: &Path) -> PersistenceError {
+        PersistenceError::FormatUnsupported {
+            id: artifact_id(path),
+            message: format!(
+                "session artifact {:?} uses {}, but this backend is configured for compression {:?}; use a separate \
+                 root or select the matching compression mode",
+                path.display().to_string(),
+                self.compression.opposite().suffix(),
+                self.compression.as_str(),
+            ),
+            location: Some(Location::file(path)),
+        }
+    }
+
+    /// The indexed log path of `id`, unchecked but for the other encoding beside it: whoever
+    /// opens it learns whether it still exists.
+    pub(super) fn indexed_log(&self, id: &SessionId) -> Result<Option<PathBuf>> {
+        let Some(path) = self.index.lock().get(id).cloned() else { return Ok(None) };
+        if let Some(dir) = path.parent() {
+            self.reject_opposite(dir)?;
+        }
+        Ok(Some(path))
+    }
+
+    /// Finds the one log of `id`: through the index, or by probing every project directory.
+    /// Only `id`'s own session directories are looked at, so damage elsewhere in the store
+    /// never keeps this id from being found.
+    pub(super) fn find_log(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<PathBuf>> {
+        let segment = encode_segment(id.as_str())?;
+        let indexed = self.index.lock().get(id).cloned();
+        if let Some(path) = indexed {
+            if let Some(dir) = path.parent() {
+                self.reject_opposite(dir)?;
+            }
+            if exists(&path)? {
+                return Ok(Some(path));
+            }
+            self.index.lock().remove(id);
+        }
+        let mut matches = Vec::new();
+        for project in self.project_dirs()? {
+            check_cancel(cancel)?;
+            for compression in [Compression::Zstd, Compression::None] {
+                let flat = project.join(format!("{segment}{}", compression.suffix()));
+                if exists(&flat)? {
+                    return Err(flat_layout(&flat));
+                }
+            }
+            let dir = project.join(&segment);
+            self.reject_opposite(&dir)?;
+            let path = dir.join(self.compression.file_name());
+            if exists(&path)? {
+                matches.push(path);
+            }
+        }
+        if matches.len() > 1 {
+            return Err(duplicate(id));
+        }
+        let found = matches.pop();
+        if let Some(path) = &found {
+            self.index.lock().insert(id.clone(), path.clone());
+        }
+        Ok(found)
+    }
+
+    /// Identity binding: the header names the requested id, and its id and cwd name this file.
+    pub(super) fn check_identity(
+        &self,
+        path: &Path,
+        header: &SessionHeader,
+        expected: Option<&SessionId>,
+    ) -> Result<()> {
+        let corrupt = |message: String| PersistenceError::corrupt(CorruptKind::Identity, Location::file(path), message);
+        if let Some(expected) = expected
+            && *expected != header.id
+        {
+            return Err(corrupt(format!(
+                "corrupt session log \"{}\": requested id \"{expected}\" does not match header id \"{}\"",
+                path.display(),
+                header.id
+            )));
+        }
+        let Ok(expected_path) = self.log_path(header) else {
+            return Err(corrupt(format!(
+                "corrupt session log \"{}\": header id cannot name a storage path",
+                path.display()
+            )));
+        };
+        if path != expected_path && !same_file(path, &expected_path)? {
+            return Err(corrupt(format!(
+                "corrupt session log \"{}\": header id \"{}\" and cwd identify \"{}\"",
+                path.display(),
+                header.id,
+                expected_path.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Every log of the store: listable headers, and every log that cannot be listed as its own
+    /// fault. Only an unreadable root or a cancellation fails the walk.
+    pub(super) fn walk(&self, cancel: &CancellationToken) -> Result<Listing> {
+        check_cancel(cancel)?;
+        let listing = self.listings.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut found = Listing::default();
+        let mut headers: Vec<(PathBuf, crate::backend::StoredHeader)> = Vec::new();
+        let fault = |path: PathBuf, error: PersistenceError| LogFault {
+            id: artifact_id(&path),
+            path: Some(path),
+            header: None,
+            error,
+        };
+        for project in self.project_dirs()? {
+            check_cancel(cancel)?;
+            let entries = match self.project_entries(&project) {
+                Ok(entries) => entries,
+                Err(error) => {
+                    found.faults.push(fault(project, error));
+                    continue;
+                }
+            };
+            for entry in entries {
+                check_cancel(cancel)?;
+                let dir = match entry {
+                    ProjectEntry::Session(dir) => dir,
+                    ProjectEntry::Foreign(path, error) => {
+                        found.faults.push(fault(path, error));
+                        continue;
+                    }
+                };
+                let path = dir.join(self.compression.file_name());
+                match self.listed_header(&path, cancel, listing) {
+                    Ok(Listed::Header(stored)) => headers.push((path, stored)),
+                    Ok(Listed::Absent) => {}
+                    Ok(Listed::Skipped) => {
+                        let error = PersistenceError::corrupt(
+                            CorruptKind::Header,
+                            Location::file(&path),
+                            "corrupt session log: the first line is missing or is not a session header",
+                        );
+                        found.faults.push(fault(path, error));
+                    }
+                    Err(PersistenceError::Cancelled) => return Err(PersistenceError::Cancelled),
+                    Err(error) => found.faults.push(fault(path, error)),
+                }
+            }
+        }
+        check_cancel(cancel)?;
+        self.headers.lock().retain(|_, cached| cached.listing == listing);
+        separate_duplicates(&mut found, headers);
+        found.sort();
+        Ok(found)
+    }
+}
+
+/// Lists `headers`, except those whose id is found more than once: each copy of such an id is
+/// reported as a fault, with its header, and none is listed.
+fn separate_duplicates(found: &mut Listing, headers: Vec<(PathBuf, crate::backend::StoredHeader)>) {
+    let mut counts: HashMap<SessionId, usize> = HashMap::new();
+    for (_, stored) in &headers {
+        *counts.entry(stored.header.id.clone()).or_default() += 1;
+    }
+    for (path, stored) in headers {
+        if counts[&stored.header.id] == 1 {
+            found.headers.push(stored);
+            continue;
+        }
+        found.faults.push(LogFault {
+            id: stored.header.id.clone(),
+            path: Some(path),
+            error: duplicate(&stored.header.id),
+            header: Some(Arc::clone(&stored.header)),
+        });
+    }
+}
+
+fn entry_path(entry: &ProjectEntry) -> &Path {
+    match entry {
+        ProjectEntry::Session(path) | ProjectEntry::Foreign(path, _) => path,
+    }
+}
+
+fn not_a_session_dir(path: &Path, what: &str) -> PersistenceError {
+    PersistenceError::io(
+        path,
+        io::Error::new(io::ErrorKind::InvalidInput, format!("{what} stands where a session directory belongs")),
+    )
+}
+
+/// The id a refused artifact stands for: its session directory's (or flat file's) name,
+/// decoded when it is an encoded id.
+pub(super) fn artifact_id(path: &Path) -> SessionId {
+    let name = if path.file_name().is_some_and(|name| name.to_string_lossy().starts_with("session.")) {
+        path.parent().and_then(Path::file_name)
+    } else {
+        path.file_name()
+    };
+    let name = name.map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = name.strip_suffix(".jsonl.zstd").or_else(|| name.strip_suffix(".jsonl")).unwrap_or(&name);
+    SessionId::from(decode_segment(stem).unwrap_or_else(|| stem.to_owned()).as_str())
+}
+
+fn flat_layout(path: &Path) -> PersistenceError {
+    PersistenceError::FormatUnsupported {
+        id: artifact_id(path),
+        message: format!(
+            "session artifact {:?} uses the unsupported flat-file layout; use a separate root or move it into a \
+             project/session directory before loading",
+            path.display().to_string()
+        ),
+        location: Some(Location::file(path)),
+    }
+}
+
+fn duplicate(id: &SessionId) -> PersistenceError {
+    PersistenceError::Conflict {
+        id: id.clone(),
+        message: format!("duplicate JSONL session id \"{id}\" appears in multiple project directories"),
+    }
+}

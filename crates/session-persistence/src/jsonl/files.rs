@@ -1,0 +1,185 @@
+//! File-system primitives of the JSONL store: opening only regular files (never blocking on a
+//! FIFO or a device), existence checks that surface every error but `NotFound`, directory
+//! creation and fsync, positioned reads bounded to a length, and revision tokens.
+
+use std::{
+    fs::{self, DirBuilder, File, Metadata, OpenOptions},
+    io,
+    os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt},
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicU64, Ordering},
+    time::SystemTime,
+};
+
+use crate::{
+    backend::Revision,
+    error::{PersistenceError, Result},
+    format::ByteSource,
+};
+
+pub(super) fn io_error(path: &Path) -> impl FnOnce(io::Error) -> PersistenceError + '_ {
+    move |error| PersistenceError::io(path, error)
+}
+
+/// Whether `path` exists. Only `NotFound` means absent; every other failure (a symlink loop,
+/// a denied search permission) is surfaced.
+pub(super) fn exists(path: &Path) -> Result<bool> {
+    match fs::metadata(path) {
+        Ok(_) => Ok(true),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(error) => Err(PersistenceError::io(path, error)),
+    }
+}
+
+/// What kind of file `metadata` describes, for messages.
+fn kind_of(metadata: &Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let file_type = metadata.file_type();
+    if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_block_device() || file_type.is_char_device() {
+        "a device"
+    } else if file_type.is_symlink() {
+        "a symlink"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// The error for a log path that holds something other than a regular file.
+pub(super) fn not_regular(path: &Path, metadata: &Metadata) -> PersistenceError {
+    PersistenceError::io(
+        path,
+        io::Error::new(io::ErrorKind::InvalidInput, format!("the log is {}, not a regular file", kind_of(metadata))),
+    )
+}
+
+/// Opens the regular file at `path` with `options`. The open itself never blocks: it is made
+/// with `O_NONBLOCK`, so a FIFO or a device put in a log's place cannot hang the caller, and
+/// the opened file's type is checked before it is used (a file swapped in between the two is
+/// caught, since the check is on the open descriptor). `O_NONBLOCK` does nothing to regular
+/// files. `Ok(None)` if nothing is there.
+pub(super) fn open_regular(path: &Path, options: &mut OpenOptions) -> Result<Option<(File, Metadata)>> {
+    let file = match options.custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(PersistenceError::io(path, error)),
+    };
+    let metadata = file.metadata().map_err(io_error(path))?;
+    if !metadata.is_file() {
+        return Err(not_regular(path, &metadata));
+    }
+    Ok(Some((file, metadata)))
+}
+
+/// Opens the regular file at `path` for reading; see [`open_regular`].
+pub(super) fn open_for_reading(path: &Path) -> Result<Option<(File, Metadata)>> {
+    open_regular(path, OpenOptions::new().read(true))
+}
+
+/// The metadata of the log at `path`, following symlinks: `Ok(None)` if nothing is there, an
+/// error if something other than a regular file is.
+pub(super) fn log_metadata(path: &Path) -> Result<Option<Metadata>> {
+    match fs::metadata(path) {
+        Ok(metadata) if metadata.is_file() => Ok(Some(metadata)),
+        Ok(metadata) => Err(not_regular(path, &metadata)),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(PersistenceError::io(path, error)),
+    }
+}
+
+pub(super) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|dir| dir.sync_all()).map_err(io_error(dir))
+}
+
+/// Creates `dir` (mode 0700) if needed and fsyncs its parent so the entry is durable.
+pub(super) fn ensure_dir(dir: &Path) -> Result<()> {
+    match DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+        Err(error) => return Err(PersistenceError::io(dir, error)),
+    }
+    match dir.parent() {
+        Some(parent) => sync_dir(parent),
+        None => Ok(()),
+    }
+}
+
+/// Whether two spellings name one file (case aliases, symlinked project directories).
+pub(super) fn same_file(a: &Path, b: &Path) -> Result<bool> {
+    let canonical = |path: &Path| match fs::canonicalize(path) {
+        Ok(path) => Ok(Some(path)),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(PersistenceError::io(path, error)),
+    };
+    Ok(match (canonical(a)?, canonical(b)?) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    })
+}
+
+/// `"<dev>:<ino>:<size>:<mtimeNs>:<ctimeNs>"`, the reference's revision token.
+pub(super) fn revision_of(metadata: &Metadata) -> Revision {
+    let nanos = |secs: i64, nsecs: i64| i128::from(secs) * 1_000_000_000 + i128::from(nsecs);
+    Revision::new(format!(
+        "{}:{}:{}:{}:{}",
+        metadata.dev(),
+        metadata.ino(),
+        metadata.size(),
+        nanos(metadata.mtime(), metadata.mtime_nsec()),
+        nanos(metadata.ctime(), metadata.ctime_nsec()),
+    ))
+}
+
+pub(super) fn random_suffix() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |since| since.as_nanos()));
+    hasher.write_u32(std::process::id());
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    format!("{:012x}", hasher.finish() & 0xFFFF_FFFF_FFFF)
+}
+
+/// The directories directly under `dir`, sorted; symlinks and files are skipped.
+pub(super) fn subdirectories(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(PersistenceError::io(dir, error)),
+    };
+    let mut dirs = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io_error(dir))?;
+        if entry.file_type().map_err(io_error(&entry.path()))?.is_dir() {
+            dirs.push(entry.path());
+        }
+    }
+    dirs.sort();
+    Ok(dirs)
+}
+
+/// Positioned reads of an open file, bounded to the length it had when the read began.
+pub(super) struct FileSource<'f> {
+    pub(super) file: &'f File,
+    pub(super) len: u64,
+}
+
+impl ByteSource for FileSource<'_> {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let left = usize::try_from(self.len.saturating_sub(offset)).unwrap_or(usize::MAX);
+        let n = buf.len().min(left);
+        if n == 0 {
+            return Ok(0);
+        }
+        self.file.read_at(&mut buf[..n], offset)
+    }
+}

@@ -1,0 +1,123 @@
+//! The store's writer lock: one process at a time may write a store.
+//!
+//! The lock is an exclusive `flock` on the store's root directory itself, held through an open
+//! descriptor for the store's lifetime. Nothing inside the root can break it: deleting or
+//! replacing `<root>/.lock` (or any other file) leaves the directory's inode, and its lock,
+//! where they are. The lock on `<root>/.lock` that earlier builds took is taken as well, so a
+//! process of an earlier build and one of this build still exclude each other.
+//!
+//! Replacing the root directory itself (renaming it away and creating another) makes a new
+//! store; the writer notices before every write, since it re-checks that the root path still
+//! names the directory it locked, and refuses to write into a directory it does not hold.
+//!
+//! An `flock` dies with its process, so a crashed writer never blocks recovery.
+
+use std::{
+    fs::{self, File, OpenOptions},
+    io,
+    os::unix::fs::{MetadataExt, OpenOptionsExt},
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use super::files::io_error;
+use crate::error::{PersistenceError, Result};
+
+/// The file earlier builds locked; still created and locked for them.
+pub(super) const LOCK_FILE: &str = ".lock";
+
+/// How long [`JsonlStore::open`](super::JsonlStore::open) waits for a held lock. A lock is an
+/// `flock`, shared by every descriptor of its open file: it outlives its store for a moment
+/// when the process spawned a child between `fork` and `exec`, or when a writer is just
+/// closing. A real second writer still holds it after the wait.
+pub const LOCK_WAIT: Duration = Duration::from_millis(500);
+
+/// A held writer lock. Dropping it releases the lock.
+#[derive(Debug)]
+pub(super) struct StoreLock {
+    root: PathBuf,
+    /// The locked root directory (held open: the lock lives as long as the descriptor), and its
+    /// identity when it was locked.
+    _dir: File,
+    dev: u64,
+    ino: u64,
+    /// The locked `<root>/.lock`, for earlier builds.
+    _legacy: File,
+}
+
+fn open_dir(root: &Path) -> Result<File> {
+    OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC).open(root).map_err(io_error(root))
+}
+
+impl StoreLock {
+    /// Takes the lock of the store at `root` (an existing directory), waiting up to
+    /// [`LOCK_WAIT`] for a holder to let go. A second writer, in this process or another, gets
+    /// [`PersistenceError::Locked`].
+    pub(super) fn acquire(root: &Path) -> Result<StoreLock> {
+        let dir = open_dir(root)?;
+        take(&dir, root)?;
+        let metadata = dir.metadata().map_err(io_error(root))?;
+        let lock_path = root.join(LOCK_FILE);
+        let legacy = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&lock_path)
+            .map_err(io_error(&lock_path))?;
+        if !legacy.metadata().map_err(io_error(&lock_path))?.is_file() {
+            return Err(PersistenceError::io(
+                &lock_path,
+                io::Error::new(io::ErrorKind::InvalidInput, "the store's lock file is not a regular file"),
+            ));
+        }
+        take(&legacy, root)?;
+        Ok(StoreLock { root: root.to_owned(), _dir: dir, dev: metadata.dev(), ino: metadata.ino(), _legacy: legacy })
+    }
+
+    /// Fails unless the root path still names the directory this lock holds: a store whose root
+    /// was replaced is not this writer's to write.
+    pub(super) fn check(&self) -> Result<()> {
+        let current = fs::metadata(&self.root).map_err(io_error(&self.root))?;
+        if current.dev() == self.dev && current.ino() == self.ino {
+            return Ok(());
+        }
+        Err(PersistenceError::io(
+            &self.root,
+            io::Error::other("the store directory was replaced after it was opened; this writer no longer holds it"),
+        ))
+    }
+}
+
+/// Whether a writer holds the store at `root` right now (another process, or another handle of
+/// this one). A read-only reader asks, to know that open turns may be live.
+pub(super) fn held_by_writer(root: &Path) -> Result<bool> {
+    let dir = match open_dir(root) {
+        Ok(dir) => dir,
+        Err(PersistenceError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(error) => return Err(error),
+    };
+    match dir.try_lock_shared() {
+        // Dropping `dir` releases the probe at once.
+        Ok(()) => Ok(false),
+        Err(fs::TryLockError::WouldBlock) => Ok(true),
+        Err(fs::TryLockError::Error(error)) => Err(PersistenceError::io(root, error)),
+    }
+}
+
+/// Takes the exclusive lock on `file`, waiting up to [`LOCK_WAIT`] for a holder to let go.
+fn take(file: &File, root: &Path) -> Result<()> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(fs::TryLockError::WouldBlock) => return Err(PersistenceError::Locked { path: root.to_owned() }),
+            Err(fs::TryLockError::Error(error)) => return Err(PersistenceError::io(root, error)),
+        }
+    }
+}
