@@ -3,6 +3,7 @@
 
 mod carrier;
 mod cli;
+mod damage;
 mod history;
 mod owners;
 mod sessions;

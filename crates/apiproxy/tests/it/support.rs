@@ -50,12 +50,25 @@ impl Server {
 
     async fn start_over(config: ProxyConfig, cached: bool) -> Server {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let backend = JsonlStore::open(JsonlConfig {
-            root: dir.path().join("store"),
-            compression: Compression::None,
-            pack_chunks: true,
-        })
-        .expect("the store opens");
+        let root = dir.path().join("store");
+        Server::boot(dir, &root, Compression::None, config, cached).await
+    }
+
+    /// A gateway over the existing store at `root`, in `compression`.
+    pub(crate) async fn start_on_store(root: &std::path::Path, compression: Compression) -> Server {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        Server::boot(dir, root, compression, ProxyConfig::default(), false).await
+    }
+
+    async fn boot(
+        dir: TempDir,
+        root: &std::path::Path,
+        compression: Compression,
+        config: ProxyConfig,
+        cached: bool,
+    ) -> Server {
+        let backend = JsonlStore::open(JsonlConfig { root: root.to_owned(), compression, pack_chunks: true })
+            .expect("the store opens");
         let coordinator = Arc::new(Coordinator::new(Arc::new(backend), CoordinatorConfig::default()).unwrap());
         let store = Arc::new(SessionStore::new(Arc::new(ManualClock::new(1_700_000_000_000))));
         coordinator.attach(&store).unwrap();

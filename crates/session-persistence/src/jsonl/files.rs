@@ -82,12 +82,19 @@ pub(super) fn open_for_reading(path: &Path) -> Result<Option<(File, Metadata)>> 
 }
 
 /// The metadata of the log at `path`, following symlinks: `Ok(None)` if nothing is there, an
-/// error if something other than a regular file is.
+/// error if something other than a regular file is (a dangling symlink included: a log that
+/// went missing, not one that never was).
 pub(super) fn log_metadata(path: &Path) -> Result<Option<Metadata>> {
     match fs::metadata(path) {
         Ok(metadata) if metadata.is_file() => Ok(Some(metadata)),
         Ok(metadata) => Err(not_regular(path, &metadata)),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => match fs::symlink_metadata(path) {
+            Ok(_) => Err(PersistenceError::io(
+                path,
+                io::Error::new(io::ErrorKind::NotFound, "the log is a symlink to nothing (its target is missing)"),
+            )),
+            Err(_) => Ok(None),
+        },
         Err(error) => Err(PersistenceError::io(path, error)),
     }
 }
