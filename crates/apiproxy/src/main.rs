@@ -348,7 +348,11 @@ async fn serve(
     if !apiproxy::is_loopback_listen(&listen) && !access.requires_token() {
         bail!("refusing to listen on non-loopback address {listen} without a bearer token; pass --token");
     }
-    let coordinator = ops::open_writable(&options)
+    // Opening waits (briefly) for a held lock and creates directories: blocking work, so it runs
+    // on the blocking pool, as does opening the checkpoint store below.
+    let opening = options.clone();
+    let coordinator = tokio::task::spawn_blocking(move || ops::open_writable(&opening))
+        .await?
         .with_context(|| format!("cannot open the session store {}", options.dir.display()))?;
     let store = Arc::new(SessionStore::new(Arc::new(SystemClock)));
     coordinator.attach(&store)?;
@@ -356,7 +360,9 @@ async fn serve(
     let registry = ProjectionRegistry::new();
     // Projection checkpoints live beside the logs, in a dot-directory the log store skips. They are
     // derived data: deleting the directory loses nothing but log reads.
-    let checkpoints = DiskCheckpointStore::open(options.dir.join(CHECKPOINT_DIR))
+    let cache_dir = options.dir.join(CHECKPOINT_DIR);
+    let checkpoints = tokio::task::spawn_blocking(move || DiskCheckpointStore::open(cache_dir))
+        .await?
         .with_context(|| format!("cannot open the projection cache under {}", options.dir.display()))?;
     let cache = ProjectionCache::new(
         Arc::clone(&registry),

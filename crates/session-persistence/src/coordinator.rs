@@ -18,12 +18,12 @@ use std::{
 
 use parking_lot::Mutex;
 use session_core::{Session, SessionEvent, SessionHeader, SessionId, SessionStore, StoreEvent, StoreObserver};
-use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     backend::{Backend, Listing, LogFault, Revision, ScanOutcome, ScanSink},
     error::{PersistenceError, Result},
+    keyed::{KeyedGuard, KeyedLocks, run_blocking, run_blocking_with},
     live::LiveWriter,
     persistence::{Inspection, SessionPersistence, StreamSink, StreamSummary, Streamed},
     validate::{KnownTypes, ReadThreads, scan_validated},
@@ -98,7 +98,7 @@ pub struct Coordinator {
 pub(crate) struct Inner {
     backend: Arc<dyn Backend>,
     pub(crate) config: CoordinatorConfig,
-    locks: Mutex<HashMap<SessionId, Arc<AsyncMutex<()>>>>,
+    locks: KeyedLocks,
     states: Mutex<HashMap<SessionId, IdState>>,
     live: Mutex<HashMap<SessionId, Arc<LiveWriter>>>,
     cache: Mutex<InspectCache>,
@@ -124,7 +124,7 @@ impl Coordinator {
             inner: Arc::new(Inner {
                 backend,
                 config,
-                locks: Mutex::new(HashMap::new()),
+                locks: KeyedLocks::new(),
                 states: Mutex::new(HashMap::new()),
                 live: Mutex::new(HashMap::new()),
                 cache: Mutex::new(cache),
@@ -170,7 +170,7 @@ impl Coordinator {
 
     /// How many ids currently have a storage lock entry (held or awaited).
     pub fn n_locked_ids(&self) -> usize {
-        self.inner.locks.lock().len()
+        self.inner.locks.len()
     }
 
     /// The number of cached inspections and the payload bytes they hold.
@@ -185,38 +185,11 @@ async fn blocking<T: Send + 'static>(
     backend: &Arc<dyn Backend>,
     call: impl FnOnce(&dyn Backend) -> Result<T> + Send + 'static,
 ) -> Result<T> {
-    let backend = backend.clone();
-    on_blocking_pool(move || call(&*backend)).await
-}
-
-/// Runs `call` on the blocking pool; a panic in it resumes in the caller.
-async fn on_blocking_pool<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> T {
-    match tokio::task::spawn_blocking(call).await {
-        Ok(result) => result,
-        Err(join_error) => std::panic::resume_unwind(join_error.into_panic()),
-    }
+    run_blocking_with(backend, call).await
 }
 
 fn check_cancel(cancel: &CancellationToken) -> Result<()> {
     if cancel.is_cancelled() { Err(PersistenceError::Cancelled) } else { Ok(()) }
-}
-
-/// Holds one id's storage lock; on drop, removes the lock from the map if nobody else uses it.
-struct IdGuard<'a> {
-    locks: &'a Mutex<HashMap<SessionId, Arc<AsyncMutex<()>>>>,
-    id: SessionId,
-    guard: Option<OwnedMutexGuard<()>>,
-}
-
-impl Drop for IdGuard<'_> {
-    fn drop(&mut self) {
-        drop(self.guard.take());
-        let mut locks = self.locks.lock();
-        // Under the map lock, a count of one means no holder and no waiter: waiters keep a clone.
-        if locks.get(&self.id).is_some_and(|lock| Arc::strong_count(lock) == 1) {
-            locks.remove(&self.id);
-        }
-    }
 }
 
 /// A scan's collected output, validated and with its closers.
@@ -244,20 +217,16 @@ impl ScanSink for ArcCollect {
 }
 
 impl Inner {
-    /// Serializes storage work on `id`. The lock's map entry lives only while someone holds or
-    /// awaits it, so the map does not grow with the number of ids ever touched.
-    async fn lock_id(&self, id: &SessionId) -> IdGuard<'_> {
-        let lock = self.locks.lock().entry(id.clone()).or_default().clone();
-        let guard = lock.lock_owned().await;
-        IdGuard { locks: &self.locks, id: id.clone(), guard: Some(guard) }
+    /// Serializes storage work on `id`. The lock's entry lives only while someone holds or
+    /// awaits it, so the registry does not grow with the number of ids ever touched.
+    async fn lock_id(&self, id: &SessionId) -> KeyedGuard<'_> {
+        self.locks.lock(id).await
     }
 
     /// [`lock_id`](Self::lock_id) for a blocking thread (never an async context: it would block
     /// the runtime).
-    fn lock_id_blocking(&self, id: &SessionId) -> IdGuard<'_> {
-        let lock = self.locks.lock().entry(id.clone()).or_default().clone();
-        let guard = lock.blocking_lock_owned();
-        IdGuard { locks: &self.locks, id: id.clone(), guard: Some(guard) }
+    fn lock_id_blocking(&self, id: &SessionId) -> KeyedGuard<'_> {
+        self.locks.lock_blocking(id)
     }
 
     /// The live session of `id`: one published in an attached store (even before its first write
@@ -683,7 +652,7 @@ impl SessionPersistence for Coordinator {
     async fn inspect_stream(&self, id: &SessionId, cancel: &CancellationToken, sink: Box<dyn StreamSink>) -> Streamed {
         check_cancel(cancel)?;
         let (inner, id, cancel) = (Arc::clone(&self.inner), id.clone(), cancel.clone());
-        on_blocking_pool(move || inner.stream(&id, &cancel, sink)).await
+        run_blocking(move || inner.stream(&id, &cancel, sink)).await
     }
 
     /// Keeps `lanes` blocking threads reading back to back: each takes the next read when it

@@ -17,9 +17,12 @@ use futures::{
 use parking_lot::Mutex;
 use serde_json::Map;
 use session_core::{Clock, Session, SessionEvent, SessionHeader, SessionId};
-use session_persistence::{CorruptKind, Location, PersistenceError, ScanSink, SessionPersistence, inspect_into};
+use session_persistence::{
+    CorruptKind, Location, PersistenceError, ScanSink, SessionPersistence, inspect_into,
+    keyed::{KeyedGuard, KeyedLocks, run_blocking_with},
+};
 use session_projection::{CheckpointRows, Failures, ProjectionRegistry, RestoreFold, Restored, Snapshot};
-use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -46,7 +49,7 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) config: CacheConfig,
     /// Serializes the read-compare-replace of one session's record.
-    write_locks: Mutex<HashMap<SessionId, Arc<AsyncMutex<()>>>>,
+    write_locks: KeyedLocks,
     /// The cold read in progress per id, shared by every caller that asks meanwhile.
     flights: Mutex<HashMap<SessionId, (u64, WeakShared<ColdRead>)>>,
     next_flight: AtomicU64,
@@ -138,26 +141,6 @@ impl Drop for BackgroundGuard {
     }
 }
 
-/// Holds one session's write lock; the lock's map entry goes when nobody else wants it.
-struct SessionLock<'a> {
-    locks: &'a Mutex<HashMap<SessionId, Arc<AsyncMutex<()>>>>,
-    id: SessionId,
-    guard: Option<OwnedMutexGuard<()>>,
-}
-
-impl Drop for SessionLock<'_> {
-    fn drop(&mut self) {
-        let Some(guard) = self.guard.take() else { return };
-        let mutex = Arc::clone(OwnedMutexGuard::mutex(&guard));
-        drop(guard);
-        let mut locks = self.locks.lock();
-        // Two references left: the map's and `mutex`. Any other is a waiter that still needs it.
-        if locks.get(&self.id).is_some_and(|entry| Arc::ptr_eq(entry, &mutex) && Arc::strong_count(entry) == 2) {
-            locks.remove(&self.id);
-        }
-    }
-}
-
 /// What a write may replace.
 enum Replace {
     /// A record of another lifetime, or one at an older or equal cut.
@@ -185,7 +168,7 @@ impl ProjectionCache {
                 store,
                 clock,
                 config,
-                write_locks: Mutex::new(HashMap::new()),
+                write_locks: KeyedLocks::new(),
                 flights: Mutex::new(HashMap::new()),
                 next_flight: AtomicU64::new(1),
                 background: Background::default(),
@@ -227,7 +210,9 @@ impl ProjectionCache {
     /// A value is served only from a row at its unit's current version whose state decodes; a
     /// unit whose fold failed on this log is reported in `failures`, as a live snapshot reports
     /// it. `as_of_seq` is the lowest watermark among the served values (under-claiming is safe for
-    /// a reader that keeps the higher seq). Reads the record inline (one small read at most).
+    /// a reader that keeps the higher seq). Reads the record inline (one small read at most), so
+    /// it blocks: async callers run it on the blocking pool (the subagent listing and the
+    /// gateway's `session.list` look up all their cold sessions in one hop).
     pub fn cached_snapshot(&self, header: &SessionHeader) -> Option<Snapshot> {
         let record = match self.inner.store.get(&header.id) {
             Ok(record) => record?,
@@ -318,18 +303,12 @@ async fn blocking<T: Send + 'static>(
     store: &Arc<dyn CheckpointStore>,
     call: impl FnOnce(&dyn CheckpointStore) -> Result<T> + Send + 'static,
 ) -> Result<T> {
-    let store = Arc::clone(store);
-    match tokio::task::spawn_blocking(move || call(&*store)).await {
-        Ok(result) => result,
-        Err(join_error) => std::panic::resume_unwind(join_error.into_panic()),
-    }
+    run_blocking_with(store, call).await
 }
 
 impl Inner {
-    async fn lock_session(&self, id: &SessionId) -> SessionLock<'_> {
-        let mutex = Arc::clone(self.write_locks.lock().entry(id.clone()).or_default());
-        let guard = mutex.lock_owned().await;
-        SessionLock { locks: &self.write_locks, id: id.clone(), guard: Some(guard) }
+    async fn lock_session(&self, id: &SessionId) -> KeyedGuard<'_> {
+        self.write_locks.lock(id).await
     }
 
     /// The stored record of `id`; a failing store reads as no record (the cache is derived data).

@@ -36,6 +36,9 @@ pub const RECORD_FORMAT: &str = "session-projection-cache";
 /// The only record `version` this build reads and writes.
 pub const RECORD_VERSION: u64 = 1;
 
+/// The largest record file a read accepts; a bigger one is an error, like a damaged one.
+const MAX_RECORD_FILE_BYTES: u64 = 256 << 20;
+
 const RECORDS_DIR: &str = "records";
 const TMP_DIR: &str = "tmp";
 
@@ -185,9 +188,11 @@ impl CheckpointStore for DiskCheckpointStore {
     fn get(&self, id: &SessionId) -> Result<Option<CheckpointRecord>> {
         // An id that cannot name a file can never have been stored.
         let Ok(path) = self.record_path(id) else { return Ok(None) };
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        // Only a regular file is read, and only up to a bound: a FIFO in a record's place never
+        // blocks a listing.
+        let bytes = match session_persistence::fsio::read_regular(&path, MAX_RECORD_FILE_BYTES) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Ok(None),
             Err(error) => return Err(CacheError::io(&path, error)),
         };
         match decode(id, &bytes) {

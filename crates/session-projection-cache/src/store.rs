@@ -11,8 +11,8 @@ use crate::{error::Result, record::CheckpointRecord};
 /// Durable storage of checkpoint records, one per session id.
 ///
 /// Calls are synchronous and may block on I/O: the cache runs `put` and `remove` (and the `get`
-/// of a cold read) on the blocking pool. `cached_snapshot` calls `get` inline, so `get` should
-/// cost one small read at most.
+/// of a cold read) on the blocking pool. `cached_snapshot` calls `get` inline (its async callers
+/// run it on the blocking pool), so `get` should cost one small read at most.
 ///
 /// Contract:
 /// - `put` replaces the whole record of `id` atomically: a concurrent `get` sees the old record

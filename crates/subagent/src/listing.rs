@@ -193,11 +193,16 @@ impl<'a> Listing<'a> {
             }
         }
         // Rung 2 for every cold candidate first; the misses are read together.
+        let cold_headers: Vec<Arc<SessionHeader>> =
+            cold.iter().map(|&(idx, _)| Arc::clone(&candidates[idx].header)).collect();
+        let identities = self.cached_identities(cold_headers, cancel).await?;
         let mut misses = Vec::new();
-        for (idx, has_children) in cold {
-            let header = &candidates[idx].header;
-            match self.cache.and_then(|cache| cached_identity(cache.as_ref(), header)) {
-                Some(identity) => rows[idx] = Some(child_row(&header.id, identity, Activity::Inactive, has_children)),
+        for ((idx, has_children), identity) in cold.into_iter().zip(identities) {
+            match identity {
+                Some(identity) => {
+                    let id = &candidates[idx].header.id;
+                    rows[idx] = Some(child_row(id, identity, Activity::Inactive, has_children));
+                }
                 None => misses.push((idx, has_children)),
             }
         }
@@ -232,6 +237,32 @@ impl<'a> Listing<'a> {
         }
         check_cancel(cancel)?;
         Ok(rows)
+    }
+
+    /// Rung 2 for `headers`, in order: the checkpoint source's identities, looked up in one hop
+    /// to the blocking pool (a source may read files, which must not stall the runtime's
+    /// threads). Without a source, or if the lookup fails, every header is a miss.
+    async fn cached_identities(
+        &self,
+        headers: Vec<Arc<SessionHeader>>,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<Option<SubagentIdentity>>, SubagentError> {
+        let n_headers = headers.len();
+        let misses = || std::iter::repeat_with(|| None).take(n_headers).collect();
+        let Some(cache) = self.cache.filter(|_| n_headers > 0) else { return Ok(misses()) };
+        let cache = Arc::clone(cache);
+        let lookup = tokio::task::spawn_blocking(move || {
+            headers.iter().map(|header| cached_identity(cache.as_ref(), header)).collect::<Vec<_>>()
+        });
+        let looked_up = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(SubagentError::ListingCancelled),
+            looked_up = lookup => looked_up,
+        };
+        Ok(looked_up.unwrap_or_else(|error| {
+            tracing::debug!(%error, "subagent listing: the checkpoint lookup failed; reading every cold child");
+            misses()
+        }))
     }
 
     /// Rung 1: the registry's watermark cells, zero log reads.

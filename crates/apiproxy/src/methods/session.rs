@@ -8,7 +8,7 @@ use session_core::{
     CreateOptions, HeaderMeta, JsonData, Session, SessionEvent, SessionHeader, SessionId, StoreError, messages,
 };
 use session_persistence::{KnownTypes, PersistenceError, StoredHeader};
-use session_projection::ProjectionUnit;
+use session_projection::{ProjectionUnit, Snapshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -57,10 +57,14 @@ pub(super) fn live_summary(shared: &Shared, session: &Arc<Session>) -> SessionSu
 /// mounted and holds a record of this lifetime. Blankness: a cached `blank: false` is trusted;
 /// otherwise a log no larger than the probe limit is read and folded exactly (reference 04 §7.1);
 /// any other row is listed as not blank.
-async fn cold_summary(shared: &Shared, stored: &StoredHeader, cancel: &CancellationToken) -> SessionSummary {
+async fn cold_summary(
+    shared: &Shared,
+    stored: &StoredHeader,
+    snapshot: Option<Snapshot>,
+    cancel: &CancellationToken,
+) -> SessionSummary {
     let header = &stored.header;
     let created_at = header.created_at as i64;
-    let snapshot = shared.cache.as_ref().and_then(|cache| cache.cached_snapshot(header));
     let snapshot = snapshot.filter(|snapshot| !snapshot.values.is_empty());
     let cached = snapshot
         .as_ref()
@@ -122,16 +126,35 @@ pub(super) async fn list(shared: &Shared, caller: &Caller, cancel: &Cancellation
                 return Err(RpcError::internal("session list unavailable: the session store could not be listed"));
             }
         };
-        for stored in listing.headers {
-            let header = &stored.header;
-            if live_ids.contains(&header.id) || header.cwd.is_none() || !caller.sees(header) {
-                continue;
-            }
-            rows.push(cold_summary(shared, &stored, cancel).await);
+        let cold: Vec<StoredHeader> = listing
+            .headers
+            .into_iter()
+            .filter(|stored| {
+                let header = &stored.header;
+                !live_ids.contains(&header.id) && header.cwd.is_some() && caller.sees(header)
+            })
+            .collect();
+        let snapshots = cached_snapshots(shared, &cold).await;
+        for (stored, snapshot) in cold.iter().zip(snapshots) {
+            rows.push(cold_summary(shared, stored, snapshot, cancel).await);
         }
     }
     rows.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.session_id.cmp(&b.session_id)));
     Ok(json!({"items": rows}))
+}
+
+/// The checkpoint cache's stored snapshots of `cold`, in order, looked up in one hop to the
+/// blocking pool: the cache reads its record files, which must not stall the runtime's threads.
+async fn cached_snapshots(shared: &Shared, cold: &[StoredHeader]) -> Vec<Option<Snapshot>> {
+    let misses = || std::iter::repeat_with(|| None).take(cold.len()).collect();
+    let Some(cache) = shared.cache.clone().filter(|_| !cold.is_empty()) else { return misses() };
+    let headers: Vec<_> = cold.iter().map(|stored| Arc::clone(&stored.header)).collect();
+    tokio::task::spawn_blocking(move || headers.iter().map(|header| cache.cached_snapshot(header)).collect())
+        .await
+        .unwrap_or_else(|error| {
+            tracing::warn!(%error, "session list: the checkpoint lookup failed; listing without it");
+            misses()
+        })
 }
 
 pub(super) fn read_error(id: &str, error: ReadError, what: &str) -> RpcError {

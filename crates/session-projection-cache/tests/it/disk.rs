@@ -146,6 +146,19 @@ fn a_directory_in_place_of_a_record_is_an_io_error_not_a_panic() {
     assert_eq!(entries(&dir.path().join("tmp")), Vec::<String>::new());
 }
 
+/// A FIFO in a record's place is refused without being opened for a blocking read: the
+/// read returns an error at once (a blocking open would hang this test, which no writer feeds).
+#[test]
+fn a_fifo_in_place_of_a_record_is_an_error_not_a_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskCheckpointStore::open(dir.path()).unwrap();
+    let id = SessionId::from("s");
+    let path = store.record_path(&id).unwrap();
+    assert!(std::process::Command::new("mkfifo").arg(&path).status().unwrap().success());
+    let error = store.get(&id).unwrap_err();
+    assert!(error.to_string().contains("not a regular file"), "{error}");
+}
+
 #[tokio::test]
 async fn a_cache_over_a_damaged_disk_store_serves_the_log() {
     let dir = tempfile::tempdir().unwrap();
