@@ -175,7 +175,10 @@ impl ScanSink for CountSink {
 
 fn classify(error: PersistenceError) -> LogStatus {
     match error {
-        PersistenceError::Corrupt { .. } => LogStatus::Corrupt { message: error.to_string() },
+        // An id stored twice is damage to the store, not a read failure.
+        PersistenceError::Corrupt { .. } | PersistenceError::Conflict { .. } => {
+            LogStatus::Corrupt { message: error.to_string() }
+        }
         PersistenceError::FormatUnsupported { .. } => LogStatus::Unsupported { message: error.to_string() },
         other => LogStatus::Unreadable { message: other.to_string() },
     }
