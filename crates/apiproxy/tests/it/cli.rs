@@ -194,3 +194,28 @@ async fn verify_sessions_and_subagents() {
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("without a bearer token"));
 }
+
+/// A read-only `verify` while another process holds the store for writing cannot tell a live
+/// turn from an interrupted one: it says so, reports the open log as `in-use` and exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_beside_a_running_writer_reports_open_turns_as_in_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    write_store(&root).await;
+    let store = root.to_str().unwrap().to_owned();
+    let verify = move || apiproxy(&["verify", "--store", &store, "--compression", "none"]);
+    let output = tokio::task::spawn_blocking(verify.clone()).await.unwrap();
+    assert_eq!(status_of(&stdout(&output), "open"), "interrupted");
+
+    let writer =
+        JsonlStore::open(JsonlConfig { root: root.clone(), compression: Compression::None, pack_chunks: true }).unwrap();
+    let output = tokio::task::spawn_blocking(verify.clone()).await.unwrap();
+    let report = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{report}");
+    assert_eq!(status_of(&report, "open"), "in-use", "{report}");
+    assert_eq!(status_of(&report, "healthy"), "healthy", "{report}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("another process holds the store for writing"));
+    drop(writer);
+    let output = tokio::task::spawn_blocking(verify).await.unwrap();
+    assert_eq!(status_of(&stdout(&output), "open"), "interrupted");
+}
