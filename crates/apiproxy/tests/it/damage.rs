@@ -298,6 +298,9 @@ fn cli_checks(root: &Path, compression: Compression, expect: Expected, baseline:
     let output = go(with(&["sessions", "list"]));
     assert!(output.status.success(), "{output:?}");
     let listing = stdout(&output);
+    // The persistence logs each fault as a warning (the gateway's log shows the same line).
+    let warned = String::from_utf8_lossy(&output.stderr).contains("a stored log cannot be listed");
+    assert_eq!(warned, !expect.listed, "{output:?}");
     for id in SESSIONS {
         let line = listing.lines().find(|line| line.split('\t').next() == Some(id));
         let line = line.unwrap_or_else(|| panic!("no line for {id}:\n{listing}"));
