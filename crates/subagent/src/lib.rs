@@ -53,7 +53,7 @@ pub use crate::{
         ListAgentsScope, ListAgentsTool, LiveSessionStatus, NO_CALLING_AGENT, Position, ToolErrorInfo, ToolOutcome,
         list_agents_output_schema, list_agents_parameters, render,
     },
-    listing::COLD_READ_CONCURRENCY,
+    listing::{COLD_READ_CONCURRENCY, Scope},
     resume::{ContinuationDelivery, ResumeAuthorization, followup},
     runtime::{SubagentRuntime, SubagentServices, SubagentUnits, register_units},
     timing::{

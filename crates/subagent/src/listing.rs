@@ -31,12 +31,44 @@ use crate::{
 /// it to a validated configuration field when a networked persistence backend appears.
 pub const COLD_READ_CONCURRENCY: usize = 4;
 
+/// Which sessions a listing may show, for a caller that may not see every session (an owner
+/// partition). A scoped listing authorizes before it reads: a parent outside the scope, or one
+/// that is not enumerated at all, lists like an unknown parent (no rows, no log read), and a
+/// child outside the scope is left out before any read. `hasChildren` counts only children in
+/// the scope.
+#[derive(Clone, Copy)]
+pub enum Scope<'a> {
+    /// Every session (the operator tier).
+    All,
+    /// Only the sessions whose header passes the check.
+    Only(&'a (dyn Fn(&SessionHeader) -> bool + Send + Sync)),
+}
+
+impl Scope<'_> {
+    fn admits(&self, header: &SessionHeader) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Only(check) => check(header),
+        }
+    }
+}
+
+impl std::fmt::Debug for Scope<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Scope::All => "Scope::All",
+            Scope::Only(_) => "Scope::Only(..)",
+        })
+    }
+}
+
 /// One listing's view of the services, after the precondition checks.
 pub(crate) struct Listing<'a> {
     registry: &'a Arc<ProjectionRegistry>,
     sessions: &'a Arc<SessionStore>,
     persistence: Option<&'a Arc<dyn SessionPersistence>>,
     cache: Option<&'a Arc<dyn CheckpointSource>>,
+    scope: Scope<'a>,
 }
 
 /// One enumerated session: its header and, if it is live, the live session.
@@ -68,7 +100,22 @@ impl<'a> Listing<'a> {
     pub(crate) fn new(services: &'a SubagentServices) -> Result<Listing<'a>, SubagentError> {
         let registry = services.projections.as_ref().ok_or(SubagentError::ProjectionsUnavailable)?;
         let sessions = services.sessions.as_ref().ok_or(SubagentError::SessionStoreUnavailable)?;
-        Ok(Listing { registry, sessions, persistence: services.persistence.as_ref(), cache: services.cache.as_ref() })
+        let (persistence, cache) = (services.persistence.as_ref(), services.cache.as_ref());
+        Ok(Listing { registry, sessions, persistence, cache, scope: Scope::All })
+    }
+
+    /// The same listing, restricted to `scope`.
+    pub(crate) fn scoped(self, scope: Scope<'a>) -> Listing<'a> {
+        Listing { scope, ..self }
+    }
+
+    /// Whether a scoped listing may show `parent`'s children: it must be enumerated and in the
+    /// scope. An unscoped listing lists the children of any id (an unknown parent has none).
+    fn parent_admitted(&self, corpus: &Corpus, parent: &SessionId) -> bool {
+        match self.scope {
+            Scope::All => true,
+            Scope::Only(_) => corpus.records.get(parent).is_some_and(|record| self.scope.admits(&record.header)),
+        }
     }
 
     pub(crate) async fn children(
@@ -78,6 +125,9 @@ impl<'a> Listing<'a> {
     ) -> Result<Vec<SubagentListEntry>, SubagentError> {
         check_cancel(cancel)?;
         let corpus = self.corpus(cancel).await?;
+        if !self.parent_admitted(&corpus, parent) {
+            return Ok(Vec::new());
+        }
         let mut candidates: Vec<&Record> = corpus
             .records
             .values()
@@ -99,6 +149,9 @@ impl<'a> Listing<'a> {
     ) -> Result<Option<SubagentListEntry>, SubagentError> {
         check_cancel(cancel)?;
         let corpus = self.corpus(cancel).await?;
+        if !self.parent_admitted(&corpus, parent) {
+            return Ok(None);
+        }
         let candidates: Vec<&Record> = corpus
             .records
             .get(child)
@@ -116,6 +169,9 @@ impl<'a> Listing<'a> {
     ) -> Result<Vec<SubagentDescendantListEntry>, SubagentError> {
         check_cancel(cancel)?;
         let corpus = self.corpus(cancel).await?;
+        if !self.parent_admitted(&corpus, root) {
+            return Ok(Vec::new());
+        }
         let walk = pre_order(&corpus, root);
         let candidates: Vec<&Record> = walk.iter().map(|(record, _)| *record).collect();
         let rows = self.resolve(&candidates, &corpus, cancel).await?;
@@ -162,6 +218,8 @@ impl<'a> Listing<'a> {
             let header = Arc::clone(session.header());
             records.insert(session.id().clone(), Record { header, live: Some(session), unreadable: false });
         }
+        // Out of scope is as if not enumerated: no row, no read, no `hasChildren`, no walk.
+        records.retain(|_, record| self.scope.admits(&record.header));
         let subagent_parents = records
             .values()
             .filter(|record| record.header.is_subagent())

@@ -13,7 +13,7 @@ use crate::{
     entry::{SubagentDescendantListEntry, SubagentListEntry},
     error::SubagentError,
     identity::SubagentIdentityUnit,
-    listing::Listing,
+    listing::{Listing, Scope},
     resume::{ResumeAuthorization, authorize},
     timing::SubagentTimingUnit,
 };
@@ -84,6 +84,39 @@ impl SubagentRuntime {
         cancel: &CancellationToken,
     ) -> Result<Vec<SubagentListEntry>, SubagentError> {
         Listing::new(&self.services)?.children(parent, cancel).await
+    }
+
+    /// [`Self::list_children`] on behalf of a caller who may see only the sessions in `scope`:
+    /// one enumeration, authorized before any read (see [`Scope`]).
+    pub async fn list_children_in(
+        &self,
+        parent: &SessionId,
+        scope: Scope<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<SubagentListEntry>, SubagentError> {
+        Listing::new(&self.services)?.scoped(scope).children(parent, cancel).await
+    }
+
+    /// [`Self::list_child`] within `scope` (see [`Scope`]).
+    pub async fn list_child_in(
+        &self,
+        parent: &SessionId,
+        child: &SessionId,
+        scope: Scope<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<Option<SubagentListEntry>, SubagentError> {
+        Listing::new(&self.services)?.scoped(scope).child(parent, child, cancel).await
+    }
+
+    /// [`Self::list_descendants`] within `scope` (see [`Scope`]): the walk does not pass
+    /// through sessions outside it.
+    pub async fn list_descendants_in(
+        &self,
+        root: &SessionId,
+        scope: Scope<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<SubagentDescendantListEntry>, SubagentError> {
+        Listing::new(&self.services)?.scoped(scope).descendants(root, cancel).await
     }
 
     /// The row [`Self::list_children`] would give `child` under `parent`, computed for that

@@ -208,7 +208,8 @@ async fn verify_beside_a_running_writer_reports_open_turns_as_in_use() {
     assert_eq!(status_of(&stdout(&output), "open"), "interrupted");
 
     let writer =
-        JsonlStore::open(JsonlConfig { root: root.clone(), compression: Compression::None, pack_chunks: true }).unwrap();
+        JsonlStore::open(JsonlConfig { root: root.clone(), compression: Compression::None, pack_chunks: true })
+            .unwrap();
     let output = tokio::task::spawn_blocking(verify.clone()).await.unwrap();
     let report = stdout(&output);
     assert_eq!(output.status.code(), Some(0), "{report}");

@@ -14,5 +14,6 @@ mod list_children;
 mod list_descendants;
 mod properties;
 mod resume;
+mod scope;
 mod support;
 mod timing;
