@@ -276,7 +276,8 @@ type ChunkSpec = (u8, usize, bool);
 
 fn chunk_event(seq: u64, (index, len, long_id): &ChunkSpec) -> SessionEvent {
     let id = if *long_id { "c".repeat(300) } else { "c1".to_owned() };
-    let chunk = serde_json::json!({"type": "tool-call-delta", "index": index, "id": id, "argumentsDelta": "a".repeat(*len)});
+    let chunk =
+        serde_json::json!({"type": "tool-call-delta", "index": index, "id": id, "argumentsDelta": "a".repeat(*len)});
     let data = serde_json::json!({"turn": 1, "step": 1, "chunk": chunk});
     SessionEvent::new("assistant/chunk", seq, 1_000 + seq as i64 * 7, JsonData::from_text(data.to_string()).unwrap())
 }
