@@ -10,15 +10,13 @@
 use std::net::{IpAddr, SocketAddr};
 
 use axum::http::{HeaderMap, header};
-use session_core::SessionHeader;
+// The longest owner name accepted is the bound of a session header's `owner`.
+use session_core::{MAX_OWNER_BYTES, SessionHeader};
 
 use crate::config::AccessConfig;
 
 /// The request header naming the owner partition an operator-tier caller acts for.
 pub const OWNER_HEADER: &str = "x-dsh-owner";
-
-/// The longest owner name accepted, in bytes.
-const MAX_OWNER_BYTES: usize = 256;
 
 /// Whether listening on `addr` is loopback-only.
 pub fn is_loopback_listen(addr: &SocketAddr) -> bool {

@@ -2,7 +2,7 @@
 
 use std::{fmt, future::Future, net::SocketAddr, sync::Arc};
 
-use session_core::{ObserverId, SessionStore};
+use session_core::{HeaderField, ObserverId, SessionStore};
 use session_persistence::SessionPersistence;
 use session_projection::{ChangeSubscription, ProjectionRegistry, Registration, StoreAttachment};
 use session_projection_cache::{CacheAttachment, ProjectionCache};
@@ -92,6 +92,13 @@ impl ApiProxy {
             return Err(ProxyError::Config {
                 message: format!("the default cwd must be an absolute path, got {:?}", config.default_cwd),
             });
+        }
+        // The configured values end up in session headers; one over its bound would make every
+        // creation that uses it fail.
+        let bounded = std::iter::once((HeaderField::Cwd, config.default_cwd.as_str()))
+            .chain(config.access.owner_tokens.iter().map(|bound| (HeaderField::Owner, bound.owner.as_str())));
+        for (field, value) in bounded {
+            field.check(value).map_err(|too_large| ProxyError::Config { message: too_large.to_string() })?;
         }
         if config.max_body_bytes == 0 || config.push_queue_frames == 0 {
             return Err(ProxyError::Config {

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::{EventType, HeaderError, LosslessError, SessionId};
+use crate::{EventType, HeaderError, LosslessError, SessionId, TooLarge};
 
 /// What an observer or flush hook reports when it fails. Any error type converts into it.
 pub type ObserverError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -41,6 +41,23 @@ pub enum SessionError {
     SeedNotContiguous { index: u64, seq: u64 },
     #[error(transparent)]
     Header(#[from] HeaderError),
+    /// The event (or a seed event) encodes to more than [`MAX_EVENT_BYTES`]; checked after the
+    /// event is stamped, before anything else is planned.
+    ///
+    /// [`MAX_EVENT_BYTES`]: crate::MAX_EVENT_BYTES
+    #[error(transparent)]
+    TooLarge(#[from] TooLarge),
+}
+
+impl SessionError {
+    /// The size bound this error reports, from an event or from the header.
+    pub fn too_large(&self) -> Option<&TooLarge> {
+        match self {
+            SessionError::TooLarge(too_large) => Some(too_large),
+            SessionError::Header(header) => header.too_large.as_ref(),
+            _ => None,
+        }
+    }
 }
 
 /// Why a store operation failed.
@@ -71,6 +88,16 @@ pub enum StoreError {
     /// The session itself could not be built (header or seed validation).
     #[error(transparent)]
     Session(#[from] SessionError),
+}
+
+impl StoreError {
+    /// The size bound this error reports, when the header or a seed event is over it.
+    pub fn too_large(&self) -> Option<&TooLarge> {
+        match self {
+            StoreError::Session(error) => error.too_large(),
+            _ => None,
+        }
+    }
 }
 
 /// The reason a fork was refused (reference 01 §2.5).

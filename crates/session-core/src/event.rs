@@ -10,7 +10,10 @@ use serde::{
 use serde_json::value::RawValue;
 use smol_str::SmolStr;
 
-use crate::json::{JsonData, MAX_SAFE_INTEGER};
+use crate::{
+    bounds::{MAX_EVENT_BYTES, Oversized, TooLarge, decimal_len, json_string_len},
+    json::{JsonData, MAX_SAFE_INTEGER},
+};
 
 /// An event type such as `turn/start`. Short types are stored inline.
 pub type EventType = SmolStr;
@@ -309,6 +312,45 @@ impl SessionEvent {
             out.extend_from_slice(b",\"ignorable\":true");
         }
         out.push(b'}');
+    }
+
+    /// The length of the event's canonical JSON ([`SessionEvent::write_json`]) without writing
+    /// it: the payload's text length plus the envelope around it, so it costs no copy of `data`.
+    pub fn encoded_len(&self) -> usize {
+        // `{"type":` `,"seq":` `,"time":` `,"data":` `}`
+        let mut len = 8 + json_string_len(&self.kind) + 7 + decimal_len(self.seq) + 8;
+        len += usize::from(self.time < 0) + decimal_len(self.time.unsigned_abs());
+        len += 8 + self.data.as_str().len() + 1;
+        if let Some(sources) = &self.source_event_seqs {
+            // `,"sourceEventSeqs":[` `]`, and a comma between sources.
+            len += 20 + 1 + sources.len().saturating_sub(1);
+            len += sources.iter().map(|source| decimal_len(*source)).sum::<usize>();
+        }
+        match self.surface_op {
+            None => {}
+            Some(SurfaceOp::Append) => len += ",\"surfaceOp\":\"append\"".len(),
+            Some(SurfaceOp::Replace { start, end }) => {
+                len += ",\"surfaceOp\":{\"op\":\"replace\",\"start\":".len() + decimal_len(start);
+                len += ",\"end\":".len() + decimal_len(end) + 1;
+            }
+        }
+        if self.ignorable {
+            len += ",\"ignorable\":true".len();
+        }
+        len
+    }
+
+    /// Checks the event against [`MAX_EVENT_BYTES`], measured by [`SessionEvent::encoded_len`].
+    pub fn check_size(&self) -> Result<(), TooLarge> {
+        let size = self.encoded_len();
+        if size <= MAX_EVENT_BYTES {
+            return Ok(());
+        }
+        Err(TooLarge {
+            what: Oversized::Event { kind: self.kind.clone(), seq: self.seq },
+            size: size as u64,
+            limit: MAX_EVENT_BYTES as u64,
+        })
     }
 }
 

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::{
-    SessionId,
+    HeaderField, SessionId, TooLarge,
     json::{as_safe_u64, check_lossless},
 };
 
@@ -44,16 +44,25 @@ pub struct SessionHeader {
     pub owner: Option<String>,
 }
 
-/// A header that failed validation; the message is the reference's exact text.
+/// A header that failed validation; the message is the reference's exact text, or for a field
+/// over its size bound the [`TooLarge`] message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct HeaderError {
     pub message: String,
+    /// Set when a field is over its size bound (the header is well-formed but cannot be stored).
+    pub too_large: Option<TooLarge>,
 }
 
 impl HeaderError {
     pub(crate) fn new(message: impl Into<String>) -> HeaderError {
-        HeaderError { message: message.into() }
+        HeaderError { message: message.into(), too_large: None }
+    }
+}
+
+impl From<TooLarge> for HeaderError {
+    fn from(too_large: TooLarge) -> HeaderError {
+        HeaderError { message: too_large.to_string(), too_large: Some(too_large) }
     }
 }
 
@@ -103,8 +112,37 @@ impl SessionHeader {
         }
     }
 
-    /// Checks the rules a typed header can still break, with the reference's messages.
+    /// Checks a header about to be stored: the size bounds of its string fields
+    /// ([`SessionHeader::check_sizes`]) first, then the rules a typed header can still break
+    /// ([`SessionHeader::validate_stored`]), with the reference's messages.
     pub fn validate(&self, session_id: &SessionId) -> Result<(), HeaderError> {
+        self.check_sizes()?;
+        self.validate_stored(session_id)
+    }
+
+    /// Checks each bounded string field against its limit ([`HeaderField`]), in key order. A
+    /// header within the bounds encodes to at most [`MAX_HEADER_JSON_BYTES`].
+    ///
+    /// [`MAX_HEADER_JSON_BYTES`]: crate::MAX_HEADER_JSON_BYTES
+    pub fn check_sizes(&self) -> Result<(), TooLarge> {
+        let fields = [
+            (HeaderField::Id, Some(self.id.as_str())),
+            (HeaderField::Cwd, self.cwd.as_deref()),
+            (HeaderField::ParentSession, self.parent_session.as_ref().map(SessionId::as_str)),
+            (HeaderField::AgentPreset, self.agent_preset.as_deref()),
+            (HeaderField::Owner, self.owner.as_deref()),
+        ];
+        for (field, value) in fields {
+            if let Some(value) = value {
+                field.check(value)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The rules a header read from a log must pass: everything [`SessionHeader::validate`]
+    /// checks except the size bounds, so a log written before the bounds existed still reads.
+    pub fn validate_stored(&self, session_id: &SessionId) -> Result<(), HeaderError> {
         if self.version != SESSION_FORMAT_VERSION {
             return Err(HeaderError::new(format!("session header version must be 0, got {}", self.version)));
         }
@@ -135,8 +173,9 @@ impl SessionHeader {
         Ok(())
     }
 
-    /// Validates an untrusted JSON header (for example one received on the wire) against the
-    /// session id it must belong to. Unknown keys are ignored.
+    /// Validates an untrusted JSON header (for example one read from a log) against the session
+    /// id it must belong to. Unknown keys are ignored. Like [`SessionHeader::validate_stored`] it
+    /// applies no size bound; [`SessionHeader::validate`] does before a header is stored.
     pub fn from_json(value: &Value, session_id: &SessionId) -> Result<SessionHeader, HeaderError> {
         let Value::Object(record) = value else {
             return Err(HeaderError::new("session header is not a plain JSON record"));
@@ -305,6 +344,64 @@ mod tests {
             json!({"version": 0, "id": "s-1", "createdAt": 5, "owner": ""}),
             Err("session header owner must be a non-empty string"),
         );
+    }
+
+    /// A header with every bounded field at its limit, each made of `filler` after a leading `/`.
+    fn largest_header(filler: char) -> SessionHeader {
+        let fill = |field: HeaderField| {
+            let mut text = String::from("/");
+            while text.len() + filler.len_utf8() <= field.limit() {
+                text.push(filler);
+            }
+            text
+        };
+        let mut header = SessionHeader::new(SessionId::from(fill(HeaderField::Id)), crate::json::MAX_SAFE_INTEGER);
+        header.cwd = Some(fill(HeaderField::Cwd));
+        header.parent_session = Some(SessionId::from(fill(HeaderField::ParentSession)));
+        header.seed_length = Some(crate::json::MAX_SAFE_INTEGER);
+        header.origin = Some(Origin::Subagent);
+        header.delegation_depth = crate::json::MAX_SAFE_INTEGER;
+        header.agent_preset = Some(fill(HeaderField::AgentPreset));
+        header.owner = Some(fill(HeaderField::Owner));
+        header
+    }
+
+    #[test]
+    fn the_largest_valid_header_encodes_within_its_bound() {
+        // A control character escapes to six bytes, the worst case.
+        for filler in ['a', '"', '\u{1}', '😀'] {
+            let header = largest_header(filler);
+            assert_eq!(header.validate(&header.id), Ok(()));
+            let text = serde_json::to_string(&header).unwrap();
+            assert!(text.len() <= crate::MAX_HEADER_JSON_BYTES, "{} bytes for {filler:?}", text.len());
+        }
+    }
+
+    #[test]
+    fn validate_refuses_an_oversized_field_with_a_typed_error() {
+        for field in HeaderField::ALL {
+            let mut header = largest_header('a');
+            let too_long = format!("/{}", "a".repeat(field.limit()));
+            match field {
+                HeaderField::Id => header.id = SessionId::from(too_long.as_str()),
+                HeaderField::Cwd => header.cwd = Some(too_long.clone()),
+                HeaderField::ParentSession => header.parent_session = Some(SessionId::from(too_long.as_str())),
+                HeaderField::AgentPreset => header.agent_preset = Some(too_long.clone()),
+                HeaderField::Owner => header.owner = Some(too_long.clone()),
+            }
+            let error = header.validate(&header.id).unwrap_err();
+            let expected = TooLarge {
+                what: crate::Oversized::Header(field),
+                size: too_long.len() as u64,
+                limit: field.limit() as u64,
+            };
+            assert_eq!(error.message, expected.to_string());
+            assert_eq!(error.too_large, Some(expected));
+            // A stored header is read without the bounds.
+            assert_eq!(header.validate_stored(&header.id), Ok(()), "{field}");
+        }
+        let error = SessionHeader::new(SessionId::from("s"), 1).validate(&SessionId::from("t")).unwrap_err();
+        assert_eq!(error.too_large, None);
     }
 
     #[test]

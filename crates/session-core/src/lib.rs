@@ -4,6 +4,7 @@
 //! This crate does no I/O and reads no clock: time arrives through the [`Clock`] trait, and
 //! storage lives in `session-persistence`.
 
+mod bounds;
 mod canonical;
 mod clock;
 mod error;
@@ -26,6 +27,10 @@ mod tests;
 pub use futures::future::BoxFuture;
 
 pub use crate::{
+    bounds::{
+        HeaderField, MAX_AGENT_PRESET_BYTES, MAX_CWD_BYTES, MAX_EVENT_BYTES, MAX_HEADER_JSON_BYTES, MAX_ID_BYTES,
+        MAX_OWNER_BYTES, Oversized, TooLarge,
+    },
     clock::{Clock, ManualClock},
     error::{ForkError, ForkErrorCode, ObserverError, SessionError, StoreError},
     event::{

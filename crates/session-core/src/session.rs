@@ -122,7 +122,8 @@ impl Session {
     ///
     /// Each seed event is checked in the reference's order: lossless payload, legacy vocabulary,
     /// current shapes (§1.5), file-mutation receipts, `seq == index`, surface rules, commit-order
-    /// uniqueness. The header is validated next. If a seed was given (an empty one counts) and
+    /// uniqueness; the size bound ([`SessionEvent::check_size`]) comes right after the lossless
+    /// check. The header is validated next, size bounds included ([`SessionHeader::validate`]). If a seed was given (an empty one counts) and
     /// it does not already end in `session/end-seed`, that marker is appended with the clock's
     /// time. [`Session::first_live_seq`] is the seed length, before the marker.
     pub fn create(
@@ -258,9 +259,11 @@ impl Session {
     /// Appends one event (reference 01 §2.1) and returns it as committed, with its `seq` and
     /// `time`. Surface-eligible types need a `surface` intent; other types must not carry one.
     ///
-    /// Every check runs before the commit; a rejected append leaves the log unchanged. When the
-    /// session is live in a store, the store's observers are told after the commit, before this
-    /// returns; their failures are logged and never fail the append.
+    /// Every check runs before the commit; a rejected append leaves the log unchanged. An event
+    /// whose stamped record is over [`crate::MAX_EVENT_BYTES`] is refused with
+    /// [`SessionError::TooLarge`]. When the session is live in a store, the store's observers
+    /// are told after the commit, before this returns; their failures are logged and never fail
+    /// the append.
     pub fn append_data(
         &self,
         kind: impl Into<EventType>,
@@ -303,6 +306,8 @@ impl Session {
         let state = self.state.upgradable_read();
         event.seq = state.next_seq();
         event.time = self.clock.now_ms();
+        // The size is known once the envelope is stamped: a reader could not hold a bigger record.
+        event.check_size()?;
         let invalid = |event: &SessionEvent, message: String| SessionError::InvalidEvent {
             kind: event.kind.clone(),
             seq: event.seq,
@@ -382,6 +387,7 @@ fn admit_seed_event(state: &mut LogState, event: Arc<SessionEvent>, index: u64) 
     if check_lossless_text(event.data.as_str()).is_err() {
         return Err(seed_error(format!("{} is not losslessly JSON-serializable", subject())));
     }
+    event.check_size()?;
     if event.kind == "request/header-delta" {
         return Err(seed_error(format!("{} uses unsupported legacy request/header-delta format", subject())));
     }

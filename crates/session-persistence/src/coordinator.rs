@@ -275,6 +275,8 @@ impl Inner {
     }
 
     /// Appends a validated, contiguous batch for a tracked id. The caller holds the id lock.
+    /// Every event is checked (seq, size bound, markers, legacy vocabulary) before the backend
+    /// sees any of them, so a refused batch stores nothing.
     async fn append_tracked(&self, state: &mut IdState, events: Vec<Arc<SessionEvent>>) -> Result<()> {
         if events.is_empty() {
             return Ok(());
@@ -288,6 +290,8 @@ impl Inner {
                     event.seq
                 )));
             }
+            // Every backend gets only what a reader can hold: a record of at most MAX_EVENT_BYTES.
+            event.check_size()?;
             event.check_markers().map_err(|err| {
                 PersistenceError::invalid_input(format!(
                     "cannot append event \"{}\" at seq {} to session \"{id}\": {err}",
@@ -552,7 +556,7 @@ fn cwd_collision(id: &SessionId, stored: &SessionHeader, live: &SessionHeader) -
 impl SessionPersistence for Coordinator {
     async fn create(&self, header: SessionHeader, cancel: &CancellationToken) -> Result<()> {
         check_cancel(cancel)?;
-        header.validate(&header.id).map_err(|err| PersistenceError::invalid_input(err.message))?;
+        header.validate(&header.id).map_err(PersistenceError::invalid_header)?;
         let inner = &self.inner;
         let id = header.id.clone();
         let _guard = inner.lock_id(&id).await;

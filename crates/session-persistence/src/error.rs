@@ -2,7 +2,7 @@
 
 use std::{fmt, io, path::PathBuf};
 
-use session_core::SessionId;
+use session_core::{HeaderError, SessionId, TooLarge};
 
 /// Where a corruption or refusal was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +96,11 @@ pub enum PersistenceError {
     /// A failed write could not be rolled back; the writer refuses further appends.
     #[error("{message}")]
     Poisoned { message: String },
+    /// A header field or an event is over its size bound ([`session_core::TooLarge`] names the
+    /// field or event, its size and the limit). Refused before anything is stored: a reader
+    /// could not read it back.
+    #[error(transparent)]
+    TooLarge(#[from] TooLarge),
 }
 
 impl PersistenceError {
@@ -109,6 +114,16 @@ impl PersistenceError {
 
     pub fn invalid_input(message: impl Into<String>) -> PersistenceError {
         PersistenceError::InvalidInput { message: message.into() }
+    }
+
+    /// A header refused by [`SessionHeader::validate`](session_core::SessionHeader::validate):
+    /// [`PersistenceError::TooLarge`] for a field over its bound, else `InvalidInput` with the
+    /// reference's message.
+    pub fn invalid_header(error: HeaderError) -> PersistenceError {
+        match error.too_large {
+            Some(too_large) => PersistenceError::TooLarge(too_large),
+            None => PersistenceError::invalid_input(error.message),
+        }
     }
 
     pub fn is_not_found(&self) -> bool {

@@ -88,6 +88,12 @@ impl Backend for MemoryStore {
     }
 
     fn append_batch(&self, header: &SessionHeader, events: &[Arc<SessionEvent>], materialized: bool) -> Result<()> {
+        // The bounds the JSONL store's reader imposes hold here too, so the two backends accept
+        // the same logs.
+        header.check_sizes()?;
+        for event in events {
+            event.check_size()?;
+        }
         let mut logs = self.logs.lock();
         let n_bytes: u64 = events.iter().map(|event| event_bytes(event)).sum();
         match logs.get_mut(&header.id) {

@@ -5,7 +5,8 @@ use std::{collections::HashSet, sync::Arc};
 
 use serde_json::{Value, json};
 use session_core::{
-    CreateOptions, HeaderMeta, JsonData, Session, SessionEvent, SessionHeader, SessionId, StoreError, messages,
+    CreateOptions, HeaderField, HeaderMeta, JsonData, Oversized, Session, SessionEvent, SessionHeader, SessionId,
+    StoreError, TooLarge, messages,
 };
 use session_persistence::{KnownTypes, PersistenceError, StoredHeader};
 use session_projection::{ProjectionUnit, Snapshot};
@@ -19,7 +20,9 @@ use crate::{
     wire::to_value,
     wire::{
         ErrorKind, Issue, PathSegment, ProjectionsBlock, RpcError, SessionSummary,
-        payload::{AppendRequest, CreateRequest, ForkRequest, HistoryRequest, NewEvent, ReleaseRequest},
+        payload::{
+            AppendRequest, CreateRequest, ForkRequest, HistoryRequest, NewEvent, ReleaseRequest, too_large_issue,
+        },
     },
 };
 
@@ -309,6 +312,11 @@ pub(super) async fn create(
         match shared.store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta.clone() }) {
             Ok(session) => return Ok(created(session.header())),
             Err(StoreError::AlreadyExists { .. }) if explicit => continue,
+            // The payload's fields were checked against their bounds already; this also covers
+            // what the gateway filled in.
+            Err(ref error) if let Some(too_large) = error.too_large() => {
+                return Err(refused_as_too_large("session.create", too_large, create_path(too_large)));
+            }
             Err(error) => {
                 tracing::error!(session = %id, %error, "creating a session failed");
                 return Err(RpcError::internal(format!("failed to create session \"{id}\"")));
@@ -369,6 +377,11 @@ pub(super) async fn fork(
     let seed = events[..end].to_vec();
     match shared.store.create(Some(child_id.clone()), CreateOptions { seed: Some(seed), meta }) {
         Ok(_) => Ok(json!({"sessionId": child_id.as_str()})),
+        // The child's header and seed come from the source (a log written before the bounds may
+        // exceed them): nothing was created, and the source is what cannot be forked.
+        Err(ref error) if let Some(too_large) = error.too_large() => {
+            Err(refused_as_too_large("session.fork", too_large, vec![PathSegment::from("sessionId")]))
+        }
         Err(error) => {
             tracing::error!(session = id, %error, "forking a session failed");
             Err(RpcError::internal(format!("failed to fork session \"{id}\"")))
@@ -431,6 +444,9 @@ pub(super) fn append(shared: &Shared, caller: &Caller, request: AppendRequest) -
                 first.get_or_insert(appended.seq);
                 last = Some(appended.seq);
             }
+            Err(ref error) if let Some(too_large) = error.too_large() => {
+                return Err(rejected_as_too_large(idx, last, too_large));
+            }
             Err(error) => return Err(rejected(idx, last, error.to_string())),
         }
     }
@@ -439,12 +455,41 @@ pub(super) fn append(shared: &Shared, caller: &Caller, request: AppendRequest) -
 
 /// `bad-request` for the event at `idx`, saying how far the batch got.
 fn rejected(idx: usize, last: Option<u64>, message: String) -> RpcError {
+    let issue = Issue::new("custom", vec![PathSegment::from("events"), PathSegment::from(idx)], message.clone());
+    rejected_with(idx, last, message, issue)
+}
+
+/// `bad-request` for the event at `idx` that is over the event size bound, with a `too_big`
+/// issue at its `data`.
+fn rejected_as_too_large(idx: usize, last: Option<u64>, too_large: &TooLarge) -> RpcError {
+    let path = vec![PathSegment::from("events"), PathSegment::from(idx), PathSegment::from("data")];
+    rejected_with(idx, last, too_large.to_string(), too_large_issue(too_large, path))
+}
+
+fn rejected_with(idx: usize, last: Option<u64>, message: String, issue: Issue) -> RpcError {
     let committed =
         last.map_or_else(|| "none were appended".to_owned(), |last| format!("events through seq {last} were appended"));
-    RpcError::bad_request(
-        format!("event {idx} was rejected ({committed}): {message}"),
-        vec![Issue::new("custom", vec![PathSegment::from("events"), PathSegment::from(idx)], message)],
-    )
+    RpcError::bad_request(format!("event {idx} was rejected ({committed}): {message}"), vec![issue])
+}
+
+/// `bad-request` for a creation refused because something is over its size bound: nothing was
+/// created, and the issue at `path` names the field or event, its size and the limit.
+pub(super) fn refused_as_too_large(method: &str, too_large: &TooLarge, path: Vec<PathSegment>) -> RpcError {
+    RpcError::bad_request(format!("invalid payload for {method}: {too_large}"), vec![too_large_issue(too_large, path)])
+}
+
+/// The `session.create` payload key a header field comes from; the payload itself for one the
+/// gateway fills in (the owner comes from the caller).
+fn create_path(too_large: &TooLarge) -> Vec<PathSegment> {
+    let key = match &too_large.what {
+        Oversized::Header(HeaderField::Cwd) => "cwd",
+        Oversized::Header(HeaderField::AgentPreset) => "agentPreset",
+        Oversized::Header(HeaderField::Id) => "sessionId",
+        Oversized::Header(HeaderField::ParentSession | HeaderField::Owner) | Oversized::Event { .. } => {
+            return Vec::new();
+        }
+    };
+    vec![PathSegment::from(key)]
 }
 
 /// For a one-shot child spawned through the gateway, appends its descriptor right before its

@@ -9,9 +9,10 @@
 use std::{collections::HashMap, sync::Arc};
 
 use serde_json::{Value, json};
-use session_core::{SessionHeader, SessionId};
+use session_core::{SessionEvent, SessionHeader, SessionId, json::MAX_SAFE_INTEGER};
 use subagent::{
-    ChildOptions, ContinuableDescriptor, CreateChildError, OneShotDescriptor, SubagentError, SubagentErrorCode,
+    ChildOptions, ContinuableDescriptor, CreateChildError, Descriptor, OneShotDescriptor, SubagentError,
+    SubagentErrorCode,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -20,10 +21,12 @@ use crate::{
     history::{self, ReadError},
     proxy::Shared,
     wire::{
-        DiagnosticReason, ErrorKind, RpcError, SubagentCatalog, SubagentListEntry,
+        DiagnosticReason, ErrorKind, PathSegment, RpcError, SubagentCatalog, SubagentListEntry,
         payload::{SubagentHistoryRequest, SubagentListRequest, SubagentMode, SubagentSpawnRequest},
     },
 };
+
+use super::session::refused_as_too_large;
 
 /// The provider recorded in descriptors of children spawned through the gateway.
 pub(crate) const GATEWAY_PROVIDER: &str = "apiproxy";
@@ -240,10 +243,14 @@ pub(super) async fn spawn(
                 persona: None,
                 tool_filter: None,
             };
+            check_descriptor_size(&request, &Descriptor::Continuable(descriptor.clone()))?;
             subagent::create_continuable_child(&shared.store, &parent, descriptor, options)
         }
         SubagentMode::OneShot => {
             let descriptor = OneShotDescriptor { provider, label: request.label.clone() };
+            // A one-shot child's descriptor is appended later, at its first step: check it now,
+            // so a child is never created whose descriptor could not be stored.
+            check_descriptor_size(&request, &Descriptor::OneShot(descriptor.clone()))?;
             subagent::create_one_shot_child(&shared.store, &parent, descriptor, options).map(|child| {
                 let session = Arc::clone(child.session());
                 shared.pending_one_shots.lock().insert(session.id().clone(), Arc::new(child));
@@ -264,9 +271,28 @@ pub(super) async fn spawn(
                 format!("session \"{id}\" already exists"),
             ))
         }
+        // The child's header comes from the parent (a log written before the bounds may exceed
+        // them); nothing was created.
+        Err(CreateChildError::Store(ref error)) if let Some(too_large) = error.too_large() => {
+            Err(refused_as_too_large("subagent.spawn", too_large, vec![PathSegment::from("parentSessionId")]))
+        }
         Err(error) => {
             tracing::error!(parent = parent_id, %error, "spawning a subagent failed");
             Err(RpcError::internal(format!("failed to spawn a subagent of \"{parent_id}\"")))
         }
     }
+}
+
+/// Refuses a spawn whose `subagent/descriptor` event would be over the event size bound, before
+/// anything is created. The event is measured with the widest seq and time it could get; the
+/// issue names the longer of the caller's `label` and `provider`, which make up its size.
+fn check_descriptor_size(request: &SubagentSpawnRequest, descriptor: &Descriptor) -> Result<(), RpcError> {
+    let widest = -(MAX_SAFE_INTEGER as i64);
+    let event = SessionEvent::new(subagent::DESCRIPTOR_EVENT, MAX_SAFE_INTEGER, widest, descriptor.to_data());
+    event.check_size().map_err(|too_large| {
+        let label_len = request.label.as_ref().map_or(0, String::len);
+        let provider_len = request.provider.as_ref().map_or(0, String::len);
+        let key = if label_len >= provider_len { "label" } else { "provider" };
+        refused_as_too_large("subagent.spawn", &too_large, vec![PathSegment::from(key)])
+    })
 }

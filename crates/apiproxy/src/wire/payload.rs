@@ -5,7 +5,7 @@
 //! of the wrong type is an issue (JSON `null` included, as in the reference's schemas).
 
 use serde_json::{Map, Value};
-use session_core::{SurfaceIntent, SurfaceOp, json::MAX_SAFE_INTEGER};
+use session_core::{HeaderField, SurfaceIntent, SurfaceOp, TooLarge, json::MAX_SAFE_INTEGER};
 
 use crate::wire::error::{Issue, PathSegment};
 
@@ -202,6 +202,14 @@ impl<'a> Fields<'a> {
         Some(id.to_owned())
     }
 
+    /// Checks a value that becomes the header field `field` against its size bound, so that a
+    /// session is never created with a header its log could not store.
+    fn check_header_bound(&mut self, key: &str, field: HeaderField, value: Option<&str>) {
+        if let Some(Err(too_large)) = value.map(|value| field.check(value)) {
+            self.issues.push(too_large_issue(&too_large, vec![PathSegment::from(key)]));
+        }
+    }
+
     /// An optional string (any content).
     pub fn optional_string(&mut self, key: &str) -> Option<String> {
         self.string_field(key, false).map(str::to_owned)
@@ -348,6 +356,12 @@ fn new_event(item: &Value) -> Result<NewEvent, Vec<Issue>> {
     fields.finish(NewEvent { kind, data, surface })
 }
 
+/// The `too_big` issue at `path` for a header field or an event over its size bound; the
+/// message names the field or event, its size and the limit.
+pub fn too_large_issue(too_large: &TooLarge, path: Vec<PathSegment>) -> Issue {
+    Issue::new("too_big", path, too_large.to_string())
+}
+
 /// A JSON number that is an integer in `[0, 2^53 - 1]`; `5.0` counts, `-0`, `1.5` and `1e300` do not.
 fn integer(value: &Value) -> Result<u64, String> {
     let Value::Number(number) = value else {
@@ -401,6 +415,8 @@ impl CreateRequest {
         let cwd = fields.optional_non_empty("cwd");
         let workspace_id = fields.optional_non_empty("workspaceId");
         let agent_preset = fields.optional_non_empty("agentPreset");
+        fields.check_header_bound("cwd", HeaderField::Cwd, cwd.as_deref());
+        fields.check_header_bound("agentPreset", HeaderField::AgentPreset, agent_preset.as_deref());
         if let Some(cwd) = &cwd
             && !session_core::is_absolute_path(cwd)
         {

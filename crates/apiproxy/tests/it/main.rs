@@ -1,6 +1,7 @@
 //! Integration tests of the gateway through real HTTP and WebSocket on `127.0.0.1:0`, and of the
 //! `apiproxy` binary against stores with healthy, torn and corrupt logs.
 
+mod bounds;
 mod carrier;
 mod cli;
 mod damage;

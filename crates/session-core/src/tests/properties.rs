@@ -302,13 +302,15 @@ fn message_event() -> impl Strategy<Value = SessionEvent> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
-    /// The log writer's envelope is byte for byte serde_json's, and the line decoder gives what
-    /// serde_json gives.
+    /// The log writer's envelope is byte for byte serde_json's, `encoded_len` is its length, and
+    /// the line decoder gives what serde_json gives.
     #[test]
     fn canonical_envelopes_round_trip(event in envelope()) {
         let mut line = Vec::new();
         event.write_json(&mut line);
         prop_assert_eq!(&line, &serde_json::to_vec(&event).unwrap());
+        // The size bound measures exactly the bytes written.
+        prop_assert_eq!(event.encoded_len(), line.len());
         let line = String::from_utf8(line).unwrap();
         prop_assert_eq!(SessionEvent::from_json_line(&line).unwrap(), event);
     }

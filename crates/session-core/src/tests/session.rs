@@ -302,3 +302,46 @@ fn seeds_accept_ignorable_plugin_events_and_current_messages() {
     assert_eq!(session.len(), 5);
     assert!(session.events()[0].ignorable);
 }
+
+/// A `tool/output` payload whose event at seq 0 and time [`T0`] encodes to exactly `size` bytes.
+fn payload_of_encoded_size(size: usize) -> JsonData {
+    let probe = SessionEvent::new("tool/output", 0, T0, JsonData::from_text("\"\"").unwrap());
+    let text = format!("\"{}\"", "x".repeat(size - probe.encoded_len()));
+    JsonData::from_text(text).unwrap()
+}
+
+#[test]
+fn append_refuses_an_event_over_the_size_bound_and_keeps_the_log() {
+    let session = Session::create(header("big"), None, clock()).unwrap();
+    let over = payload_of_encoded_size(crate::MAX_EVENT_BYTES + 1);
+    let err = session.append_data("tool/output", over, None).unwrap_err();
+    let expected = crate::TooLarge {
+        what: crate::Oversized::Event { kind: "tool/output".into(), seq: 0 },
+        size: crate::MAX_EVENT_BYTES as u64 + 1,
+        limit: crate::MAX_EVENT_BYTES as u64,
+    };
+    assert_eq!(err.to_string(), expected.to_string());
+    assert_eq!(err.too_large(), Some(&expected));
+    assert!(session.is_empty(), "a refused append leaves the log unchanged");
+
+    let at_limit = session.append_data("tool/output", payload_of_encoded_size(crate::MAX_EVENT_BYTES), None).unwrap();
+    assert_eq!(at_limit.encoded_len(), crate::MAX_EVENT_BYTES);
+    assert_eq!(session.len(), 1);
+}
+
+#[test]
+fn a_seed_event_over_the_size_bound_is_refused() {
+    let big = SessionEvent::new("tool/output", 0, T0, payload_of_encoded_size(crate::MAX_EVENT_BYTES + 1));
+    let err = Session::create(header("seeded"), Some(vec![Arc::new(big)]), clock()).unwrap_err();
+    assert_eq!(err.too_large().map(|too_large| too_large.size), Some(crate::MAX_EVENT_BYTES as u64 + 1));
+}
+
+#[test]
+fn create_refuses_an_oversized_header_field() {
+    let mut oversized = header("h");
+    oversized.cwd = Some(format!("/{}", "d".repeat(crate::MAX_CWD_BYTES)));
+    let err = Session::create(oversized, None, clock()).unwrap_err();
+    assert_eq!(err.to_string(), "session header cwd is 4097 bytes, over the 4096-byte limit");
+    let too_large = err.too_large().expect("a typed size error");
+    assert_eq!(too_large.what, crate::Oversized::Header(crate::HeaderField::Cwd));
+}

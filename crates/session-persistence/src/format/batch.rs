@@ -2,7 +2,7 @@
 
 use std::borrow::Borrow;
 
-use session_core::SessionEvent;
+use session_core::{Oversized, SessionEvent, TooLarge};
 
 use super::{
     MAX_RECORD_BYTES,
@@ -27,13 +27,19 @@ pub fn encode_batch<E: Borrow<SessionEvent>>(events: &[E], pack_chunks: bool, ou
         if out.len() - line_start > MAX_RECORD_BYTES {
             let size = out.len() - line_start;
             out.truncate(start);
-            let (kind, seq) = match record {
-                Record::Event(event) => (event.kind.as_str(), event.seq),
-                Record::Chunks(row) => (row.kind.tag(), row.seq0),
-            };
-            return Err(PersistenceError::invalid_input(format!(
-                "session event \"{kind}\" at seq {seq} encodes to {size} bytes, over the {MAX_RECORD_BYTES}-byte record limit"
-            )));
+            return Err(match record {
+                Record::Event(event) => PersistenceError::TooLarge(TooLarge {
+                    what: Oversized::Event { kind: event.kind.clone(), seq: event.seq },
+                    size: size as u64,
+                    limit: MAX_RECORD_BYTES as u64,
+                }),
+                // The packer keeps rows within the limit; this is a last line of defence.
+                Record::Chunks(row) => PersistenceError::invalid_input(format!(
+                    "packed {} row at seq {} encodes to {size} bytes, over the {MAX_RECORD_BYTES}-byte record limit",
+                    row.kind.tag(),
+                    row.seq0
+                )),
+            });
         }
         out.push(b'\n');
     }

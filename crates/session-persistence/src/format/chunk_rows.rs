@@ -21,6 +21,14 @@ const MAX_RUN_MEMBERS: usize = 1024;
 /// A run is cut once its payload tokens reach this many bytes.
 const MAX_RUN_PAYLOAD_BYTES: usize = 1 << 20;
 
+/// A row's bytes besides its raw tokens, `dt` and members: `{"type":"tool-call-chunks","seq0":`
+/// through `]}}`, with a 16-digit `seq0` and a 17-character `time0`, is 144 bytes.
+const ROW_OVERHEAD_BYTES: usize = 192;
+
+/// What each member after the first adds besides its payload: a comma before it and its time
+/// gap (at most 17 characters, since a gap is a safe integer) with a comma.
+const MEMBER_OVERHEAD_BYTES: usize = 19;
+
 const CHUNK_EVENT: &str = "assistant/chunk";
 
 /// Which delta a row packs.
@@ -213,12 +221,31 @@ fn continues(prev: &Member<'_>, next: &Member<'_>) -> bool {
         && next.name.map(RawValue::get) == prev.name.map(RawValue::get)
 }
 
+impl Member<'_> {
+    /// An upper bound of the bytes of a row that starts with this member.
+    fn first_row_bytes(&self) -> usize {
+        let tokens = [Some(self.turn), Some(self.step), Some(self.index), self.id, self.name, Some(self.payload)];
+        ROW_OVERHEAD_BYTES + tokens.iter().flatten().map(|raw| raw.get().len()).sum::<usize>()
+    }
+}
+
 /// Packs a batch for storage: each run of at least [`MIN_RUN`] consecutive same-block deltas
 /// becomes one [`ChunkRow`]; every other event passes through verbatim, in order.
+///
+/// A row never encodes to more than [`MAX_RECORD_BYTES`](super::MAX_RECORD_BYTES): a run is cut
+/// before a member that could take it over, so packing never turns events a reader can hold
+/// into a line it cannot.
 pub fn pack_chunk_runs<E: Borrow<SessionEvent>>(events: &[E]) -> Vec<Record<'_>> {
+    pack_chunk_runs_within(events, super::MAX_RECORD_BYTES)
+}
+
+/// [`pack_chunk_runs`] with rows of at most `max_row_bytes`.
+pub(crate) fn pack_chunk_runs_within<E: Borrow<SessionEvent>>(events: &[E], max_row_bytes: usize) -> Vec<Record<'_>> {
     let mut records = Vec::with_capacity(events.len());
     let mut run: Vec<(&SessionEvent, Member<'_>)> = Vec::new();
     let mut run_bytes = 0;
+    // An upper bound of the row the run would encode to.
+    let mut row_bytes = 0;
     for event in events {
         let event = event.borrow();
         let Some(member) = classify(event) else {
@@ -226,12 +253,17 @@ pub fn pack_chunk_runs<E: Borrow<SessionEvent>>(events: &[E]) -> Vec<Record<'_>>
             records.push(Record::Event(event));
             continue;
         };
+        let added = member.payload.get().len() + MEMBER_OVERHEAD_BYTES;
         let extends = run.last().is_some_and(|(_, last)| continues(last, &member))
             && run.len() < MAX_RUN_MEMBERS
-            && run_bytes < MAX_RUN_PAYLOAD_BYTES;
-        if !extends {
+            && run_bytes < MAX_RUN_PAYLOAD_BYTES
+            && row_bytes + added <= max_row_bytes;
+        if extends {
+            row_bytes += added;
+        } else {
             flush_run(&mut run, &mut records);
             run_bytes = 0;
+            row_bytes = member.first_row_bytes();
         }
         run_bytes += member.payload.get().len();
         run.push((event, member));

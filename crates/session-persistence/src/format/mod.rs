@@ -20,7 +20,7 @@ pub use self::{
     batch::encode_batch,
     chunk_rows::{ChunkKind, ChunkRow, MIN_RUN, Record, RecordError, decode_record, pack_chunk_runs},
     header::{decode_header_line, encode_header_line},
-    scan::{ByteSource, LogScan, scan_log},
+    scan::{ByteSource, LogScan, MAX_HEADER_BYTES, scan_log},
     zstd::{FrameEncoder, ZSTD_MAGIC},
 };
 
@@ -28,7 +28,9 @@ pub use self::{
 ///
 /// A reader must hold one whole line to parse it, so this bounds a scan's memory whatever the
 /// bytes on disk say; the writer refuses bigger records so that everything it writes reads back.
-pub const MAX_RECORD_BYTES: usize = 64 << 20;
+/// It is session-core's event bound, so every event a session accepts fits one record, and the
+/// packer keeps chunk rows within it too.
+pub const MAX_RECORD_BYTES: usize = session_core::MAX_EVENT_BYTES;
 
 /// The physical encoding of a store's logs. One root holds one encoding.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]

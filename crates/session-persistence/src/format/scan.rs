@@ -26,7 +26,10 @@ const READ_CHUNK: usize = 256 << 10;
 pub(crate) const RUN_AHEAD_MIN_BYTES: u64 = 256 << 10;
 
 /// The longest header line (or header frame plaintext) a reader accepts.
-pub(crate) const MAX_HEADER_BYTES: usize = 1 << 20;
+pub const MAX_HEADER_BYTES: usize = 1 << 20;
+
+// Every header a writer accepts (its fields within session-core's bounds) reads back.
+const _: () = assert!(session_core::MAX_HEADER_JSON_BYTES < MAX_HEADER_BYTES);
 
 /// Positioned reads over a log's bytes; a file, or a buffer in tests. A source is shared with
 /// the thread that decompresses a long log ahead of decoding.

@@ -270,3 +270,49 @@ fn a_known_header_is_reused_only_while_its_bytes_lead_the_log() {
         }
     }
 }
+
+/// One generated `assistant/chunk`: block index, text length, whether it carries a long call id.
+type ChunkSpec = (u8, usize, bool);
+
+fn chunk_event(seq: u64, (index, len, long_id): &ChunkSpec) -> SessionEvent {
+    let id = if *long_id { "c".repeat(300) } else { "c1".to_owned() };
+    let chunk =
+        serde_json::json!({"type": "tool-call-delta", "index": index, "id": id, "argumentsDelta": "a".repeat(*len)});
+    let data = serde_json::json!({"turn": 1, "step": 1, "chunk": chunk});
+    SessionEvent::new("assistant/chunk", seq, 1_000 + seq as i64 * 7, JsonData::from_text(data.to_string()).unwrap())
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+    /// Packing never makes a row longer than the limit it is given, and the records decode to
+    /// exactly the events packed.
+    #[test]
+    fn packed_rows_stay_within_their_limit(
+        specs in proptest::collection::vec((0u8..2, 0usize..400, proptest::prelude::any::<bool>()), 0..40),
+        max_row_bytes in 200usize..3000,
+    ) {
+        let events: Vec<SessionEvent> =
+            specs.iter().enumerate().map(|(seq, spec)| chunk_event(seq as u64, spec)).collect();
+        let records = super::chunk_rows::pack_chunk_runs_within(&events, max_row_bytes);
+        let mut decoded = Vec::new();
+        for record in &records {
+            let mut line = Vec::new();
+            record.write_json(&mut line);
+            if matches!(record, super::Record::Chunks(_)) {
+                proptest::prop_assert!(line.len() <= max_row_bytes, "a {}-byte row over {max_row_bytes}", line.len());
+            }
+            super::decode_record(std::str::from_utf8(&line).unwrap(), &mut decoded).unwrap();
+        }
+        proptest::prop_assert_eq!(decoded, events);
+    }
+}
+
+#[test]
+fn rows_pack_when_they_fit() {
+    // Small deltas under a roomy limit still pack into one row.
+    let events: Vec<SessionEvent> = (0..10).map(|seq| chunk_event(seq, &(0, 10, false))).collect();
+    let records = super::chunk_rows::pack_chunk_runs_within(&events, 1 << 20);
+    assert_eq!(records.len(), 1);
+    assert!(matches!(records[0], super::Record::Chunks(_)));
+}

@@ -12,32 +12,32 @@ use tokio_util::sync::CancellationToken;
 
 /// One kind of storage, reopenable as a fresh coordinator over the same bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Memory,
     JsonlRaw,
     JsonlZstd,
 }
 
-const KINDS: [Kind; 3] = [Kind::Memory, Kind::JsonlRaw, Kind::JsonlZstd];
+pub(crate) const KINDS: [Kind; 3] = [Kind::Memory, Kind::JsonlRaw, Kind::JsonlZstd];
 
-struct Harness {
-    kind: Kind,
+pub(crate) struct Harness {
+    pub(crate) kind: Kind,
     memory: Arc<MemoryStore>,
     dir: tempfile::TempDir,
 }
 
 impl Harness {
-    fn new(kind: Kind) -> Harness {
+    pub(crate) fn new(kind: Kind) -> Harness {
         Harness { kind, memory: Arc::new(MemoryStore::new()), dir: tempfile::tempdir().unwrap() }
     }
 
-    fn root(&self) -> PathBuf {
+    pub(crate) fn root(&self) -> PathBuf {
         self.dir.path().join("store")
     }
 
     /// A fresh coordinator over the same storage. Drop the previous one first: a JSONL store
     /// holds the root's write lock for as long as it lives.
-    fn open(&self) -> Coordinator {
+    pub(crate) fn open(&self) -> Coordinator {
         let config =
             CoordinatorConfig { write_batch_max_delay: Duration::from_millis(20), ..CoordinatorConfig::default() };
         let backend: Arc<dyn session_persistence::Backend> = match self.kind {

@@ -1,5 +1,6 @@
 //! Integration tests of the JSONL store and its on-disk format.
 
+mod bounds;
 mod contract;
 mod coordinator;
 mod damage;
