@@ -284,11 +284,15 @@ fn describe_row(row: &serde_json::Value) -> String {
 async fn verify(options: StoreOptions, repair: bool) -> Result<ExitCode> {
     let coordinator = if repair { ops::open_writable(&options)? } else { ops::open_read_only(&options)? };
     // A read-only verify beside a running writer cannot tell a live turn from an interrupted one.
-    let writer_active = !repair && ops::writer_active(&options)?;
+    let writer_active = !repair
+        && ops::writer_active(&options).unwrap_or_else(|error| {
+            eprintln!("apiproxy: cannot tell whether a writer holds the store ({error}); assuming one does");
+            true
+        });
     if writer_active {
         eprintln!(
-            "apiproxy: another process holds the store for writing; logs that end inside a turn are reported as \
-             in-use, not interrupted"
+            "apiproxy: another process holds the store for writing; logs that end inside a turn or with a torn \
+             tail are reported as in-use (the writer may be in the middle of them)"
         );
     }
     let bar = if std::io::stderr().is_terminal() {

@@ -110,8 +110,8 @@ pub enum LogStatus {
     Torn,
     /// The log ends inside a turn (a crash mid-turn); a repair appends the closers.
     Interrupted { closers: u64 },
-    /// The log ends inside a turn while a writer holds the store: the turn may be live, so it
-    /// cannot be judged interrupted. Not a defect.
+    /// The log ends inside a turn, or with a torn tail, while a writer holds the store: the turn
+    /// may be live and the tail an append in flight, so neither can be judged. Not a defect.
     InUse,
     /// Committed bytes are damaged; nothing can repair it automatically.
     Corrupt { message: String },
@@ -190,7 +190,7 @@ pub struct VerifyOptions {
     /// Commit the repairs of torn and interrupted logs.
     pub repair: bool,
     /// Another process holds the store for writing, so a log that ends inside a turn may be
-    /// live: it is reported as in use, not interrupted.
+    /// live, and a torn tail may be an append in flight: both are reported as in use.
     pub writer_active: bool,
 }
 
@@ -226,7 +226,8 @@ pub async fn verify_log(coordinator: &Coordinator, header: &SessionHeader, optio
     };
     let status = match (torn, closers) {
         (false, 0) => return report(n_events, LogStatus::Healthy),
-        (false, _) if options.writer_active => return report(n_events, LogStatus::InUse),
+        // Beside a running writer, an open turn may be live and a torn tail an append in flight.
+        _ if options.writer_active => return report(n_events, LogStatus::InUse),
         (true, _) => LogStatus::Torn,
         (false, closers) => LogStatus::Interrupted { closers },
     };

@@ -14,7 +14,7 @@
 //! never stops the store from opening.
 
 use std::{
-    fs::{self, File, OpenOptions},
+    fs::{self, OpenOptions},
     io::{self, Write},
     path::{Path, PathBuf},
     sync::atomic::{AtomicU64, Ordering},
@@ -137,7 +137,7 @@ fn create_dir_durably(dir: &Path) -> Result<()> {
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|dir| dir.sync_all()).map_err(|source| CacheError::io(dir, source))
+    session_persistence::fsio::sync_dir(dir).map_err(|source| CacheError::io(dir, source))
 }
 
 /// Encodes `record` as the file content for `id`.

@@ -12,7 +12,8 @@ use crate::{error::Result, record::CheckpointRecord};
 ///
 /// Calls are synchronous and may block on I/O: the cache runs `put` and `remove` (and the `get`
 /// of a cold read) on the blocking pool. `cached_snapshot` calls `get` inline (its async callers
-/// run it on the blocking pool), so `get` should cost one small read at most.
+/// run it on the blocking pool), so `get` should cost one read of one record at most (the disk
+/// store reads only a regular file, and at most 256 MiB of it).
 ///
 /// Contract:
 /// - `put` replaces the whole record of `id` atomically: a concurrent `get` sees the old record

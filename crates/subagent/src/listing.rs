@@ -15,6 +15,7 @@ use std::{
 use session_core::{Session, SessionEvent, SessionHeader, SessionId, SessionStore};
 use session_persistence::{
     CorruptKind, Location, PersistenceError, ScanSink, SessionPersistence, StreamSummary, inspect_each_into,
+    keyed::run_blocking_with,
 };
 use session_projection::{ProjectionRegistry, RestoreError, RestoreFold, Snapshot};
 use tokio_util::sync::CancellationToken;
@@ -299,7 +300,7 @@ impl<'a> Listing<'a> {
 
     /// Rung 2 for `headers`, in order: the checkpoint source's identities, looked up in one hop
     /// to the blocking pool (a source may read files, which must not stall the runtime's
-    /// threads). Without a source, or if the lookup fails, every header is a miss.
+    /// threads). Without a source every header is a miss.
     async fn cached_identities(
         &self,
         headers: Vec<Arc<SessionHeader>>,
@@ -308,19 +309,15 @@ impl<'a> Listing<'a> {
         let n_headers = headers.len();
         let misses = || std::iter::repeat_with(|| None).take(n_headers).collect();
         let Some(cache) = self.cache.filter(|_| n_headers > 0) else { return Ok(misses()) };
-        let cache = Arc::clone(cache);
-        let lookup = tokio::task::spawn_blocking(move || {
-            headers.iter().map(|header| cached_identity(cache.as_ref(), header)).collect::<Vec<_>>()
+        // `cached_identity` contains a source's panic per header, so the hop itself cannot fail.
+        let lookup = run_blocking_with(cache, move |cache| {
+            headers.iter().map(|header| cached_identity(cache, header)).collect::<Vec<_>>()
         });
-        let looked_up = tokio::select! {
+        tokio::select! {
             biased;
-            () = cancel.cancelled() => return Err(SubagentError::ListingCancelled),
-            looked_up = lookup => looked_up,
-        };
-        Ok(looked_up.unwrap_or_else(|error| {
-            tracing::debug!(%error, "subagent listing: the checkpoint lookup failed; reading every cold child");
-            misses()
-        }))
+            () = cancel.cancelled() => Err(SubagentError::ListingCancelled),
+            looked_up = lookup => Ok(looked_up),
+        }
     }
 
     /// Rung 1: the registry's watermark cells, zero log reads.

@@ -8,7 +8,7 @@ use session_core::{
     CreateOptions, HeaderField, HeaderMeta, JsonData, Oversized, Session, SessionEvent, SessionHeader, SessionId,
     StoreError, TooLarge, messages,
 };
-use session_persistence::{KnownTypes, PersistenceError, StoredHeader};
+use session_persistence::{KnownTypes, PersistenceError, StoredHeader, keyed::run_blocking};
 use session_projection::{ProjectionUnit, Snapshot};
 use tokio_util::sync::CancellationToken;
 
@@ -152,12 +152,7 @@ async fn cached_snapshots(shared: &Shared, cold: &[StoredHeader]) -> Vec<Option<
     let misses = || std::iter::repeat_with(|| None).take(cold.len()).collect();
     let Some(cache) = shared.cache.clone().filter(|_| !cold.is_empty()) else { return misses() };
     let headers: Vec<_> = cold.iter().map(|stored| Arc::clone(&stored.header)).collect();
-    tokio::task::spawn_blocking(move || headers.iter().map(|header| cache.cached_snapshot(header)).collect())
-        .await
-        .unwrap_or_else(|error| {
-            tracing::warn!(%error, "session list: the checkpoint lookup failed; listing without it");
-            misses()
-        })
+    run_blocking(move || headers.iter().map(|header| cache.cached_snapshot(header)).collect()).await
 }
 
 pub(super) fn read_error(id: &str, error: ReadError, what: &str) -> RpcError {

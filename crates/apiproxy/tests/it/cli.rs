@@ -216,6 +216,13 @@ async fn verify_beside_a_running_writer_reports_open_turns_as_in_use() {
     assert_eq!(status_of(&report, "open"), "in-use", "{report}");
     assert_eq!(status_of(&report, "healthy"), "healthy", "{report}");
     assert!(String::from_utf8_lossy(&output.stderr).contains("another process holds the store for writing"));
+    // A torn tail may be an append in flight: in use too. Damage is still damage.
+    damage(&root);
+    let output = tokio::task::spawn_blocking(verify.clone()).await.unwrap();
+    let report = stdout(&output);
+    assert_eq!(status_of(&report, "torn"), "in-use", "{report}");
+    assert_eq!(status_of(&report, "corrupt"), "corrupt", "{report}");
+    assert_eq!(output.status.code(), Some(3), "{report}");
     drop(writer);
     let output = tokio::task::spawn_blocking(verify).await.unwrap();
     assert_eq!(status_of(&stdout(&output), "open"), "interrupted");

@@ -3,8 +3,9 @@
 //! list as that log's own fault and goes on with the others.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     fs, io,
+    os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
     sync::Arc,
     sync::atomic::Ordering,
@@ -15,12 +16,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     JsonlStore,
-    files::{exists, io_error, same_file},
+    files::{exists, log_metadata, same_file},
     header_cache::Listed,
     layout::{decode_segment, encode_segment},
 };
 use crate::{
-    backend::{Listing, LogFault},
+    backend::{Listing, LogFault, StoredHeader},
     error::{CorruptKind, Location, PersistenceError, Result},
     format::Compression,
 };
@@ -59,9 +60,23 @@ impl JsonlStore {
         };
         let mut found = Vec::new();
         for entry in entries {
-            let entry = entry.map_err(io_error(project))?;
+            // One entry's failure is that entry's own; an entry deleted meanwhile is gone.
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(error) => {
+                    found.push(ProjectEntry::Foreign(project.to_owned(), PersistenceError::io(project, error)));
+                    break;
+                }
+            };
             let path = entry.path();
-            let file_type = entry.file_type().map_err(io_error(&path))?;
+            let file_type = match entry.file_type() {
+                Ok(file_type) => file_type,
+                Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+                Err(error) => {
+                    found.push(ProjectEntry::Foreign(path.clone(), PersistenceError::io(&path, error)));
+                    continue;
+                }
+            };
             if file_type.is_dir() {
                 found.push(ProjectEntry::Session(path));
                 continue;
@@ -122,7 +137,10 @@ impl JsonlStore {
 
     /// Finds the one log of `id`: through the index, or by probing every project directory.
     /// Only `id`'s own session directories are looked at, so damage elsewhere in the store
-    /// never keeps this id from being found.
+    /// never keeps this id from being found: a project that cannot be probed fails the lookup
+    /// only if the id is found nowhere else. A refusal that concerns this id (a flat-layout
+    /// file, the other encoding, something other than a regular file at its log path, two
+    /// copies) fails it.
     pub(super) fn find_log(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<PathBuf>> {
         let segment = encode_segment(id.as_str())?;
         let indexed = self.index.lock().get(id).cloned();
@@ -130,35 +148,50 @@ impl JsonlStore {
             if let Some(dir) = path.parent() {
                 self.reject_opposite(dir)?;
             }
-            if exists(&path)? {
+            if log_metadata(&path)?.is_some() {
                 return Ok(Some(path));
             }
             self.index.lock().remove(id);
         }
         let mut matches = Vec::new();
+        let mut unprobed: Option<PersistenceError> = None;
         for project in self.project_dirs()? {
             check_cancel(cancel)?;
-            for compression in [Compression::Zstd, Compression::None] {
-                let flat = project.join(format!("{segment}{}", compression.suffix()));
-                if exists(&flat)? {
-                    return Err(flat_layout(&flat));
+            match self.probe(&project, &segment) {
+                Ok(Some(path)) => matches.push(path),
+                Ok(None) => {}
+                Err(error @ PersistenceError::FormatUnsupported { .. }) => return Err(error),
+                Err(error @ PersistenceError::Io { .. }) if is_search_failure(&error) => {
+                    unprobed.get_or_insert(error);
                 }
-            }
-            let dir = project.join(&segment);
-            self.reject_opposite(&dir)?;
-            let path = dir.join(self.compression.file_name());
-            if exists(&path)? {
-                matches.push(path);
+                Err(error) => return Err(error),
             }
         }
         if matches.len() > 1 {
             return Err(duplicate(id));
         }
-        let found = matches.pop();
-        if let Some(path) = &found {
-            self.index.lock().insert(id.clone(), path.clone());
+        let Some(found) = matches.pop() else {
+            return match unprobed {
+                Some(error) => Err(error),
+                None => Ok(None),
+            };
+        };
+        self.index.lock().insert(id.clone(), found.clone());
+        Ok(Some(found))
+    }
+
+    /// The log of the session directory `segment` under `project`, if there is one.
+    fn probe(&self, project: &Path, segment: &str) -> Result<Option<PathBuf>> {
+        for compression in [Compression::Zstd, Compression::None] {
+            let flat = project.join(format!("{segment}{}", compression.suffix()));
+            if exists(&flat)? {
+                return Err(flat_layout(&flat));
+            }
         }
-        Ok(found)
+        let dir = project.join(segment);
+        self.reject_opposite(&dir)?;
+        let path = dir.join(self.compression.file_name());
+        Ok(log_metadata(&path)?.map(|_| path))
     }
 
     /// Identity binding: the header names the requested id, and its id and cwd name this file.
@@ -201,7 +234,7 @@ impl JsonlStore {
         check_cancel(cancel)?;
         let listing = self.listings.fetch_add(1, Ordering::Relaxed) + 1;
         let mut found = Listing::default();
-        let mut headers: Vec<(PathBuf, crate::backend::StoredHeader)> = Vec::new();
+        let mut headers: Vec<(PathBuf, StoredHeader)> = Vec::new();
         let fault = |path: PathBuf, error: PersistenceError| LogFault {
             id: artifact_id(&path),
             path: Some(path),
@@ -245,31 +278,56 @@ impl JsonlStore {
         }
         check_cancel(cancel)?;
         self.headers.lock().retain(|_, cached| cached.listing == listing);
-        separate_duplicates(&mut found, headers);
+        separate_duplicates(&mut found, headers, |header| self.log_path(header).ok());
         found.sort();
         Ok(found)
     }
 }
 
-/// Lists `headers`, except those whose id is found more than once: each copy of such an id is
-/// reported as a fault, with its header, and none is listed.
-fn separate_duplicates(found: &mut Listing, headers: Vec<(PathBuf, crate::backend::StoredHeader)>) {
-    let mut counts: HashMap<SessionId, usize> = HashMap::new();
-    for (_, stored) in &headers {
-        *counts.entry(stored.header.id.clone()).or_default() += 1;
-    }
+/// Lists `headers`, where each id is found once. An id found several times is listed once if
+/// every copy is the same file seen through aliases (a symlinked session directory): the copy at
+/// its header's own path is kept, or the first. Distinct files under one id are all reported as
+/// faults, each with its header, and none is listed.
+fn separate_duplicates(
+    found: &mut Listing,
+    headers: Vec<(PathBuf, StoredHeader)>,
+    own_path: impl Fn(&SessionHeader) -> Option<PathBuf>,
+) {
+    let mut by_id: HashMap<SessionId, Vec<(PathBuf, StoredHeader)>> = HashMap::new();
     for (path, stored) in headers {
-        if counts[&stored.header.id] == 1 {
-            found.headers.push(stored);
+        by_id.entry(stored.header.id.clone()).or_default().push((path, stored));
+    }
+    for (id, mut copies) in by_id {
+        if copies.len() == 1 {
+            found.headers.extend(copies.pop().map(|(_, stored)| stored));
             continue;
         }
-        found.faults.push(LogFault {
-            id: stored.header.id.clone(),
-            path: Some(path),
-            error: duplicate(&stored.header.id),
-            header: Some(Arc::clone(&stored.header)),
-        });
+        let identities: HashSet<Option<(u64, u64)>> = copies
+            .iter()
+            .map(|(path, _)| fs::metadata(path).ok().map(|metadata| (metadata.dev(), metadata.ino())))
+            .collect();
+        if identities.len() == 1 && !identities.contains(&None) {
+            let own = own_path(&copies[0].1.header);
+            let keep = copies.iter().position(|(path, _)| Some(path) == own.as_ref()).unwrap_or(0);
+            found.headers.push(copies.swap_remove(keep).1);
+            continue;
+        }
+        for (path, stored) in copies {
+            found.faults.push(LogFault {
+                id: id.clone(),
+                path: Some(path),
+                error: duplicate(&id),
+                header: Some(Arc::clone(&stored.header)),
+            });
+        }
     }
+}
+
+/// Whether `error` says a directory could not be searched (so whether it holds the id is
+/// unknown), as opposed to something found at the id's own path.
+fn is_search_failure(error: &PersistenceError) -> bool {
+    let PersistenceError::Io { source, .. } = error else { return false };
+    source.kind() == io::ErrorKind::PermissionDenied || source.raw_os_error() == Some(libc::ELOOP)
 }
 
 fn entry_path(entry: &ProjectEntry) -> &Path {

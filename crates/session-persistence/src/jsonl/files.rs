@@ -5,7 +5,7 @@
 use std::{
     fs::{self, DirBuilder, File, Metadata, OpenOptions},
     io,
-    os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt},
+    os::unix::fs::{DirBuilderExt, FileExt, MetadataExt},
     path::{Path, PathBuf},
     sync::atomic::{AtomicU64, Ordering},
     time::SystemTime,
@@ -15,6 +15,7 @@ use crate::{
     backend::Revision,
     error::{PersistenceError, Result},
     format::ByteSource,
+    fsio,
 };
 
 pub(super) fn io_error(path: &Path) -> impl FnOnce(io::Error) -> PersistenceError + '_ {
@@ -31,49 +32,9 @@ pub(super) fn exists(path: &Path) -> Result<bool> {
     }
 }
 
-/// What kind of file `metadata` describes, for messages.
-fn kind_of(metadata: &Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let file_type = metadata.file_type();
-    if file_type.is_dir() {
-        "a directory"
-    } else if file_type.is_fifo() {
-        "a FIFO"
-    } else if file_type.is_socket() {
-        "a socket"
-    } else if file_type.is_block_device() || file_type.is_char_device() {
-        "a device"
-    } else if file_type.is_symlink() {
-        "a symlink"
-    } else {
-        "not a regular file"
-    }
-}
-
-/// The error for a log path that holds something other than a regular file.
-pub(super) fn not_regular(path: &Path, metadata: &Metadata) -> PersistenceError {
-    PersistenceError::io(
-        path,
-        io::Error::new(io::ErrorKind::InvalidInput, format!("the log is {}, not a regular file", kind_of(metadata))),
-    )
-}
-
-/// Opens the regular file at `path` with `options`. The open itself never blocks: it is made
-/// with `O_NONBLOCK`, so a FIFO or a device put in a log's place cannot hang the caller, and
-/// the opened file's type is checked before it is used (a file swapped in between the two is
-/// caught, since the check is on the open descriptor). `O_NONBLOCK` does nothing to regular
-/// files. `Ok(None)` if nothing is there.
+/// Opens the regular file at `path` with `options`; see [`fsio::open_regular_with`].
 pub(super) fn open_regular(path: &Path, options: &mut OpenOptions) -> Result<Option<(File, Metadata)>> {
-    let file = match options.custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(PersistenceError::io(path, error)),
-    };
-    let metadata = file.metadata().map_err(io_error(path))?;
-    if !metadata.is_file() {
-        return Err(not_regular(path, &metadata));
-    }
-    Ok(Some((file, metadata)))
+    fsio::open_regular_with(path, options).map_err(io_error(path))
 }
 
 /// Opens the regular file at `path` for reading; see [`open_regular`].
@@ -85,22 +46,12 @@ pub(super) fn open_for_reading(path: &Path) -> Result<Option<(File, Metadata)>> 
 /// error if something other than a regular file is (a dangling symlink included: a log that
 /// went missing, not one that never was).
 pub(super) fn log_metadata(path: &Path) -> Result<Option<Metadata>> {
-    match fs::metadata(path) {
-        Ok(metadata) if metadata.is_file() => Ok(Some(metadata)),
-        Ok(metadata) => Err(not_regular(path, &metadata)),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => match fs::symlink_metadata(path) {
-            Ok(_) => Err(PersistenceError::io(
-                path,
-                io::Error::new(io::ErrorKind::NotFound, "the log is a symlink to nothing (its target is missing)"),
-            )),
-            Err(_) => Ok(None),
-        },
-        Err(error) => Err(PersistenceError::io(path, error)),
-    }
+    fsio::regular_metadata(path).map_err(io_error(path))
 }
 
+/// Fsyncs the directory `dir`; see [`fsio::sync_dir`].
 pub(super) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|dir| dir.sync_all()).map_err(io_error(dir))
+    fsio::sync_dir(dir).map_err(io_error(dir))
 }
 
 /// Creates `dir` (mode 0700) if needed and fsyncs its parent so the entry is durable.

@@ -55,7 +55,19 @@ impl StoreLock {
     /// [`PersistenceError::Locked`].
     pub(super) fn acquire(root: &Path) -> Result<StoreLock> {
         let dir = open_dir(root)?;
-        take(&dir, root)?;
+        match take(&dir, root) {
+            Ok(()) => {}
+            // Some network file systems emulate `flock` with record locks, which a directory
+            // (never open for writing) cannot take: the lock file alone guards such a store.
+            Err(PersistenceError::Io { source, .. }) if unsupported(&source) => {
+                tracing::warn!(
+                    root = %root.display(),
+                    error = %source,
+                    "the file system cannot lock the store directory; relying on the lock file alone (deleting it while a writer runs is then unsafe)"
+                );
+            }
+            Err(error) => return Err(error),
+        }
         let metadata = dir.metadata().map_err(io_error(root))?;
         let lock_path = root.join(LOCK_FILE);
         let legacy = OpenOptions::new()
@@ -91,19 +103,39 @@ impl StoreLock {
     }
 }
 
+/// Whether the lock error `error` says the file system cannot lock this kind of file at all.
+fn unsupported(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::EBADF | libc::ENOLCK | libc::EINVAL | libc::EOPNOTSUPP))
+}
+
 /// Whether a writer holds the store at `root` right now (another process, or another handle of
-/// this one). A read-only reader asks, to know that open turns may be live.
+/// this one): a non-blocking shared probe of the directory's lock, and of the lock file, which
+/// writers of earlier builds lock alone. A read-only reader asks, to know that open turns may be
+/// live. Each probe is released at once.
 pub(super) fn held_by_writer(root: &Path) -> Result<bool> {
     let dir = match open_dir(root) {
         Ok(dir) => dir,
         Err(PersistenceError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => return Ok(false),
         Err(error) => return Err(error),
     };
-    match dir.try_lock_shared() {
-        // Dropping `dir` releases the probe at once.
+    if probe(&dir, root)? {
+        return Ok(true);
+    }
+    let lock_path = root.join(LOCK_FILE);
+    match crate::fsio::open_regular(&lock_path) {
+        Ok(Some(file)) => probe(&file, &lock_path),
+        Ok(None) => Ok(false),
+        Err(error) => Err(PersistenceError::io(&lock_path, error)),
+    }
+}
+
+/// Whether someone holds `file`'s exclusive lock; a file system that cannot lock it says no.
+fn probe(file: &File, path: &Path) -> Result<bool> {
+    match file.try_lock_shared() {
         Ok(()) => Ok(false),
         Err(fs::TryLockError::WouldBlock) => Ok(true),
-        Err(fs::TryLockError::Error(error)) => Err(PersistenceError::io(root, error)),
+        Err(fs::TryLockError::Error(error)) if unsupported(&error) => Ok(false),
+        Err(fs::TryLockError::Error(error)) => Err(PersistenceError::io(path, error)),
     }
 }
 

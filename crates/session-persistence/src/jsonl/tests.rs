@@ -197,7 +197,7 @@ fn a_log_replaced_by_a_device_is_refused_without_writing() {
     // session's writer is not poisoned (nothing was written).
     for _ in 0..2 {
         let error = store.append_batch(&header, &batch(3..4), true).unwrap_err();
-        assert!(error.to_string().contains("the log is a device, not a regular file"), "{error}");
+        assert!(error.to_string().contains("the file is a device, not a regular file"), "{error}");
     }
     let error = store.scan(&header.id, &CancellationToken::new(), &mut CollectSink::default()).unwrap_err();
     assert!(error.to_string().contains("not a regular file"), "{error}");

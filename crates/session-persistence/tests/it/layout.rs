@@ -375,3 +375,29 @@ fn list_skips_junk_and_lists_foreign_versions() {
     let error = fault_of(&listing, "retired");
     assert!(error.to_string().contains("retired policy baseline fields"), "{error}");
 }
+
+/// A symlinked alias of a session directory is the same log: the session is listed once, from
+/// its own path, and nothing is reported. A log that is a dangling symlink is an error on read,
+/// not an absent session.
+#[test]
+fn aliases_list_once_and_dangling_logs_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), Compression::None);
+    store.append_batch(&header("real", Some("/a")), &arcs(&turn(0, 1)), false).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("--a--/real"), dir.path().join("--a--/alias")).unwrap();
+    let listing = open_again(dir.path(), Compression::None).list(&CancellationToken::new()).unwrap();
+    assert_eq!(listed_ids(&listing), ["real"]);
+    assert!(listing.faults.is_empty(), "{listing:?}");
+    assert_eq!(listing.headers[0].header.id.as_str(), "real");
+
+    store.append_batch(&header("gone", Some("/a")), &arcs(&turn(0, 1)), false).unwrap();
+    let log = dir.path().join("--a--/gone/session.jsonl");
+    fs::remove_file(&log).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &log).unwrap();
+    let fresh = open_again(dir.path(), Compression::None);
+    let error = scan(&fresh, "gone").unwrap_err();
+    assert!(error.to_string().contains("symlink to nothing"), "{error}");
+    assert!(fresh.revision(&id("gone")).is_err());
+    let listing = fresh.list(&CancellationToken::new()).unwrap();
+    assert!(fault_of(&listing, "gone").to_string().contains("symlink to nothing"));
+}

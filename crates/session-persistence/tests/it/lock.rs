@@ -126,3 +126,24 @@ fn a_reader_sees_whether_a_writer_is_active() {
     let absent = JsonlStore::open_read_only(config(&dir.path().join("absent"), Compression::Zstd)).unwrap();
     assert!(!absent.writer_active().unwrap());
 }
+
+/// A writer of an earlier build locks only `.lock`: a reader still sees it.
+#[test]
+fn a_reader_sees_a_writer_of_an_earlier_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let reader = JsonlStore::open_read_only(config(dir.path(), Compression::Zstd)).unwrap();
+    let legacy = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.path().join(".lock"))
+        .unwrap();
+    assert!(!reader.writer_active().unwrap());
+    legacy.lock().unwrap();
+    assert!(reader.writer_active().unwrap());
+    // And this build's writer waits for it, then gives up, like for any other writer.
+    assert!(matches!(JsonlStore::open(config(dir.path(), Compression::Zstd)), Err(PersistenceError::Locked { .. })));
+    legacy.unlock().unwrap();
+    assert!(!reader.writer_active().unwrap());
+}
