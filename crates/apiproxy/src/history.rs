@@ -75,6 +75,18 @@ pub(crate) async fn read(
         return Ok(live_cut(shared, &session, with_projections));
     }
     let Some(persistence) = &shared.persistence else { return Err(ReadError::NotFound) };
+    // Authorize on the header alone before reading the log, so another owner's session costs no
+    // read and answers in the time an unknown id does.
+    match persistence.stored_header(&session_id, cancel).await {
+        Ok(Some(stored)) if stored.header.cwd.is_some() && caller.sees(&stored.header) => {}
+        Ok(_) | Err(PersistenceError::NotFound { .. } | PersistenceError::InvalidInput { .. }) => {
+            return Err(ReadError::NotFound);
+        }
+        Err(PersistenceError::Cancelled) => return Err(ReadError::Cancelled),
+        // A header that cannot be read names no owner: only the operator tier learns more.
+        Err(_) if caller.owner.is_some() => return Err(ReadError::NotFound),
+        Err(error) => return Err(ReadError::Failed(error)),
+    }
     let inspection = match persistence.inspect(&session_id, cancel).await {
         Ok(inspection) => inspection,
         Err(PersistenceError::NotFound { .. } | PersistenceError::InvalidInput { .. }) => {

@@ -48,6 +48,10 @@ pub(crate) struct Shared {
     pub(crate) listen: parking_lot::Mutex<Option<SocketAddr>>,
     /// Serializes `session.append` calls, so a batch's `expectedSeq` check holds for the batch.
     pub(crate) append_lock: parking_lot::Mutex<()>,
+    /// Serializes, per id, everything that makes an id live or lets it go (create, resume, fork,
+    /// spawn, release), so checking that an id is free and taking it are one step: no live
+    /// session can shadow a stored one.
+    pub(crate) id_locks: session_persistence::keyed::KeyedLocks,
     /// The subagent catalog over the same store, registry and persistence.
     pub(crate) subagents: subagent::SubagentRuntime,
     /// One-shot children whose descriptor is appended when their first step starts.
@@ -139,6 +143,7 @@ impl ApiProxy {
                 config,
                 listen: parking_lot::Mutex::new(None),
                 append_lock: parking_lot::Mutex::new(()),
+                id_locks: session_persistence::keyed::KeyedLocks::new(),
                 subagents,
                 pending_one_shots: parking_lot::Mutex::default(),
                 hub_observer,

@@ -184,6 +184,35 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// The current revision of `id`'s log without reading the log. `Ok(None)` if not stored.
     fn revision(&self, id: &SessionId) -> Result<Option<Revision>>;
 
+    /// The header of `id`'s log with its revision, reading the header only. `Ok(None)` if not
+    /// stored. The default scans until the header and stops there; a backend that can read a
+    /// header alone should override it.
+    fn header(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<StoredHeader>> {
+        /// Keeps the header and stops the scan at once.
+        #[derive(Default)]
+        struct HeaderOnly(Option<Arc<SessionHeader>>);
+        impl ScanSink for HeaderOnly {
+            fn header(&mut self, header: &Arc<SessionHeader>) -> Result<()> {
+                self.0 = Some(Arc::clone(header));
+                Err(PersistenceError::Cancelled)
+            }
+            fn event(&mut self, _event: Arc<SessionEvent>) -> Result<()> {
+                Err(PersistenceError::Cancelled)
+            }
+        }
+        let mut sink = HeaderOnly::default();
+        let scanned = self.scan(id, cancel, &mut sink);
+        let Some(header) = sink.0 else {
+            // No header reached the sink: absent, or a failure before the header.
+            return scanned.map(|_| None);
+        };
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        let Some(revision) = self.revision(id)? else { return Ok(None) };
+        Ok(Some(StoredHeader { header, revision, n_bytes: None }))
+    }
+
     /// Durably appends `events`. When `materialized` is false the log does not exist yet and the
     /// header plus this first batch must appear atomically. Returns only after the data is durable;
     /// on failure nothing of the batch remains.

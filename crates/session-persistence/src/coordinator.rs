@@ -21,7 +21,7 @@ use session_core::{Session, SessionEvent, SessionHeader, SessionId, SessionStore
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    backend::{Backend, Listing, LogFault, Revision, ScanOutcome, ScanSink},
+    backend::{Backend, Listing, LogFault, Revision, ScanOutcome, ScanSink, StoredHeader},
     error::{PersistenceError, Result},
     keyed::{KeyedGuard, KeyedLocks, run_blocking, run_blocking_with},
     live::LiveWriter,
@@ -615,6 +615,19 @@ impl SessionPersistence for Coordinator {
         listed.sort();
         self.inner.report_faults(&listed.faults);
         Ok(listed)
+    }
+
+    async fn stored_header(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<StoredHeader>> {
+        check_cancel(cancel)?;
+        let (probe, token) = (id.clone(), cancel.clone());
+        blocking(&self.inner.backend, move |backend| backend.header(&probe, &token)).await
+    }
+
+    fn durable_len(&self, id: &SessionId) -> Option<u64> {
+        let states = self.inner.states.lock();
+        let state = states.get(id)?;
+        state.owner()?;
+        Some(state.cursor)
     }
 
     async fn inspect(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Inspection> {

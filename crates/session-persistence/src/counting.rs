@@ -13,7 +13,7 @@ use session_core::{SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    backend::{Backend, Listing, Revision, ScanOutcome, ScanSink, SurveyEntry, TornTail},
+    backend::{Backend, Listing, Revision, ScanOutcome, ScanSink, StoredHeader, SurveyEntry, TornTail},
     error::{PersistenceError, Result},
 };
 
@@ -61,6 +61,10 @@ impl Backend for CountingBackend {
     fn scan(&self, id: &SessionId, cancel: &CancellationToken, sink: &mut dyn ScanSink) -> Result<Option<ScanOutcome>> {
         self.scans.fetch_add(1, Ordering::SeqCst);
         self.inner.scan(id, cancel, sink)
+    }
+
+    fn header(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<StoredHeader>> {
+        self.inner.header(id, cancel)
     }
 
     fn revision(&self, id: &SessionId) -> Result<Option<Revision>> {

@@ -87,6 +87,17 @@ impl Backend for MemoryStore {
         Ok(self.logs.lock().get(id).map(|log| log.revision(self.store_no)))
     }
 
+    fn header(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<StoredHeader>> {
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        Ok(self.logs.lock().get(id).map(|log| StoredHeader {
+            header: Arc::clone(&log.header),
+            revision: log.revision(self.store_no),
+            n_bytes: Some(log.n_bytes),
+        }))
+    }
+
     fn append_batch(&self, header: &SessionHeader, events: &[Arc<SessionEvent>], materialized: bool) -> Result<()> {
         // The bounds the JSONL store's reader imposes hold here too, so the two backends accept
         // the same logs.

@@ -6,7 +6,7 @@ use session_core::{SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    backend::{Listing, Revision, ScanSink},
+    backend::{Listing, Revision, ScanSink, StoredHeader},
     error::{PersistenceError, Result},
 };
 
@@ -66,6 +66,25 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
     /// be listed as its own [`LogFault`](crate::LogFault): one damaged log never fails the
     /// listing or hides another. Only a fault of the store as a whole, or a cancellation, fails it.
     async fn list_snapshots(&self, cancel: &CancellationToken) -> Result<Listing>;
+
+    /// The header of `id`'s stored log with its revision, read without reading the log's events
+    /// (one small read at most). `Ok(None)` if nothing is stored under `id`. Lets a caller decide
+    /// about a session (is it taken? whose is it?) before paying for a read, and without the
+    /// time a read takes telling anything. The default filters [`list_snapshots`](Self::list_snapshots).
+    async fn stored_header(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<StoredHeader>> {
+        let listing = self.list_snapshots(cancel).await?;
+        if let Some(fault) = listing.faults.into_iter().find(|fault| &fault.id == id) {
+            return Err(fault.error);
+        }
+        Ok(listing.headers.into_iter().find(|stored| &stored.header.id == id))
+    }
+
+    /// How many events of the live session `id` are durable (written and fsynced), if this
+    /// persistence writes it: the durable watermark is `durable_len - 1`. `None` when it does
+    /// not know (the default), or does not hold `id` live.
+    fn durable_len(&self, _id: &SessionId) -> Option<u64> {
+        None
+    }
 
     /// The balanced view of a session, without changing storage: a cold log gets its crash
     /// closers in memory; a live session gets its current snapshot.

@@ -6,7 +6,11 @@ mod session;
 pub(crate) use self::session::resume;
 mod subagent;
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
+use session_core::{Session, SessionHeader, SessionId};
+use session_persistence::PersistenceError;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -14,6 +18,43 @@ use crate::{
     proxy::Shared,
     wire::{Issue, Method, RpcError},
 };
+
+/// What is under an id, as far as a caller may know.
+pub(crate) enum Presence {
+    /// Nothing live or stored.
+    Free,
+    /// A live session the caller sees.
+    Live(Arc<Session>),
+    /// A stored (not live) session the caller sees: its header only, nothing else was read.
+    Stored(Arc<SessionHeader>),
+    /// A live or stored session the caller may not see: another owner's, or, for a partitioned
+    /// caller, a stored log whose header cannot be read (its owner is unknown).
+    Hidden,
+    /// A stored log whose header cannot be read, for the operator tier.
+    Damaged(PersistenceError),
+}
+
+/// What is under `id` for `caller`: the live store first, then the stored log's header alone,
+/// so the answer costs no log read and its time does not depend on the log.
+pub(crate) async fn presence(
+    shared: &Shared,
+    caller: &Caller,
+    id: &SessionId,
+    cancel: &CancellationToken,
+) -> Result<Presence, RpcError> {
+    if let Some(session) = shared.store.get(id) {
+        return Ok(if caller.sees(session.header()) { Presence::Live(session) } else { Presence::Hidden });
+    }
+    let Some(persistence) = &shared.persistence else { return Ok(Presence::Free) };
+    match persistence.stored_header(id, cancel).await {
+        Ok(None) | Err(PersistenceError::InvalidInput { .. }) => Ok(Presence::Free),
+        Ok(Some(stored)) if caller.sees(&stored.header) => Ok(Presence::Stored(stored.header)),
+        Ok(Some(_)) => Ok(Presence::Hidden),
+        Err(PersistenceError::Cancelled) => Err(RpcError::cancelled("the request was cancelled")),
+        Err(_) if caller.owner.is_some() => Ok(Presence::Hidden),
+        Err(error) => Ok(Presence::Damaged(error)),
+    }
+}
 
 /// Parses a payload, mapping its issues to `bad-request` `invalid payload for <method>`.
 fn parse<T>(method: Method, parsed: Result<T, Vec<Issue>>) -> Result<T, RpcError> {
@@ -45,7 +86,12 @@ pub(crate) async fn dispatch(
         }
         Method::SessionAppend => {
             let request = parse(method, AppendRequest::parse(payload))?;
-            session::append(shared, caller, request)
+            session::append(shared, caller, request, cancel).await
+        }
+        Method::SessionFlush => {
+            // The same addressing as `session.release`: `{sessionId, parentSessionId?}`.
+            let request = parse(method, ReleaseRequest::parse(payload))?;
+            session::flush(shared, caller, request, cancel).await
         }
         Method::SessionRelease => {
             let request = parse(method, ReleaseRequest::parse(payload))?;

@@ -12,6 +12,7 @@ use session_persistence::{KnownTypes, PersistenceError, StoredHeader, keyed::run
 use session_projection::{ProjectionUnit, Snapshot};
 use tokio_util::sync::CancellationToken;
 
+use super::{Presence, presence};
 use crate::{
     access::Caller,
     history::{self, ReadError},
@@ -279,46 +280,41 @@ pub(super) async fn create(
         owner: caller.owner.clone(),
         ..HeaderMeta::default()
     };
-    // Two rounds: a creation racing ours makes the second round adopt it.
-    for _ in 0..2 {
-        if explicit {
-            if let Some(session) = shared.store.get(&id) {
-                check_adoptable(caller, session.header(), &request)?;
-                return Ok(created(session.header()));
-            }
-            if let Some(persistence) = &shared.persistence {
-                match persistence.inspect(&id, cancel).await {
-                    Ok(inspection) => {
-                        check_adoptable(caller, &inspection.header, &request)?;
-                        let session = resume(shared, &id, cancel).await?;
-                        return Ok(created(session.header()));
-                    }
-                    Err(PersistenceError::NotFound { .. }) => {}
-                    Err(PersistenceError::Cancelled) => {
-                        return Err(RpcError::cancelled("session create was cancelled"));
-                    }
-                    Err(error) => {
-                        tracing::error!(session = %id, %error, "inspecting a session to adopt failed");
-                        return Err(RpcError::internal(format!("resume failed for session \"{id}\"")));
-                    }
-                }
-            }
+    // Checking the id and taking it are one step: nothing else makes this id live meanwhile.
+    let _taking = shared.id_locks.lock(&id).await;
+    match presence(shared, caller, &id, cancel).await? {
+        Presence::Free => {}
+        // An explicit id names a session to adopt: live as it is, stored by resuming it. A
+        // minted id that is taken is a collision that never happens in practice.
+        Presence::Live(session) if explicit => {
+            check_adoptable(caller, session.header(), &request)?;
+            return Ok(created(session.header()));
         }
-        match shared.store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta.clone() }) {
-            Ok(session) => return Ok(created(session.header())),
-            Err(StoreError::AlreadyExists { .. }) if explicit => continue,
-            // The payload's fields were checked against their bounds already; this also covers
-            // what the gateway filled in.
-            Err(ref error) if let Some(too_large) = error.too_large() => {
-                return Err(refused_as_too_large("session.create", too_large, create_path(too_large)));
-            }
-            Err(error) => {
-                tracing::error!(session = %id, %error, "creating a session failed");
-                return Err(RpcError::internal(format!("failed to create session \"{id}\"")));
-            }
+        Presence::Stored(header) if explicit => {
+            check_adoptable(caller, &header, &request)?;
+            let session = resume(shared, &id, cancel).await?;
+            return Ok(created(session.header()));
+        }
+        // Another owner's id answers as the reference has it, from the header alone (no read).
+        Presence::Hidden if explicit => return Err(RpcError::session_not_found(id.as_str())),
+        Presence::Damaged(error) if explicit => {
+            tracing::error!(session = %id, %error, "reading the header of a session to adopt failed");
+            return Err(RpcError::internal(format!("resume failed for session \"{id}\"")));
+        }
+        _ => return Err(RpcError::internal(format!("failed to create session \"{id}\""))),
+    }
+    match shared.store.create(Some(id.clone()), CreateOptions { seed: None, meta }) {
+        Ok(session) => Ok(created(session.header())),
+        // The payload's fields were checked against their bounds already; this also covers
+        // what the gateway filled in.
+        Err(ref error) if let Some(too_large) = error.too_large() => {
+            Err(refused_as_too_large("session.create", too_large, create_path(too_large)))
+        }
+        Err(error) => {
+            tracing::error!(session = %id, %error, "creating a session failed");
+            Err(RpcError::internal(format!("failed to create session \"{id}\"")))
         }
     }
-    Err(RpcError::internal(format!("failed to create session \"{id}\"")))
 }
 
 /// `session.fork` → `{sessionId}`: the seed runs through the first `turn/end` at or after `atSeq`
@@ -360,6 +356,11 @@ pub(super) async fn fork(
         .position(|event| event.kind == "turn/start")
         .map_or(events.len(), |offset| boundary + 1 + offset);
     let child_id = SessionId::from(format!("session-{}", uuid::Uuid::new_v4()));
+    // A minted id is checked like any other: no live session may shadow a stored one.
+    let _taking = shared.id_locks.lock(&child_id).await;
+    if !matches!(presence(shared, caller, &child_id, cancel).await?, Presence::Free) {
+        return Err(RpcError::internal(format!("failed to fork session \"{id}\"")));
+    }
     let meta = HeaderMeta {
         cwd: cut.header.cwd.clone(),
         parent_session: Some(cut.header.id.clone()),
@@ -403,9 +404,15 @@ fn check_appendable(known: &KnownTypes, event: &NewEvent, seq: u64) -> Result<Js
     Ok(probe.data)
 }
 
-/// `session.append` → `{firstSeq, lastSeq}`: appends to a live session, in order, stopping at the
-/// first rejected event.
-pub(super) fn append(shared: &Shared, caller: &Caller, request: AppendRequest) -> Result<Value, RpcError> {
+/// `session.append` → `{firstSeq, lastSeq, durableSeq}`: appends to a live session, in order,
+/// stopping at the first rejected event. With `durable: true` it answers only once everything
+/// appended so far is durable; `durableSeq` is the durable watermark either way.
+pub(super) async fn append(
+    shared: &Shared,
+    caller: &Caller,
+    request: AppendRequest,
+    cancel: &CancellationToken,
+) -> Result<Value, RpcError> {
     let id = request.session_id.as_str();
     let session = shared
         .store
@@ -413,6 +420,78 @@ pub(super) fn append(shared: &Shared, caller: &Caller, request: AppendRequest) -
         .filter(|session| caller.sees(session.header()))
         .ok_or_else(|| RpcError::session_not_attached(id))?;
     fence(session.header(), request.parent_session_id.as_deref())?;
+    let durable = request.durable;
+    let (first, last) = append_batch(shared, &session, request)?;
+    let durable_seq =
+        if durable { make_durable(shared, &session, cancel).await? } else { durable_seq(shared, &session) };
+    Ok(json!({"firstSeq": first, "lastSeq": last, "durableSeq": durable_seq}))
+}
+
+/// `session.flush` → `{durableSeq}`: waits until everything the live session appended so far is
+/// durable.
+pub(super) async fn flush(
+    shared: &Shared,
+    caller: &Caller,
+    request: ReleaseRequest,
+    cancel: &CancellationToken,
+) -> Result<Value, RpcError> {
+    let id = request.session_id.as_str();
+    let session = shared
+        .store
+        .get(&SessionId::from(id))
+        .filter(|session| caller.sees(session.header()))
+        .ok_or_else(|| RpcError::session_not_attached(id))?;
+    fence(session.header(), request.parent_session_id.as_deref())?;
+    Ok(json!({"durableSeq": make_durable(shared, &session, cancel).await?}))
+}
+
+/// The durable watermark of a live session: the last seq written and fsynced, `null` when none
+/// is (or the gateway has no persistence).
+fn durable_seq(shared: &Shared, session: &Session) -> Option<u64> {
+    let durable = shared.persistence.as_ref()?.durable_len(session.id())?;
+    durable.checked_sub(1)
+}
+
+/// Waits until everything `session` appended so far is durable; its durable watermark then.
+async fn make_durable(
+    shared: &Shared,
+    session: &Arc<Session>,
+    cancel: &CancellationToken,
+) -> Result<Option<u64>, RpcError> {
+    let id = session.id();
+    if shared.persistence.is_none() {
+        return Err(RpcError::internal(format!(
+            "session \"{id}\" cannot be made durable: this gateway keeps no sessions on disk"
+        )));
+    }
+    let target = session.len() as u64;
+    let flushed = tokio::select! {
+        biased;
+        () = cancel.cancelled() => return Err(RpcError::cancelled("the flush was cancelled")),
+        flushed = shared.store.flush(id) => flushed,
+    };
+    match flushed {
+        Ok(_) => {}
+        Err(StoreError::NotLive { .. }) => {
+            // Released meanwhile: a release flushes everything first.
+            return Ok(target.checked_sub(1));
+        }
+        Err(error) => {
+            tracing::error!(session = %id, %error, "making a session durable failed");
+            return Err(RpcError::internal(format!("session \"{id}\" could not be made durable")));
+        }
+    }
+    // Everything appended before the flush began is durable now; more may be.
+    Ok(durable_seq(shared, session).max(target.checked_sub(1)))
+}
+
+/// Appends the batch of `request` to `session`: `(firstSeq, lastSeq)` of what was appended.
+fn append_batch(
+    shared: &Shared,
+    session: &Arc<Session>,
+    request: AppendRequest,
+) -> Result<(Option<u64>, Option<u64>), RpcError> {
+    let id = request.session_id.as_str();
     // One API append at a time, so `expectedSeq` holds for the whole batch.
     let _serialized = shared.append_lock.lock();
     let next = session.len();
@@ -445,7 +524,7 @@ pub(super) fn append(shared: &Shared, caller: &Caller, request: AppendRequest) -
             Err(error) => return Err(rejected(idx, last, error.to_string())),
         }
     }
-    Ok(json!({"firstSeq": first, "lastSeq": last}))
+    Ok((first, last))
 }
 
 /// `bad-request` for the event at `idx`, saying how far the batch got.
@@ -510,6 +589,8 @@ pub(super) async fn release(shared: &Shared, caller: &Caller, request: ReleaseRe
         .filter(|session| caller.sees(session.header()))
         .ok_or_else(|| RpcError::session_not_attached(id))?;
     fence(session.header(), request.parent_session_id.as_deref())?;
+    // Letting the id go is serialized with taking it (create, resume, fork, spawn).
+    let _releasing = shared.id_locks.lock(&session_id).await;
     match shared.store.flush(&session_id).await {
         Ok(_) => {}
         Err(StoreError::NotLive { .. }) => return Err(RpcError::session_not_attached(id)),

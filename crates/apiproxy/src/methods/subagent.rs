@@ -6,16 +6,17 @@
 //! wire, applies the owner partition (a parent of another owner lists like an unknown one), and
 //! replaces each child's `activity` with "running" only for a live child inside an open turn.
 
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 use session_core::{SessionEvent, SessionHeader, SessionId, json::MAX_SAFE_INTEGER};
 use subagent::{
-    ChildOptions, ContinuableDescriptor, CreateChildError, Descriptor, OneShotDescriptor, SubagentError,
+    ChildOptions, ContinuableDescriptor, CreateChildError, Descriptor, OneShotDescriptor, Scope, SubagentError,
     SubagentErrorCode,
 };
 use tokio_util::sync::CancellationToken;
 
+use super::{Presence, presence};
 use crate::{
     access::Caller,
     history::{self, ReadError},
@@ -81,48 +82,8 @@ pub(crate) fn wire_entry(shared: &Shared, entry: &subagent::SubagentListEntry) -
     }
 }
 
-/// Every header the caller could be asking about, live winning over persisted. Only needed for a
-/// partitioned caller (the operator tier sees everything).
-async fn headers(
-    shared: &Shared,
-    cancel: &CancellationToken,
-) -> Result<HashMap<SessionId, Arc<SessionHeader>>, RpcError> {
-    let mut headers = HashMap::new();
-    if let Some(persistence) = &shared.persistence {
-        match persistence.list(cancel).await {
-            Ok(listed) => headers.extend(listed.into_iter().map(|header| (header.id.clone(), header))),
-            Err(session_persistence::PersistenceError::Cancelled) => {
-                return Err(RpcError::cancelled("subagent catalog read was cancelled"));
-            }
-            Err(error) => {
-                tracing::error!(%error, "listing persisted sessions for the owner partition failed");
-                return Err(RpcError::internal("subagent catalog read failed"));
-            }
-        }
-    }
-    for session in shared.store.list() {
-        headers.insert(session.id().clone(), Arc::clone(session.header()));
-    }
-    Ok(headers)
-}
-
-/// Whether `parent` is visible to `caller`: live, else persisted, of the caller's owner.
-async fn parent_visible(
-    shared: &Shared,
-    caller: &Caller,
-    parent: &SessionId,
-    cancel: &CancellationToken,
-) -> Result<bool, RpcError> {
-    if caller.owner.is_none() {
-        return Ok(true);
-    }
-    if let Some(session) = shared.store.get(parent) {
-        return Ok(caller.sees(session.header()));
-    }
-    Ok(headers(shared, cancel).await?.get(parent).is_some_and(|header| caller.sees(header)))
-}
-
-/// `subagent.list` → `{entries, parentAvailable}`.
+/// `subagent.list` → `{entries, parentAvailable}`: one enumeration, authorized before any read
+/// (a parent the caller may not see lists like an unknown one, without a log read).
 pub(super) async fn list(
     shared: &Shared,
     caller: &Caller,
@@ -130,18 +91,21 @@ pub(super) async fn list(
     cancel: &CancellationToken,
 ) -> Result<Value, RpcError> {
     let parent = SessionId::from(request.parent_session_id.as_str());
-    let mut entries = shared.subagents.list_children(&parent, cancel).await.map_err(|error| catalog_error(&error))?;
-    if caller.owner.is_some() {
-        let headers = headers(shared, cancel).await?;
-        if !headers.get(&parent).is_some_and(|header| caller.sees(header)) {
-            entries.clear();
-        }
-        entries.retain(|entry| headers.get(entry.id()).is_some_and(|header| caller.sees(header)));
-    }
+    let sees = |header: &SessionHeader| caller.sees(header);
+    let entries = shared
+        .subagents
+        .list_children_in(&parent, scope(caller, &sees), cancel)
+        .await
+        .map_err(|error| catalog_error(&error))?;
     let parent_available = shared.store.get(&parent).is_some_and(|session| caller.sees(session.header()));
     let catalog =
         SubagentCatalog { entries: entries.iter().map(|entry| wire_entry(shared, entry)).collect(), parent_available };
     Ok(crate::wire::to_value(&catalog))
+}
+
+/// The catalog scope of `caller`: everything for the operator tier, else its own sessions.
+fn scope<'a>(caller: &Caller, sees: &'a (dyn Fn(&SessionHeader) -> bool + Send + Sync)) -> Scope<'a> {
+    if caller.owner.is_none() { Scope::All } else { Scope::Only(sees) }
 }
 
 /// `subagent.history` → `{events, hasMore, projections?}`: authorized by catalog membership with
@@ -155,13 +119,12 @@ pub(super) async fn history(
     let (parent_id, child_id) = (request.parent_session_id.as_str(), request.child_session_id.as_str());
     let mode = request.mode.as_str();
     let parent = SessionId::from(parent_id);
-    if !parent_visible(shared, caller, &parent, cancel).await? {
-        return Err(RpcError::subagent_not_found(parent_id, child_id, mode));
-    }
-    // The child's own catalog row, read alone: its siblings are not read.
+    // The child's own catalog row, read alone (its siblings are not read), from one enumeration
+    // that authorizes the parent and the child before any read.
+    let sees = |header: &SessionHeader| caller.sees(header);
     let entry = shared
         .subagents
-        .list_child(&parent, &SessionId::from(child_id), cancel)
+        .list_child_in(&parent, &SessionId::from(child_id), scope(caller, &sees), cancel)
         .await
         .map_err(|error| catalog_error(&error))?;
     match &entry {
@@ -209,6 +172,19 @@ pub(super) async fn history(
     Ok(crate::wire::to_value(&page))
 }
 
+/// `session-conflict` for a child id that is taken: `existingCwd` only for a session the caller
+/// sees.
+fn taken(id: &SessionId, requested_cwd: &str, existing_cwd: Option<String>) -> RpcError {
+    RpcError::new(
+        ErrorKind::SessionConflict {
+            session_id: id.to_string(),
+            requested_cwd: requested_cwd.to_owned(),
+            existing_cwd,
+        },
+        format!("session \"{id}\" already exists"),
+    )
+}
+
 /// `subagent.spawn` → `{childSessionId, mode}`: creates a live child of a live parent the caller
 /// owns. A continuable child's descriptor is in its creation seed; a one-shot child's is appended
 /// by the gateway right before the child's first `step/start` arrives through `session.append`.
@@ -216,7 +192,7 @@ pub(super) async fn spawn(
     shared: &Shared,
     caller: &Caller,
     request: SubagentSpawnRequest,
-    _cancel: &CancellationToken,
+    cancel: &CancellationToken,
 ) -> Result<Value, RpcError> {
     let parent_id = request.parent_session_id.as_str();
     let Some(parent) = shared.store.get(&SessionId::from(parent_id)).filter(|parent| caller.sees(parent.header()))
@@ -226,6 +202,23 @@ pub(super) async fn spawn(
             format!("parent session \"{parent_id}\" is not live"),
         ));
     };
+    let requested_cwd = parent.header().cwd.clone().unwrap_or_else(|| shared.config.default_cwd.clone());
+    // An explicit child id is checked against the live store and the stored logs, and taken, in
+    // one step: no live child can shadow a stored session.
+    let explicit = request.child_session_id.as_deref().map(SessionId::from);
+    let _taking = match &explicit {
+        Some(id) => Some(shared.id_locks.lock(id).await),
+        None => None,
+    };
+    if let Some(id) = &explicit {
+        match presence(shared, caller, id, cancel).await? {
+            Presence::Free => {}
+            Presence::Live(session) => return Err(taken(id, &requested_cwd, session.header().cwd.clone())),
+            Presence::Stored(header) => return Err(taken(id, &requested_cwd, header.cwd.clone())),
+            // Whoever's it is, the answer is the same, with nothing about the session in it.
+            Presence::Hidden | Presence::Damaged(_) => return Err(taken(id, &requested_cwd, None)),
+        }
+    }
     let provider = request.provider.clone().unwrap_or_else(|| GATEWAY_PROVIDER.to_owned());
     let options = ChildOptions {
         id: request.child_session_id.as_deref().map(SessionId::from),
@@ -261,15 +254,12 @@ pub(super) async fn spawn(
     match created {
         Ok(child) => Ok(json!({"childSessionId": child.id().as_str(), "mode": request.mode.as_str()})),
         Err(CreateChildError::DuplicateChild { id }) => {
-            let existing_cwd = shared.store.get(&id).and_then(|session| session.header().cwd.clone());
-            Err(RpcError::new(
-                ErrorKind::SessionConflict {
-                    session_id: id.to_string(),
-                    requested_cwd: parent.header().cwd.clone().unwrap_or_else(|| shared.config.default_cwd.clone()),
-                    existing_cwd,
-                },
-                format!("session \"{id}\" already exists"),
-            ))
+            let existing_cwd = shared
+                .store
+                .get(&id)
+                .filter(|session| caller.sees(session.header()))
+                .and_then(|session| session.header().cwd.clone());
+            Err(taken(&id, &requested_cwd, existing_cwd))
         }
         // The child's header comes from the parent (a log written before the bounds may exceed
         // them); nothing was created.

@@ -28,13 +28,14 @@ pub enum Method {
     SessionFork,
     SessionAppend,
     SessionRelease,
+    SessionFlush,
     SubagentList,
     SubagentHistory,
     SubagentSpawn,
 }
 
 impl Method {
-    pub const ALL: [Method; 10] = [
+    pub const ALL: [Method; 11] = [
         Method::HostDescribe,
         Method::SessionList,
         Method::SessionHistory,
@@ -42,6 +43,7 @@ impl Method {
         Method::SessionFork,
         Method::SessionAppend,
         Method::SessionRelease,
+        Method::SessionFlush,
         Method::SubagentList,
         Method::SubagentHistory,
         Method::SubagentSpawn,
@@ -56,6 +58,7 @@ impl Method {
             Method::SessionFork => "session.fork",
             Method::SessionAppend => "session.append",
             Method::SessionRelease => "session.release",
+            Method::SessionFlush => "session.flush",
             Method::SubagentList => "subagent.list",
             Method::SubagentHistory => "subagent.history",
             Method::SubagentSpawn => "subagent.spawn",

@@ -73,6 +73,8 @@ pub struct AppendRequest {
     pub events: Vec<NewEvent>,
     pub expected_seq: Option<u64>,
     pub parent_session_id: Option<String>,
+    /// Answer only once everything appended so far (this batch included) is durable.
+    pub durable: bool,
 }
 
 /// `session.release`.
@@ -445,11 +447,13 @@ impl AppendRequest {
         let events = fields.new_events("events");
         let expected_seq = fields.optional_integer("expectedSeq", 0);
         let parent_session_id = fields.optional_lookup_id("parentSessionId");
+        let durable = fields.optional_bool("durable").unwrap_or(false);
         let request = AppendRequest {
             session_id: session_id.unwrap_or_default(),
             events: events.unwrap_or_default(),
             expected_seq,
             parent_session_id,
+            durable,
         };
         fields.finish(request)
     }

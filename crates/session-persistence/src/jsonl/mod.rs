@@ -48,7 +48,7 @@ pub use self::{
     lock::LOCK_WAIT,
 };
 use crate::{
-    backend::{Backend, Listing, Revision, ScanOutcome, ScanSink, TornTail},
+    backend::{Backend, Listing, Revision, ScanOutcome, ScanSink, StoredHeader, TornTail},
     error::{PersistenceError, Result},
     format::{Compression, FrameEncoder},
 };
@@ -211,6 +211,10 @@ impl Backend for JsonlStore {
 
     fn revision(&self, id: &SessionId) -> Result<Option<Revision>> {
         self.log_revision(id)
+    }
+
+    fn header(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<StoredHeader>> {
+        self.log_header(id, cancel)
     }
 
     fn append_batch(&self, header: &SessionHeader, events: &[Arc<SessionEvent>], materialized: bool) -> Result<()> {

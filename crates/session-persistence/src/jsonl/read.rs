@@ -15,10 +15,10 @@ use super::{
     JsonlStore,
     discovery::check_cancel,
     files::{FileSource, open_for_reading, revision_of},
-    header_cache::same_identity,
+    header_cache::{Listed, same_identity},
 };
 use crate::{
-    backend::{ScanOutcome, ScanSink},
+    backend::{ScanOutcome, ScanSink, StoredHeader},
     error::{PersistenceError, Result},
     format::{LogScan, scan_log_known},
 };
@@ -120,6 +120,25 @@ impl JsonlStore {
             last_path,
             io::Error::other(format!("the log of session \"{id}\" kept changing while it was being read")),
         ))
+    }
+
+    /// [`Backend::header`](crate::Backend::header) of the JSONL store: the log's first line or
+    /// frame only, through the listing's header cache, bound to `id` like a scan.
+    pub(super) fn log_header(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<StoredHeader>> {
+        check_cancel(cancel)?;
+        let Some(path) = self.find_log(id, cancel)? else { return Ok(None) };
+        match self.listed_header(&path, cancel, self.listings.load(std::sync::atomic::Ordering::Relaxed))? {
+            Listed::Absent => Ok(None),
+            Listed::Skipped => Err(crate::error::PersistenceError::corrupt(
+                crate::error::CorruptKind::Header,
+                crate::error::Location::file(&path),
+                "corrupt session log: the first line is missing or is not a session header",
+            )),
+            Listed::Header(stored) => {
+                self.check_identity(&path, &stored.header, Some(id))?;
+                Ok(Some(stored))
+            }
+        }
     }
 
     /// [`Backend::revision`](crate::Backend::revision) of the JSONL store.
