@@ -464,7 +464,7 @@ async fn make_durable(
             "session \"{id}\" cannot be made durable: this gateway keeps no sessions on disk"
         )));
     }
-    let target = session.len() as u64;
+    let target = session.len();
     let flushed = tokio::select! {
         biased;
         () = cancel.cancelled() => return Err(RpcError::cancelled("the flush was cancelled")),
