@@ -4,6 +4,7 @@
 mod bounds;
 mod carrier;
 mod cli;
+mod crash;
 mod damage;
 mod history;
 mod isolation;
