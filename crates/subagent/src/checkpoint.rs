@@ -9,10 +9,12 @@ use session_projection_cache::ProjectionCache;
 
 /// Stored projection values of a cold session, served with zero log reads.
 ///
-/// The listing only reads it: it never writes back. It is derived data, so anything it returns
-/// can at most save a read, never decide a verdict: a missing key, a `null` identity, a
-/// seed-replayed identity (`seq < seedLength`), any reported unit failure and even a panic all
-/// fall through to the authoritative cold fold.
+/// The listing only reads it: it never writes back. It is derived data, so all it can do is save
+/// a read: a missing key, a `null` identity, a seed-replayed identity (`seq < seedLength`), any
+/// reported unit failure and even a panic all fall through to the authoritative cold fold. A
+/// served own-suffix identity, though, is used as it is, without a refold: that is the design
+/// note's accepted rung-2 window (deviation 6 in `docs/deviations.md`), where a record older than
+/// a second own descriptor keeps serving the first one until the record is rewritten.
 pub trait CheckpointSource: Send + Sync + fmt::Debug {
     /// The stored client values for the lifecycle `header` names, or `None` when nothing usable
     /// is stored. Must not read the session log.

@@ -298,8 +298,9 @@ fn parse_tool_filter(value: &Value) -> Result<ToolFilter, DescriptorError> {
 }
 
 /// The FIRST `subagent/descriptor` among `events`, strictly parsed (reference 03 §2.4): `None`
-/// when there is none or it has another version, an error when it is malformed. Resume folds the
-/// child's own suffix with this; listing uses the last-wins identity unit instead.
+/// when there is none or it has another version, an error when it is malformed. Resume
+/// authorization folds the child's own suffix (`events[seedLength..]`) with this; listing uses
+/// the last-wins identity unit instead (deviation 2 in `docs/deviations.md`).
 pub fn fold_first_descriptor<E: Borrow<SessionEvent>>(
     events: impl IntoIterator<Item = E>,
 ) -> Result<Option<Descriptor>, DescriptorError> {

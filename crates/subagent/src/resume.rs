@@ -14,7 +14,7 @@ use session_persistence::{ScanSink, inspect_into};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    descriptor::{ContinuableDescriptor, DESCRIPTOR_EVENT, Descriptor, DescriptorParse},
+    descriptor::{ContinuableDescriptor, DESCRIPTOR_EVENT, Descriptor, fold_first_descriptor},
     error::SubagentError,
     runtime::{SubagentRuntime, SubagentServices},
 };
@@ -136,17 +136,13 @@ pub(crate) async fn authorize(
         return Err(SubagentError::ForeignParent { id: child.clone() });
     }
 
+    // The first descriptor of the own suffix, through the crate's one first-wins fold.
     let own_suffix_start = header.own_suffix_start();
-    let first_own = descriptors.events.iter().find(|event| event.seq >= own_suffix_start);
+    let own = descriptors.events.iter().filter(|event| event.seq >= own_suffix_start).map(|event| &**event);
     let no_state = |source| SubagentError::NoContinuationState { id: child.clone(), source };
-    let parsed = match first_own {
-        None => return Err(no_state(None)),
-        Some(event) => Descriptor::parse_event(event).map_err(|error| no_state(Some(error)))?,
-    };
-    match parsed {
-        DescriptorParse::Supported(Descriptor::Continuable(descriptor)) => {
-            Ok(ResumeAuthorization { child: header, descriptor })
-        }
-        DescriptorParse::Supported(Descriptor::OneShot(_)) | DescriptorParse::UnsupportedVersion => Err(no_state(None)),
+    match fold_first_descriptor(own).map_err(|error| no_state(Some(error)))? {
+        Some(Descriptor::Continuable(descriptor)) => Ok(ResumeAuthorization { child: header, descriptor }),
+        // None, another version, or a one-shot child: nothing to continue.
+        Some(Descriptor::OneShot(_)) | None => Err(no_state(None)),
     }
 }
