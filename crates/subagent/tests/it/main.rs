@@ -9,6 +9,7 @@ mod descriptor;
 mod deviations;
 mod golden;
 mod identity;
+mod ladder;
 mod list_agents;
 mod list_children;
 mod list_descendants;
