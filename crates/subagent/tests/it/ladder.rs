@@ -197,9 +197,8 @@ async fn check(nodes: &[Node]) -> Result<(), TestCaseError> {
     let h = Harness::new(Setup { compression: Compression::None, cache: true });
     let sessions = build(&h, nodes);
     let no_cache = h.runtime_with_cache(None);
-    for parent in 0..sessions.len() {
-        let rows =
-            serde_json::to_value(h.runtime.list_children(sessions[parent].id(), &token()).await.unwrap()).unwrap();
+    for (parent, session) in sessions.iter().enumerate() {
+        let rows = serde_json::to_value(h.runtime.list_children(session.id(), &token()).await.unwrap()).unwrap();
         prop_assert_eq!(&rows, &model(nodes, parent, Phase::Live), "live, parent {}", name(parent));
     }
     for session in &sessions {
@@ -210,13 +209,11 @@ async fn check(nodes: &[Node]) -> Result<(), TestCaseError> {
             damage(&h, &sessions[idx + 1]);
         }
     }
-    for parent in 0..sessions.len() {
+    for (parent, session) in sessions.iter().enumerate() {
         let want = model(nodes, parent, Phase::Cold);
-        let cached =
-            serde_json::to_value(h.runtime.list_children(sessions[parent].id(), &token()).await.unwrap()).unwrap();
+        let cached = serde_json::to_value(h.runtime.list_children(session.id(), &token()).await.unwrap()).unwrap();
         prop_assert_eq!(&cached, &want, "cold with the cache, parent {}", name(parent));
-        let read =
-            serde_json::to_value(no_cache.list_children(sessions[parent].id(), &token()).await.unwrap()).unwrap();
+        let read = serde_json::to_value(no_cache.list_children(session.id(), &token()).await.unwrap()).unwrap();
         prop_assert_eq!(&read, &want, "cold without a cache, parent {}", name(parent));
     }
     Ok(())
