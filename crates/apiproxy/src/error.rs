@@ -26,6 +26,15 @@ pub enum ProxyError {
     Register(#[from] RegisterError),
     #[error("session store {path} does not exist", path = path.display())]
     StoreMissing { path: PathBuf },
+    /// The store holds logs of both encodings, so it cannot be opened in either.
+    #[error(
+        "session store {path} holds both encodings: {n_raw} raw log(s) (such as {raw}) and {n_zstd} zstd log(s) \
+         (such as {zstd}); one store holds one encoding: move one kind to a store of its own",
+        path = path.display(),
+        raw = raw.display(),
+        zstd = zstd.display()
+    )]
+    MixedStore { path: PathBuf, n_raw: u64, raw: PathBuf, n_zstd: u64, zstd: PathBuf },
     #[error("session \"{id}\" not found")]
     SessionNotFound { id: String },
     #[error("{message}")]

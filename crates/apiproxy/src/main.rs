@@ -56,14 +56,20 @@ struct StoreArgs {
     /// The store directory.
     #[arg(long, default_value = "./.sessions")]
     store: PathBuf,
-    /// The store's encoding (one store holds one encoding).
-    #[arg(long, value_enum, default_value = "zstd")]
-    compression: Encoding,
+    /// The store's encoding (one store holds one encoding). Without it, an existing store is
+    /// opened in the encoding its logs use (a store holding both is refused), and an empty or
+    /// new one gets zstd.
+    #[arg(long, value_enum)]
+    compression: Option<Encoding>,
 }
 
 impl StoreArgs {
-    fn options(&self) -> StoreOptions {
-        StoreOptions { dir: self.store.clone(), compression: self.compression.into() }
+    fn options(&self) -> Result<StoreOptions> {
+        let compression = match self.compression {
+            Some(encoding) => encoding.into(),
+            None => ops::detect_compression(&self.store)?,
+        };
+        Ok(StoreOptions { dir: self.store.clone(), compression })
     }
 }
 
@@ -128,6 +134,10 @@ enum SessionsCommand {
         store: StoreArgs,
         #[arg(long)]
         json: bool,
+        /// Stream the events, one compact JSON object per line, as they are read (for scripts:
+        /// memory does not grow with the log).
+        #[arg(long, conflicts_with = "json")]
+        jsonl: bool,
     },
 }
 
@@ -189,11 +199,11 @@ async fn run(command: Command) -> Result<ExitCode> {
         Command::Serve { store, listen, token, owner_tokens, allowed_hosts, max_body_bytes, demo } => {
             let access =
                 AccessConfig { operator_tokens: token.clone().into_iter().collect(), owner_tokens, allowed_hosts };
-            serve(store.options(), listen, access, max_body_bytes, demo, token).await?;
+            serve(store.options()?, listen, access, max_body_bytes, demo, token).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Sessions { command: SessionsCommand::List { store, json } } => {
-            let persistence = ops::open_read_only(&store.options())?;
+            let persistence = ops::open_read_only(&store.options()?)?;
             let listing = ops::list_sessions(&*persistence).await?;
             let headers: Vec<_> = listing.headers.iter().map(|stored| &stored.header).collect();
             let mut out = std::io::stdout().lock();
@@ -231,8 +241,13 @@ async fn run(command: Command) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Sessions { command: SessionsCommand::Show { id, store, json } } => {
-            let persistence = ops::open_read_only(&store.options())?;
+        Command::Sessions { command: SessionsCommand::Show { id, store, jsonl: true, .. } } => {
+            let persistence = ops::open_read_only(&store.options()?)?;
+            ops::stream_session(&*persistence, &id).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Sessions { command: SessionsCommand::Show { id, store, json, jsonl: false } } => {
+            let persistence = ops::open_read_only(&store.options()?)?;
             let inspection = ops::show_session(&*persistence, &id).await?;
             let mut out = std::io::stdout().lock();
             if json {
@@ -246,7 +261,7 @@ async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Subagents { command: SubagentsCommand::List { parent, store, descendants, json } } => {
-            let persistence: Arc<dyn SessionPersistence> = ops::open_read_only(&store.options())?;
+            let persistence: Arc<dyn SessionPersistence> = ops::open_read_only(&store.options()?)?;
             let rows = ops::list_subagents(persistence, &parent, descendants).await?;
             let mut out = std::io::stdout().lock();
             if json {
@@ -258,7 +273,7 @@ async fn run(command: Command) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Verify { store, repair } => verify(store.options(), repair).await,
+        Command::Verify { store, repair } => verify(store.options()?, repair).await,
     }
 }
 

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use session_core::{Clock, SessionHeader, SessionId, SessionStore};
 use session_persistence::{
     Compression, Coordinator, CoordinatorConfig, Inspection, JsonlConfig, JsonlStore, Listing, PersistenceError,
-    ScanSink, SessionPersistence, inspect_into,
+    ScanSink, SessionPersistence, StoreEncoding, inspect_into,
 };
 use session_projection::ProjectionRegistry;
 use tokio_util::sync::CancellationToken;
@@ -19,6 +19,19 @@ use crate::error::ProxyError;
 pub struct StoreOptions {
     pub dir: PathBuf,
     pub compression: Compression,
+}
+
+/// The encoding of the store at `dir` when none is asked for: the one its logs use, or zstd for
+/// an empty or new store. A store holding both kinds is refused, with a count of each and one
+/// file of each.
+pub fn detect_compression(dir: &std::path::Path) -> Result<Compression, ProxyError> {
+    match session_persistence::detect_encoding(dir)? {
+        StoreEncoding::Empty => Ok(Compression::Zstd),
+        StoreEncoding::Uniform(compression) => Ok(compression),
+        StoreEncoding::Mixed { raw: (n_raw, raw), zstd: (n_zstd, zstd) } => {
+            Err(ProxyError::MixedStore { path: dir.to_owned(), n_raw, raw, n_zstd, zstd })
+        }
+    }
 }
 
 /// A clock reading the system time, for the live store of `apiproxy serve`.
@@ -71,6 +84,35 @@ pub async fn show_session(persistence: &dyn SessionPersistence, id: &str) -> Res
             Err(ProxyError::SessionNotFound { id: id.to_owned() })
         }
         Err(error) => Err(error.into()),
+    }
+}
+
+/// Writes the balanced view of one stored session to standard output as JSON Lines, one compact
+/// event per line, streamed as the log is read: memory does not grow with the log.
+pub async fn stream_session(persistence: &dyn SessionPersistence, id: &str) -> Result<(), ProxyError> {
+    let sink = JsonLines { out: std::io::BufWriter::new(std::io::stdout()) };
+    match inspect_into(persistence, &SessionId::from(id), &CancellationToken::new(), sink).await {
+        Ok((mut sink, _)) => {
+            std::io::Write::flush(&mut sink.out).map_err(|source| ProxyError::io("standard output", source))
+        }
+        Err(PersistenceError::NotFound { .. } | PersistenceError::InvalidInput { .. }) => {
+            Err(ProxyError::SessionNotFound { id: id.to_owned() })
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Writes each streamed event as one compact JSON line.
+struct JsonLines {
+    out: std::io::BufWriter<std::io::Stdout>,
+}
+
+impl ScanSink for JsonLines {
+    fn event(&mut self, event: Arc<session_core::SessionEvent>) -> session_persistence::Result<()> {
+        let written = serde_json::to_writer(&mut self.out, &*event)
+            .map_err(std::io::Error::from)
+            .and_then(|()| std::io::Write::write_all(&mut self.out, b"\n"));
+        written.map_err(|source| PersistenceError::io("standard output", source))
     }
 }
 

@@ -24,7 +24,10 @@ pub use crate::{
     counting::CountingBackend,
     error::{CorruptKind, Location, PersistenceError, Result},
     format::Compression,
-    jsonl::{HeaderCacheStats, JsonlConfig, JsonlStore, LOCK_WAIT, encode_segment, project_key},
+    jsonl::{
+        HeaderCacheStats, JsonlConfig, JsonlStore, LOCK_WAIT, StoreEncoding, detect_encoding, encode_segment,
+        project_key,
+    },
     memory::MemoryStore,
     persistence::{
         Inspection, SessionPersistence, StreamSink, StreamSummary, Streamed, inspect_each_into, inspect_into,

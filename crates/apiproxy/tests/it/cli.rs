@@ -227,3 +227,80 @@ async fn verify_beside_a_running_writer_reports_open_turns_as_in_use() {
     let output = tokio::task::spawn_blocking(verify).await.unwrap();
     assert_eq!(status_of(&stdout(&output), "open"), "interrupted");
 }
+
+/// Without `--compression`, every command opens a store in the encoding its logs use; an empty or
+/// new store takes zstd; a store holding both is refused, naming a count and a file of each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_encoding_is_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw_root = dir.path().join("raw");
+    write_store(&raw_root).await;
+    let raw = raw_root.to_str().unwrap().to_owned();
+    let run = move |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        apiproxy(&args)
+    };
+    let owned = |args: &[&str]| args.iter().map(|arg| (*arg).to_owned()).collect::<Vec<_>>();
+
+    let output = run(owned(&["sessions", "list", "--store", &raw]));
+    assert!(output.status.success(), "{output:?}");
+    assert!(stdout(&output).lines().any(|line| line.starts_with("healthy\t")), "{}", stdout(&output));
+    let output = run(owned(&["verify", "--store", &raw]));
+    assert_eq!(status_of(&stdout(&output), "healthy"), "healthy");
+
+    // A zstd store, and an empty one.
+    let zstd_root = dir.path().join("zstd");
+    let backend = JsonlStore::open(JsonlConfig::new(&zstd_root)).unwrap();
+    let header = session_core::SessionHeader::new(SessionId::from("z"), 1);
+    let events = [session_core::SessionEvent::new(
+        "turn/start",
+        0,
+        1,
+        session_core::JsonData::from_value(&json!({"turn": 1})).unwrap(),
+    )];
+    session_persistence::Backend::append_batch(&backend, &header, &events.map(Arc::new), false).unwrap();
+    drop(backend);
+    assert_eq!(apiproxy::ops::detect_compression(&zstd_root).unwrap(), Compression::Zstd);
+    let output = run(owned(&["sessions", "list", "--store", zstd_root.to_str().unwrap()]));
+    assert!(stdout(&output).starts_with("z\t"), "{output:?}");
+    let empty = dir.path().join("empty");
+    fs::create_dir_all(&empty).unwrap();
+    assert_eq!(apiproxy::ops::detect_compression(&empty).unwrap(), Compression::Zstd);
+    assert_eq!(apiproxy::ops::detect_compression(&dir.path().join("absent")).unwrap(), Compression::Zstd);
+
+    // Both kinds: refused, with a count and an example of each.
+    fs::create_dir_all(raw_root.join("--z--/z")).unwrap();
+    fs::copy(zstd_root.join("_no-cwd/z/session.jsonl.zstd"), raw_root.join("--z--/z/session.jsonl.zstd")).unwrap();
+    for command in
+        [&["sessions", "list"][..], &["verify"], &["subagents", "list", "p"], &["serve", "--listen", "127.0.0.1:0"]]
+    {
+        let mut args = owned(command);
+        args.extend(owned(&["--store", &raw]));
+        let output = run(args);
+        assert_eq!(output.status.code(), Some(1), "{command:?}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("holds both encodings: 6 raw log(s)") && stderr.contains("1 zstd log(s)"), "{stderr}");
+        assert!(stderr.contains("session.jsonl.zstd"), "{stderr}");
+    }
+    // Naming the encoding still opens it (the other kind is then refused per log).
+    let output = run(owned(&["sessions", "list", "--store", &raw, "--compression", "none"]));
+    assert!(output.status.success(), "{output:?}");
+}
+
+/// `sessions show --jsonl` streams one compact event per line: the same events as `--json`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_show_streams_json_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    write_store(&root).await;
+    let store = root.to_str().unwrap();
+    let lines = apiproxy(&["sessions", "show", "open", "--jsonl", "--store", store]);
+    assert!(lines.status.success(), "{lines:?}");
+    let streamed: Vec<Value> = stdout(&lines).lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let whole = apiproxy(&["sessions", "show", "open", "--json", "--store", store]);
+    let shown: Value = serde_json::from_slice(&whole.stdout).unwrap();
+    assert_eq!(Value::Array(streamed), shown["events"]);
+    assert!(stdout(&lines).lines().all(|line| !line.contains("\n  ")), "compact lines");
+    let missing = apiproxy(&["sessions", "show", "missing", "--jsonl", "--store", store]);
+    assert_eq!(missing.status.code(), Some(1));
+}

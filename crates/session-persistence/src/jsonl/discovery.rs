@@ -284,6 +284,52 @@ impl JsonlStore {
     }
 }
 
+/// What encoding the logs under a store root use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreEncoding {
+    /// No log at all (an empty or new store): any encoding will do.
+    Empty,
+    /// Every log is in this encoding.
+    Uniform(Compression),
+    /// Both kinds are there: such a store cannot be opened in either.
+    Mixed {
+        /// How many raw logs, and one of them.
+        raw: (u64, PathBuf),
+        /// How many zstd logs, and one of them.
+        zstd: (u64, PathBuf),
+    },
+}
+
+/// Counts the logs of each encoding under `root` (a missing root is empty). Reads directories
+/// only, never a log; unreadable project directories are skipped.
+pub fn detect_encoding(root: &Path) -> Result<StoreEncoding> {
+    let mut raw: (u64, Option<PathBuf>) = (0, None);
+    let mut zstd: (u64, Option<PathBuf>) = (0, None);
+    let projects = super::files::subdirectories(root)?;
+    for project in
+        projects.iter().filter(|dir| !dir.file_name().is_some_and(|name| name.to_string_lossy().starts_with('.')))
+    {
+        let Ok(sessions) = super::files::subdirectories(project) else { continue };
+        for dir in sessions {
+            for (compression, seen) in [(Compression::None, &mut raw), (Compression::Zstd, &mut zstd)] {
+                let path = dir.join(compression.file_name());
+                if fs::symlink_metadata(&path).is_ok() {
+                    seen.0 += 1;
+                    seen.1.get_or_insert(path);
+                }
+            }
+        }
+    }
+    Ok(match (raw, zstd) {
+        ((n_raw, Some(raw_path)), (n_zstd, Some(zstd_path))) => {
+            StoreEncoding::Mixed { raw: (n_raw, raw_path), zstd: (n_zstd, zstd_path) }
+        }
+        ((_, Some(_)), _) => StoreEncoding::Uniform(Compression::None),
+        (_, (_, Some(_))) => StoreEncoding::Uniform(Compression::Zstd),
+        _ => StoreEncoding::Empty,
+    })
+}
+
 /// Lists `headers`, where each id is found once. An id found several times is listed once if
 /// every copy is the same file seen through aliases (a symlinked session directory): the copy at
 /// its header's own path is kept, or the first. Distinct files under one id are all reported as

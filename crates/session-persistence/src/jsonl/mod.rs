@@ -36,16 +36,17 @@ use parking_lot::Mutex;
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
 
+pub use self::{
+    discovery::{StoreEncoding, detect_encoding},
+    header_cache::HeaderCacheStats,
+    layout::{encode_segment, project_key},
+    lock::LOCK_WAIT,
+};
 use self::{
     files::{exists, io_error, sync_dir},
     header_cache::CachedHeader,
     layout::project_dir_name,
     lock::StoreLock,
-};
-pub use self::{
-    header_cache::HeaderCacheStats,
-    layout::{encode_segment, project_key},
-    lock::LOCK_WAIT,
 };
 use crate::{
     backend::{Backend, Listing, Revision, ScanOutcome, ScanSink, StoredHeader, TornTail},
