@@ -11,7 +11,7 @@ use session_persistence::{
     Compression, Coordinator, CoordinatorConfig, CountingBackend, JsonlConfig, JsonlStore, SessionPersistence,
 };
 use session_projection::ProjectionRegistry;
-use session_projection_cache::{CacheConfig, MemoryCheckpointStore, ProjectionCache};
+use session_projection_cache::{BackfillOptions, BackfillReport, CacheConfig, MemoryCheckpointStore, ProjectionCache};
 use subagent::{SubagentListEntry, SubagentRuntime, SubagentServices};
 use tokio_util::sync::CancellationToken;
 
@@ -109,10 +109,11 @@ impl Fleet {
         }
     }
 
-    /// A checkpoint cache over this fleet holding a fresh record of each of the first
-    /// `n_children` children (each filled by one cold read). Call it while a runtime from
-    /// [`Fleet::runtime`] is alive, so the records carry the subagent units' rows.
-    pub async fn filled_cache(&self, n_children: usize) -> Arc<dyn subagent::CheckpointSource> {
+    /// A checkpoint cache over this fleet, filled the way a store that arrived without
+    /// checkpoints is: by the cache's backfill (one cold read of each stored session). Call it
+    /// while a runtime from [`Fleet::runtime`] is alive, so the records carry the subagent units'
+    /// rows. Returns the cache with what the backfill did.
+    pub async fn backfilled_cache(&self) -> (Arc<dyn subagent::CheckpointSource>, BackfillReport) {
         let cache = ProjectionCache::new(
             self.registry.clone(),
             self.persistence.clone() as Arc<dyn SessionPersistence>,
@@ -121,10 +122,11 @@ impl Fleet {
             CacheConfig::new(100, 5_000).expect("a valid cache configuration"),
         )
         .expect("the cache opens");
-        for idx in 0..n_children {
-            cache.cold_snapshot(&child_id(idx), &CancellationToken::new()).await.expect("a cold snapshot");
-        }
-        Arc::new(cache)
+        let report = cache
+            .backfill(BackfillOptions::default(), &CancellationToken::new(), |_| {})
+            .await
+            .expect("the backfill runs");
+        (Arc::new(cache), report)
     }
 
     pub fn runtime(&self, cache: Option<Arc<dyn subagent::CheckpointSource>>) -> SubagentRuntime {

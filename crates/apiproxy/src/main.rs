@@ -19,9 +19,10 @@ use apiproxy::{
 };
 use clap::{Parser, Subcommand, ValueEnum};
 use session_core::SessionStore;
+use session_persistence::Coordinator;
 use session_persistence::{Compression, SessionPersistence};
 use session_projection::ProjectionRegistry;
-use session_projection_cache::{CacheConfig, DiskCheckpointStore, ProjectionCache};
+use session_projection_cache::{BackfillOptions, CacheConfig, CacheError, DiskCheckpointStore, ProjectionCache};
 
 const EXIT_UNHEALTHY: u8 = 3;
 
@@ -115,6 +116,22 @@ enum Command {
         /// Commit repairs: cut torn tails and close interrupted turns.
         #[arg(long)]
         repair: bool,
+    },
+    /// Manage the projection checkpoint cache of a store.
+    Cache {
+        #[command(subcommand)]
+        command: CacheCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CacheCommand {
+    /// Write a projection checkpoint for every stored session that lacks a current one, so
+    /// listings stop reading their logs (resumable; never changes a value). `serve` does the
+    /// same in the background at start. Takes the store's lock: stop the server first.
+    Warm {
+        #[command(flatten)]
+        store: StoreArgs,
     },
 }
 
@@ -274,6 +291,7 @@ async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Verify { store, repair } => verify(store.options()?, repair).await,
+        Command::Cache { command: CacheCommand::Warm { store } } => warm(store.options()?).await,
     }
 }
 
@@ -310,16 +328,7 @@ async fn verify(options: StoreOptions, repair: bool) -> Result<ExitCode> {
              tail are reported as in-use (the writer may be in the middle of them)"
         );
     }
-    let bar = if std::io::stderr().is_terminal() {
-        let bar = indicatif::ProgressBar::new(0);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} logs {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = progress_bar("{bar:40} {pos}/{len} logs {msg}");
     let reports = ops::verify(&coordinator, ops::VerifyOptions { repair, writer_active }, |done, total, report| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
@@ -356,17 +365,13 @@ async fn verify(options: StoreOptions, repair: bool) -> Result<ExitCode> {
 /// The projection cache's directory inside the store root.
 const CHECKPOINT_DIR: &str = ".projection-cache";
 
-async fn serve(
-    options: StoreOptions,
-    listen: SocketAddr,
-    access: AccessConfig,
-    max_body_bytes: usize,
-    demo: bool,
-    token: Option<String>,
-) -> Result<()> {
-    if !apiproxy::is_loopback_listen(&listen) && !access.requires_token() {
-        bail!("refusing to listen on non-loopback address {listen} without a bearer token; pass --token");
-    }
+/// How long the background backfill of `serve` rests after each session it had to read.
+const BACKFILL_PAUSE: std::time::Duration = std::time::Duration::from_millis(25);
+
+/// A gateway over the store of `options` with its checkpoint cache, as `serve` runs it (and
+/// `cache warm`, so both fold the same units): the coordinator, attached to the gateway's live
+/// store, and the gateway.
+async fn gateway(options: &StoreOptions, config: ProxyConfig) -> Result<(Arc<Coordinator>, ApiProxy)> {
     // Opening waits (briefly) for a held lock and creates directories: blocking work, so it runs
     // on the blocking pool, as does opening the checkpoint store below.
     let opening = options.clone();
@@ -390,9 +395,59 @@ async fn serve(
         Arc::new(SystemClock),
         CacheConfig::new(200, 5_000)?,
     )?;
-    let config = ProxyConfig { max_body_bytes, access, ..ProxyConfig::default() };
     let proxy =
         ApiProxy::new(ProxyParts { store, persistence: Some(persistence), registry, cache: Some(cache) }, config)?;
+    Ok((coordinator, proxy))
+}
+
+/// `cache warm`: the backfill, in the foreground, with progress.
+async fn warm(options: StoreOptions) -> Result<ExitCode> {
+    let (coordinator, proxy) = gateway(&options, ProxyConfig::default()).await?;
+    let bar = progress_bar("{bar:40} {pos}/{len} sessions {msg}");
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let report = proxy
+        .backfill_cache(BackfillOptions::default(), &cancel, |report| {
+            bar.set_length(report.sessions as u64);
+            bar.set_position(report.done as u64);
+        })
+        .await
+        .context("the backfill failed")?
+        .context("no projection cache is mounted")?;
+    bar.finish_and_clear();
+    println!(
+        "{} sessions: {} warmed, {} already current, {} failed",
+        report.sessions, report.warmed, report.current, report.failed
+    );
+    drop(proxy);
+    coordinator.close().await?;
+    Ok(if report.failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(EXIT_UNHEALTHY) })
+}
+
+/// A progress bar on an interactive stderr, else a hidden one.
+fn progress_bar(template: &str) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(template).unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+async fn serve(
+    options: StoreOptions,
+    listen: SocketAddr,
+    access: AccessConfig,
+    max_body_bytes: usize,
+    demo: bool,
+    token: Option<String>,
+) -> Result<()> {
+    if !apiproxy::is_loopback_listen(&listen) && !access.requires_token() {
+        bail!("refusing to listen on non-loopback address {listen} without a bearer token; pass --token");
+    }
+    let config = ProxyConfig { max_body_bytes, access, ..ProxyConfig::default() };
+    let (coordinator, proxy) = gateway(&options, config).await?;
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;
     let demo = if demo { Some(apiproxy::demo::seed(&proxy).await?) } else { None };
@@ -401,11 +456,32 @@ async fn serve(
     if demo.is_some() {
         println!("\n{}\n", apiproxy::demo::curl_examples(&format!("http://{addr}"), token.as_deref()));
     }
+    // Checkpoints for stored sessions that lack them, in the background, one session at a time
+    // with a pause after each read, so requests keep the machine.
+    let warming = tokio_util::sync::CancellationToken::new();
+    let backfill = tokio::spawn({
+        let (proxy, cancel) = (proxy.clone(), warming.clone());
+        async move {
+            let options = BackfillOptions { pause: BACKFILL_PAUSE };
+            match proxy.backfill_cache(options, &cancel, |_| {}).await {
+                Ok(Some(report)) if report.warmed + report.failed > 0 => tracing::info!(
+                    warmed = report.warmed,
+                    current = report.current,
+                    failed = report.failed,
+                    "projection cache backfill done"
+                ),
+                Ok(_) | Err(CacheError::Cancelled) => {}
+                Err(error) => tracing::warn!(%error, "projection cache backfill stopped"),
+            }
+        }
+    });
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("shutting down");
     };
     proxy.serve(listener, shutdown).await?;
+    warming.cancel();
+    let _ = backfill.await;
     if let Some(demo) = demo {
         demo.stop().await;
     }

@@ -170,6 +170,22 @@ impl ApiProxy {
         &self.shared.config
     }
 
+    /// Writes a checkpoint record for every stored session that lacks a current one, with every
+    /// unit this gateway serves (see `ProjectionCache::backfill`); `None` when no cache is
+    /// mounted. Listings never write records; this is how a store that arrives without them
+    /// (written by the reference, copied, or with its cache deleted) gets them.
+    pub async fn backfill_cache(
+        &self,
+        options: session_projection_cache::BackfillOptions,
+        cancel: &tokio_util::sync::CancellationToken,
+        progress: impl FnMut(&session_projection_cache::BackfillReport),
+    ) -> Result<Option<session_projection_cache::BackfillReport>, session_projection_cache::CacheError> {
+        match &self.shared.cache {
+            Some(cache) => cache.backfill(options, cancel, progress).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// The number of open WebSocket downlinks.
     pub fn n_stream_connections(&self) -> usize {
         self.shared.hub.n_subscribers()

@@ -44,7 +44,7 @@ pub struct ProjectionCache {
 
 pub(crate) struct Inner {
     pub(crate) registry: Arc<ProjectionRegistry>,
-    persistence: Arc<dyn SessionPersistence>,
+    pub(crate) persistence: Arc<dyn SessionPersistence>,
     store: Arc<dyn CheckpointStore>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) config: CacheConfig,
@@ -312,7 +312,7 @@ impl Inner {
     }
 
     /// The stored record of `id`; a failing store reads as no record (the cache is derived data).
-    async fn record_of(&self, id: &SessionId) -> Option<CheckpointRecord> {
+    pub(crate) async fn record_of(&self, id: &SessionId) -> Option<CheckpointRecord> {
         let probe = id.clone();
         match blocking(&self.store, move |store| store.get(&probe)).await {
             Ok(record) => record,

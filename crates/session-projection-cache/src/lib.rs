@@ -32,6 +32,7 @@
 //!   no failure (a poisoned row) sends the cold read to a fold of the whole log.
 //! - The write at disposal flushes the log too (reference W8), so no record leads the durable log.
 
+mod backfill;
 mod cache;
 mod config;
 mod disk;
@@ -44,6 +45,7 @@ mod store;
 mod tests;
 
 pub use crate::{
+    backfill::{BackfillOptions, BackfillReport},
     cache::{CacheStats, ProjectionCache, WriteOutcome},
     config::{CacheConfig, MAX_WRITE_INTERVAL_MS},
     disk::{DiskCheckpointStore, RECORD_FORMAT, RECORD_VERSION},

@@ -36,7 +36,8 @@ fn every_rung_lists_the_same_children_at_its_documented_cost() {
             assert_eq!(cold.backend.scans() - before, N_CHILDREN as u64, "one read per cold child per listing");
         }
 
-        let cache = runtime.block_on(cold.filled_cache(N_CHILDREN));
+        let (cache, report) = runtime.block_on(cold.backfilled_cache());
+        assert_eq!((report.warmed, report.failed), (N_CHILDREN + 1, 0), "the children and the parent: {report:?}");
         let cached = cold.runtime(Some(cache));
         drop(catalog);
         let before = cold.backend.scans();

@@ -304,3 +304,44 @@ async fn sessions_show_streams_json_lines() {
     let missing = apiproxy(&["sessions", "show", "missing", "--jsonl", "--store", store]);
     assert_eq!(missing.status.code(), Some(1));
 }
+
+/// `cache warm` writes a checkpoint record for every healthy stored session, then finds them all
+/// current; `serve` runs the same backfill in the background at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_warm_and_the_background_backfill_write_the_missing_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    write_store(&root).await;
+    let store = root.to_str().unwrap().to_owned();
+    let records = root.join(".projection-cache").join("records");
+    assert!(!records.exists(), "the store arrives without checkpoints");
+
+    let warm = {
+        let store = store.clone();
+        move || apiproxy(&["cache", "warm", "--store", &store])
+    };
+    let output = tokio::task::spawn_blocking(warm.clone()).await.unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(stdout(&output).trim(), "6 sessions: 6 warmed, 0 already current, 0 failed");
+    assert_eq!(fs::read_dir(&records).unwrap().count(), 6);
+    let output = tokio::task::spawn_blocking(warm).await.unwrap();
+    assert_eq!(stdout(&output).trim(), "6 sessions: 0 warmed, 6 already current, 0 failed");
+
+    // The server backfills a store whose cache was deleted, in the background.
+    fs::remove_dir_all(root.join(".projection-cache")).unwrap();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_apiproxy"))
+        .args(["serve", "--store", &store, "--listen", "127.0.0.1:0"])
+        .env("APIPROXY_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let count = || fs::read_dir(&records).map_or(0, |entries| entries.count());
+    while count() < 6 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert_eq!(count(), 6, "the server wrote every missing record");
+}
