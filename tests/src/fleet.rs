@@ -17,9 +17,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::workload::TranscriptBuilder;
 
+/// The id of the fleet's parent session.
 pub const PARENT: &str = "s-parent";
+/// The `cwd` of every fleet session.
 pub const CWD: &str = "/srv/agents/bench";
 
+/// The id of child `idx` (`s-child-0000`, ...): zero-padded, so byte order is index order.
 pub fn child_id(idx: usize) -> SessionId {
     SessionId::from(format!("s-child-{idx:04}"))
 }
@@ -64,9 +67,13 @@ pub async fn write_fleet(root: &Path, compression: Compression, n_children: usiz
 
 /// Everything a listing needs over one fleet store.
 pub struct Fleet {
+    /// The read-only JSONL store, counted: its scans are the listing's log reads.
     pub backend: Arc<CountingBackend>,
+    /// The coordinator over `backend`.
     pub persistence: Arc<Coordinator>,
+    /// The live store; empty until [`Fleet::make_children_live`].
     pub sessions: Arc<SessionStore>,
+    /// The registry, attached to `sessions`; the runtimes register the subagent units on it.
     pub registry: Arc<ProjectionRegistry>,
     _attachment: session_projection::StoreAttachment,
 }
@@ -129,6 +136,8 @@ impl Fleet {
         (Arc::new(cache), report)
     }
 
+    /// A subagent runtime over this fleet's store, registry and persistence, with `cache` as its
+    /// checkpoint source; it registers the subagent units for as long as it lives.
     pub fn runtime(&self, cache: Option<Arc<dyn subagent::CheckpointSource>>) -> SubagentRuntime {
         SubagentRuntime::new(SubagentServices {
             sessions: Some(self.sessions.clone()),

@@ -166,10 +166,12 @@ const WORDS: &[&str] = &[
 pub struct Prng(u64);
 
 impl Prng {
+    /// A generator whose whole sequence is fixed by `seed`.
     pub fn new(seed: u64) -> Prng {
         Prng(seed)
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -178,6 +180,7 @@ impl Prng {
         z ^ (z >> 31)
     }
 
+    /// A number in `0..n` (with a modulo bias no workload notices). `n` must not be 0.
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n
     }
@@ -225,6 +228,7 @@ impl TranscriptBuilder {
         TranscriptBuilder { prng: Prng::new(seed), next_seq: 0, time: start_time, turn: 0, label }
     }
 
+    /// The seq the next event gets, which is also the number of events built so far.
     pub fn next_seq(&self) -> u64 {
         self.next_seq
     }

@@ -58,6 +58,7 @@ pub fn quiet_unit_panics() {
 /// The state of [`Marks`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MarksState {
+    /// The `marks` of the last `test/mark` event, in payload order.
     pub marks: Vec<String>,
 }
 
@@ -132,7 +133,9 @@ impl ProjectionUnit for Count {
 /// double or a skipped application shows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SumState {
+    /// The sum of the numbers folded so far.
     pub total: i64,
+    /// The seqs of the events folded, in fold order.
     pub seqs: Vec<u64>,
 }
 

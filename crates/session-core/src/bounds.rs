@@ -42,10 +42,15 @@ pub const MAX_HEADER_JSON_BYTES: usize =
 /// A bounded string field of a session header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HeaderField {
+    /// `id`, bounded by [`MAX_ID_BYTES`].
     Id,
+    /// `cwd`, bounded by [`MAX_CWD_BYTES`].
     Cwd,
+    /// `parentSession`, bounded by [`MAX_ID_BYTES`] like any session id.
     ParentSession,
+    /// `agentPreset`, bounded by [`MAX_AGENT_PRESET_BYTES`].
     AgentPreset,
+    /// `owner`, bounded by [`MAX_OWNER_BYTES`].
     Owner,
 }
 
@@ -96,7 +101,12 @@ pub enum Oversized {
     /// A string field of a session header.
     Header(HeaderField),
     /// An event, by its type and the seq it has (or would have had).
-    Event { kind: EventType, seq: u64 },
+    Event {
+        /// The event's type.
+        kind: EventType,
+        /// The seq the event has, or would have had if the append had been accepted.
+        seq: u64,
+    },
 }
 
 /// Something over its size bound, with its size and the limit, in bytes. The message names all
@@ -104,8 +114,11 @@ pub enum Oversized {
 /// `session event "tool/result" at seq 7 is 70000000 bytes, over the 67108864-byte limit`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error)]
 pub struct TooLarge {
+    /// The header field or the event that is over its bound.
     pub what: Oversized,
+    /// Its size in bytes: UTF-8 bytes for a header field, the canonical JSON record for an event.
     pub size: u64,
+    /// The bound it exceeds, in bytes.
     pub limit: u64,
 }
 

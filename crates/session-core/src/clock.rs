@@ -12,6 +12,8 @@ use std::{
 ///
 /// Readings need not be monotonic: event `time` is not required to increase (reference 01 §1.3).
 pub trait Clock: Send + Sync + fmt::Debug {
+    /// The current time in Unix epoch milliseconds. May be negative (before 1970) and may go
+    /// backwards between calls; a session stamps it into each event's `time` as read.
     fn now_ms(&self) -> i64;
 }
 
@@ -22,10 +24,12 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
+    /// A clock that reads `start_ms` (Unix epoch milliseconds) until it is set or advanced.
     pub fn new(start_ms: i64) -> ManualClock {
         ManualClock { now_ms: AtomicI64::new(start_ms) }
     }
 
+    /// Sets the reading to `now_ms`, forwards or backwards; every reader sees it at once.
     pub fn set(&self, now_ms: i64) {
         self.now_ms.store(now_ms, Ordering::SeqCst);
     }

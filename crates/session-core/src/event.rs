@@ -21,10 +21,13 @@ pub type EventType = SmolStr;
 /// How a surface-eligible event changes the message surface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SurfaceOp {
+    /// Adds the event as the next surface node (`"surfaceOp":"append"`).
     Append,
     /// Replaces the surface nodes from `start` through `end` (event seqs, inclusive).
     Replace {
+        /// The seq of the first node replaced; it must be a current surface node.
         start: u64,
+        /// The seq of the last node replaced; a current surface node at or after `start`.
         end: u64,
     },
 }
@@ -32,11 +35,20 @@ pub enum SurfaceOp {
 /// One committed entry of a session log. `seq` is the event's index in the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionEvent {
+    /// The event type (`type` in JSON), such as `turn/start` or `tool/result`.
     pub kind: EventType,
+    /// The event's 0-based position in its log; a log always has `events[i].seq == i`.
     pub seq: u64,
+    /// When the event was appended, in Unix epoch milliseconds from the session's clock. Not
+    /// required to increase along the log, and may be negative.
     pub time: i64,
+    /// The payload: lossless JSON whose shape depends on `kind` (reference 01 §1.4).
     pub data: JsonData,
+    /// `sourceEventSeqs`: the seqs of earlier events a surface-eligible event derives from. A
+    /// replace must list every surface node it shadows; only surface-eligible events carry it.
     pub source_event_seqs: Option<Box<[u64]>>,
+    /// `surfaceOp`: how the event joins the message surface. Required on the
+    /// [surface-eligible types](SURFACE_ELIGIBLE_TYPES), absent on every other type.
     pub surface_op: Option<SurfaceOp>,
     /// A reader that does not know `kind` may skip this event.
     pub ignorable: bool,
@@ -45,6 +57,8 @@ pub struct SessionEvent {
 /// Event types that produce messages on the surface.
 pub const SURFACE_ELIGIBLE_TYPES: [&str; 3] = ["user/message", "assistant/message", "tool/result"];
 
+/// Whether events of type `kind` join the message surface (one of [`SURFACE_ELIGIBLE_TYPES`]),
+/// and so must carry a [`SurfaceOp`].
 pub fn is_surface_eligible(kind: &str) -> bool {
     SURFACE_ELIGIBLE_TYPES.contains(&kind)
 }
@@ -111,6 +125,7 @@ impl SessionEvent {
         SessionEvent { kind: kind.into(), seq, time, data, source_event_seqs: None, surface_op: None, ignorable: false }
     }
 
+    /// Whether the event's type is `kind`.
     pub fn is(&self, kind: &str) -> bool {
         self.kind == kind
     }

@@ -15,6 +15,7 @@ pub const SESSION_FORMAT_VERSION: u32 = 0;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Origin {
+    /// `"subagent"`: the session is a child created by the subagent runtime for a parent.
     Subagent,
 }
 
@@ -25,21 +26,36 @@ pub enum Origin {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionHeader {
+    /// The log format version; always [`SESSION_FORMAT_VERSION`] (0), and validation refuses any
+    /// other.
     pub version: u32,
+    /// The session's id; it must equal the id the log is stored and looked up under.
     pub id: SessionId,
+    /// When this session lifetime began, in Unix epoch milliseconds: a non-negative safe
+    /// integer. With `cwd` it tells one lifetime of an id from another.
     pub created_at: u64,
+    /// The working directory the session runs in; an absolute path when present.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// Fork lineage: the id of the session this one was forked or spawned from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_session: Option<SessionId>,
+    /// How many leading events were inherited from the parent through a fork (the seed, without
+    /// its `session/end-seed`). Durable; the session's own suffix is `events[seed_length..]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed_length: Option<u64>,
+    /// The presentation-only classification; `Some(Origin::Subagent)` for a subagent child.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Origin>,
+    /// How deep in a delegation chain the session is: 0 at the top level, a subagent child has
+    /// its parent's depth plus one. Persisted so a recursion budget survives a resume.
     #[serde(default)]
     pub delegation_depth: u64,
+    /// The id of the agent preset the session was composed from (it decides tools and prompt).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_preset: Option<String>,
+    /// The identity partition the session belongs to; non-empty when present, and absent for the
+    /// operator tier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
 }
@@ -49,6 +65,8 @@ pub struct SessionHeader {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct HeaderError {
+    /// The reference's text (`session header cwd must be an absolute path, got "tmp"`), which is
+    /// also this error's message.
     pub message: String,
     /// Set when a field is over its size bound (the header is well-formed but cannot be stored).
     pub too_large: Option<TooLarge>,
@@ -67,15 +85,28 @@ impl From<TooLarge> for HeaderError {
 }
 
 /// The optional fields of a header, as a caller supplies them when creating a session.
+///
+/// Each field becomes the [`SessionHeader`] field of the same name; the store fills in
+/// `version` and `id`, and `createdAt` when it is absent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HeaderMeta {
+    /// The working directory; must be an absolute path.
     pub cwd: Option<String>,
+    /// The session this one is forked or spawned from.
     pub parent_session: Option<SessionId>,
+    /// The lifetime's start in Unix epoch milliseconds; `None` takes the store clock's reading.
+    /// A resume passes the stored value back.
     pub created_at: Option<u64>,
+    /// How many leading seed events were inherited through a fork; a resume passes the stored
+    /// value back rather than recomputing it.
     pub seed_length: Option<u64>,
+    /// `Some(Origin::Subagent)` for a subagent child.
     pub origin: Option<Origin>,
+    /// The delegation depth (0 at the top level).
     pub delegation_depth: u64,
+    /// The agent preset the session is composed from.
     pub agent_preset: Option<String>,
+    /// The identity partition; must be non-empty when present.
     pub owner: Option<String>,
 }
 
@@ -250,6 +281,7 @@ impl SessionHeader {
         self.seed_length.unwrap_or(0)
     }
 
+    /// Whether the header's `origin` is `subagent`.
     pub fn is_subagent(&self) -> bool {
         self.origin == Some(Origin::Subagent)
     }

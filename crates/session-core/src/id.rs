@@ -12,10 +12,14 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub struct SessionId(Arc<str>);
 
 impl SessionId {
+    /// An id holding a copy of `id`. Nothing is checked here: an id over
+    /// [`MAX_ID_BYTES`](crate::MAX_ID_BYTES) is refused where a header is validated, and a
+    /// storage backend refuses the ids it cannot name (the JSONL store an empty one).
     pub fn new(id: impl AsRef<str>) -> SessionId {
         SessionId(Arc::from(id.as_ref()))
     }
 
+    /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }

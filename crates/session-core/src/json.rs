@@ -20,8 +20,11 @@ pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 /// Why a value is outside the lossless JSON domain.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LosslessError {
+    /// A number is `-0` (or `-0.0`, `-0e5`, ...), which a JSON peer reads back as `0`.
     #[error("negative zero is not losslessly JSON-serializable")]
     NegativeZero,
+    /// The text is not one well-formed JSON value, a number in it overflows to an infinity, or a
+    /// value failed to serialize; the string says which, in `serde_json`'s words or ours.
     #[error("invalid JSON text: {0}")]
     InvalidText(String),
 }
@@ -128,7 +131,8 @@ pub fn as_safe_i64(value: &Value) -> Option<i64> {
 /// An event payload: syntactically valid JSON text in the lossless domain.
 ///
 /// The text is owned as a plain string whose validity is this type's invariant: every
-/// constructor checks it, with `serde_json` or with the fast scanner of [`crate::jsontext`].
+/// constructor checks it, with `serde_json` or with the crate's fast scanner (the one behind
+/// [`SessionEvent::from_json_line`](crate::SessionEvent::from_json_line)).
 /// Short payloads (`{"turn":3,"step":1}`) are stored inline, so decoding them allocates
 /// nothing; longer ones are shared, so a clone is a reference count.
 #[derive(Clone)]
@@ -210,6 +214,7 @@ impl JsonData {
         JsonData::new(SmolStr::new_static("{}"))
     }
 
+    /// The JSON `null`.
     pub fn null() -> JsonData {
         JsonData::new(SmolStr::new_static("null"))
     }
@@ -219,6 +224,8 @@ impl JsonData {
         JsonData { text: SmolStr::new(self.as_str()), verified: self.verified }
     }
 
+    /// The payload's JSON text: compact when it was serialized here, otherwise the text it was
+    /// wrapped or decoded from, without surrounding whitespace.
     pub fn as_str(&self) -> &str {
         &self.text
     }
@@ -239,6 +246,7 @@ impl JsonData {
         serde_json::from_str(&self.text)
     }
 
+    /// Whether the payload is exactly the text `null`.
     pub fn is_null(&self) -> bool {
         self.as_str() == "null"
     }

@@ -131,6 +131,7 @@ fn call_label(call_id: &RawValue) -> String {
 }
 
 impl RepairScan {
+    /// A scan that has seen no event: no turn or step open, no call pending.
     pub fn new() -> RepairScan {
         RepairScan { open_turn: Bracket::Closed, open_step: Bracket::Closed, window: Vec::new() }
     }

@@ -158,14 +158,17 @@ impl Session {
         }))
     }
 
+    /// The session's id (the same as its header's).
     pub fn id(&self) -> &SessionId {
         &self.id
     }
 
+    /// The header, validated when the session was built and immutable since.
     pub fn header(&self) -> &Arc<SessionHeader> {
         &self.header
     }
 
+    /// The clock that stamps each appended event's `time`.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
     }
@@ -175,6 +178,8 @@ impl Session {
         self.state.read().next_seq()
     }
 
+    /// Whether the log holds no event (a session created without a seed, before its first
+    /// append).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -205,11 +210,13 @@ impl Session {
         state.log[start..].to_vec()
     }
 
+    /// The event at `seq`, or `None` past the end of the log.
     pub fn event(&self, seq: u64) -> Option<Arc<SessionEvent>> {
         let idx = usize::try_from(seq).ok()?;
         self.state.read().log.get(idx).cloned()
     }
 
+    /// The latest event, or `None` for an empty log.
     pub fn last_event(&self) -> Option<Arc<SessionEvent>> {
         self.state.read().log.last().cloned()
     }
@@ -233,6 +240,8 @@ impl Session {
         self.state.read().surface.nodes().to_vec()
     }
 
+    /// How many surface replacements have been applied to the log; it changes exactly when an
+    /// append replaces surface nodes, so a cache derived from the surface can key on it.
     pub fn replace_generation(&self) -> u64 {
         self.state.read().surface.replace_generation()
     }

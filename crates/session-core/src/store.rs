@@ -50,7 +50,15 @@ pub enum StoreEvent<'a> {
 }
 
 /// A synchronous listener to the store's lifecycle and append feed.
+///
+/// Implemented for every `Fn(&StoreEvent<'_>) -> Result<(), ObserverError>`, so a closure is an
+/// observer.
 pub trait StoreObserver: Send + Sync {
+    /// Handles one lifecycle event, on the thread that caused it and before that call returns.
+    ///
+    /// An error or a panic on [`StoreEvent::Created`] vetoes the publication
+    /// ([`StoreError::CreationVetoed`]); on any other event it is logged and contained, and
+    /// later observers are still told.
     fn notify(&self, event: &StoreEvent<'_>) -> Result<(), ObserverError>;
 }
 
@@ -64,7 +72,12 @@ where
 }
 
 /// An awaited durability checkpoint run by [`SessionStore::flush`].
+///
+/// Implemented for every `Fn(Arc<Session>) -> BoxFuture<'static, Result<(), ObserverError>>`.
 pub trait FlushHook: Send + Sync {
+    /// Makes everything appended to `session` so far durable, or fails. The returned future runs
+    /// concurrently with the other hooks'; an error or a panic becomes
+    /// [`StoreError::FlushFailed`].
     fn flush(&self, session: Arc<Session>) -> BoxFuture<'static, Result<(), ObserverError>>;
 }
 
@@ -86,6 +99,7 @@ pub struct ObserverId(u64);
 pub struct CreateOptions {
     /// Events to replay or fork from; `Some(vec![])` counts as a seed (it gets `session/end-seed`).
     pub seed: Option<Vec<Arc<SessionEvent>>>,
+    /// The header fields the caller supplies; the store adds `version` and `id`.
     pub meta: HeaderMeta,
 }
 
@@ -186,6 +200,8 @@ impl StoreShared {
 }
 
 impl SessionStore {
+    /// An empty store. `clock` stamps `createdAt` of the sessions it creates and is handed to
+    /// each of them to stamp event times.
     pub fn new(clock: Arc<dyn Clock>) -> SessionStore {
         SessionStore {
             shared: Arc::new(StoreShared {
@@ -198,6 +214,7 @@ impl SessionStore {
         }
     }
 
+    /// The clock the store was built with.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.shared.clock
     }
@@ -222,6 +239,8 @@ impl SessionStore {
         observers.len() != before
     }
 
+    /// Registers a flush hook; it runs in every [`SessionStore::flush`] that starts after this
+    /// call.
     pub fn add_flush_hook(&self, hook: Arc<dyn FlushHook>) -> ObserverId {
         let id = self.next_listener_id();
         let mut hooks = self.shared.flush_hooks.write();
@@ -229,6 +248,8 @@ impl SessionStore {
         id
     }
 
+    /// Unregisters a flush hook; returns whether it was registered. A flush already running
+    /// still waits for it.
     pub fn remove_flush_hook(&self, id: ObserverId) -> bool {
         let mut hooks = self.shared.flush_hooks.write();
         let before = hooks.len();
@@ -241,6 +262,7 @@ impl SessionStore {
         self.shared.registry.lock().entries.get(id).map(|entry| Arc::clone(&entry.session))
     }
 
+    /// Whether a session with this id is live in the store.
     pub fn contains(&self, id: &SessionId) -> bool {
         self.shared.registry.lock().entries.contains_key(id)
     }

@@ -13,11 +13,15 @@ use crate::{SessionEvent, SurfaceOp, canonical::tool_result_shape_hash};
 /// derives from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SurfaceIntent {
+    /// The marker written as the event's `surfaceOp`.
     pub op: SurfaceOp,
+    /// Written as the event's `sourceEventSeqs`: earlier seqs the event derives from. A replace
+    /// must list every node it shadows.
     pub source_event_seqs: Option<Vec<u64>>,
 }
 
 impl SurfaceIntent {
+    /// Appends the event as the next surface node, with no sources.
     pub fn append() -> SurfaceIntent {
         SurfaceIntent { op: SurfaceOp::Append, source_event_seqs: None }
     }
@@ -28,6 +32,8 @@ impl SurfaceIntent {
         SurfaceIntent { op: SurfaceOp::Replace { start, end }, source_event_seqs: None }
     }
 
+    /// Sets the seqs of the earlier events this one derives from (`sourceEventSeqs`): unique,
+    /// each below the event's own seq, and non-empty except on `assistant/message`.
     pub fn with_sources(mut self, source_event_seqs: impl Into<Vec<u64>>) -> SurfaceIntent {
         self.source_event_seqs = Some(source_event_seqs.into());
         self
@@ -38,16 +44,23 @@ impl SurfaceIntent {
 /// actually removed, in surface order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SurfaceReplacement {
+    /// The seq of the replacing event, which now stands where the range stood.
     pub seq: u64,
+    /// The declared first replaced node (`surfaceOp.start`).
     pub start: u64,
+    /// The declared last replaced node (`surfaceOp.end`).
     pub end: u64,
+    /// The nodes the replace removed from the surface, in surface order; the events stay in the
+    /// log.
     pub shadowed_seqs: Vec<u64>,
 }
 
 /// The result of a full replay: current nodes plus every replacement in event order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SurfaceFold {
+    /// The surface after the last event: event seqs in model-visible order.
     pub nodes: Vec<u64>,
+    /// Every replacement the log applied, in event order.
     pub replacements: Vec<SurfaceReplacement>,
 }
 
@@ -102,6 +115,7 @@ pub(crate) struct RewriteKeyPlan(RewriteKey);
 const TOOL_RESULT: &str = "tool/result";
 
 impl SurfaceState {
+    /// The surface of an empty log: no node, and the next event must have seq 0.
     pub fn new() -> SurfaceState {
         SurfaceState::default()
     }

@@ -63,12 +63,24 @@ type ColdRead = BoxFuture<'static, Result<Snapshot>>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteOutcome {
     /// The record now holds the cut at `as_of_seq`.
-    Stored { as_of_seq: i64 },
+    Stored {
+        /// The cut written: the seq of the last event every healthy unit folded (`-1` for an
+        /// empty log).
+        as_of_seq: i64,
+    },
     /// The record already held exactly this cut; nothing was written.
-    Unchanged { as_of_seq: i64 },
+    Unchanged {
+        /// The cut that was already stored.
+        as_of_seq: i64,
+    },
     /// The record of the same session lifetime holds a newer cut (`stored_seq`), which was kept:
     /// an older cut never replaces a newer one.
-    Superseded { as_of_seq: i64, stored_seq: i64 },
+    Superseded {
+        /// The cut this write offered.
+        as_of_seq: i64,
+        /// The newer cut the record keeps.
+        stored_seq: i64,
+    },
 }
 
 /// Counters of the work a cache did since it was built.
@@ -177,18 +189,22 @@ impl ProjectionCache {
         })
     }
 
+    /// The registry whose units the cache checkpoints; every fold goes through it.
     pub fn registry(&self) -> &Arc<ProjectionRegistry> {
         &self.inner.registry
     }
 
+    /// Where the records live.
     pub fn store(&self) -> &Arc<dyn CheckpointStore> {
         &self.inner.store
     }
 
+    /// The write policy's throttles, as validated by [`ProjectionCache::new`].
     pub fn config(&self) -> CacheConfig {
         self.inner.config
     }
 
+    /// A snapshot of the work counters since the cache was built (clones share them).
     pub fn stats(&self) -> CacheStats {
         let counters = &self.inner.counters;
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);

@@ -102,6 +102,7 @@ impl DiskCheckpointStore {
         Ok(DiskCheckpointStore { root, records, tmp, next_tmp: AtomicU64::new(0) })
     }
 
+    /// The cache root the store was opened under (it holds `records/` and `tmp/`).
     pub fn root(&self) -> &Path {
         &self.root
     }

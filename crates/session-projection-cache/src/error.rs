@@ -11,36 +11,60 @@ use session_projection::RestoreError;
 pub enum CacheError {
     /// The write-policy configuration is invalid; the message names the field (reference 02 §8.1).
     #[error("{message}")]
-    InvalidConfig { message: String },
+    InvalidConfig {
+        /// The reference's text (`writeIntervalMs must be an integer between 1 and ...`).
+        message: String,
+    },
     /// A unit state cannot be stored as lossless JSON (reference 02 §7.4). `key` names the unit.
     #[error(
         "projection checkpoint is not losslessly JSON-serializable (a unit state violates the plain-JSON contract)"
     )]
-    NotLossless { key: String, message: String },
+    NotLossless {
+        /// The key of the unit whose state cannot be stored.
+        key: String,
+        /// Why: the serializer's error, or the unit's fold failure when it has no row to store.
+        message: String,
+    },
     /// Reading or flushing the session log failed (`session "<id>" not found` among others).
     #[error(transparent)]
     Persistence(Arc<PersistenceError>),
     /// The stored log could not be folded (its events do not continue from seq 0).
     #[error(transparent)]
     Restore(#[from] RestoreError),
+    /// The caller's cancellation token fired before the operation finished (a log read that
+    /// observed it reports it here too, never as [`CacheError::Persistence`]).
     #[error("operation cancelled")]
     Cancelled,
     /// The on-disk checkpoint store failed.
     #[error("I/O error on {path}: {source}", path = path.display())]
     Io {
+        /// The file or directory the failing call was about.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: Arc<io::Error>,
     },
     /// A checkpoint store without files failed; `message` says how.
     #[error("{message}")]
-    Storage { message: String },
+    Storage {
+        /// The store's own description of the failure.
+        message: String,
+    },
     /// The caller passed something this operation cannot accept.
     #[error("{message}")]
-    InvalidInput { message: String },
+    InvalidInput {
+        /// What was refused: an id the disk store cannot name as a file, or
+        /// [`ProjectionCache::attach`](crate::ProjectionCache::attach) called outside a Tokio
+        /// runtime.
+        message: String,
+    },
 }
 
 impl CacheError {
+    /// [`CacheError::Io`] for a failed operation on `path`; for a [`CheckpointStore`] of your
+    /// own.
+    ///
+    /// [`CheckpointStore`]: crate::CheckpointStore
     pub fn io(path: impl Into<PathBuf>, source: io::Error) -> CacheError {
         CacheError::Io { path: path.into(), source: Arc::new(source) }
     }
@@ -60,4 +84,5 @@ impl From<PersistenceError> for CacheError {
     }
 }
 
+/// The result of a projection cache operation; the error defaults to [`CacheError`].
 pub type Result<T, E = CacheError> = std::result::Result<T, E>;

@@ -14,8 +14,104 @@
 //!   write policy ([`ProjectionCache::attach`]).
 //!
 //! The session log is the only authority. The cache never changes a value: deleting or damaging
-//! it only costs longer reads. It reads logs only through `SessionPersistence`, and touches no
-//! file but its own records.
+//! it only costs longer reads. It reads logs only through
+//! [`SessionPersistence`](session_persistence::SessionPersistence), and touches no file but its
+//! own records.
+//!
+//! It sits above both `session-persistence` (whose logs it reads and flushes) and
+//! `session-projection` (whose [`ProjectionRegistry`](session_projection::ProjectionRegistry)
+//! does every fold; the cache has no fold rules of its own), and below `subagent`, whose listing
+//! reads the stored values of cold children through it with zero log reads.
+//!
+//! # Example
+//!
+//! A checkpoint round trip: store a live session's cut, then read its values back without
+//! reading the log.
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use serde_json::json;
+//! use session_core::{CreateOptions, ManualClock, SessionEvent, SessionId, SessionStore};
+//! use session_persistence::{Coordinator, CoordinatorConfig, MemoryStore};
+//! use session_projection::{ClientView, ProjectionRegistry, ProjectionUnit, UnitError};
+//! use session_projection_cache::{CacheConfig, MemoryCheckpointStore, ProjectionCache, WriteOutcome};
+//!
+//! /// How many turns have ended.
+//! struct EndedTurns;
+//!
+//! impl ProjectionUnit for EndedTurns {
+//!     type State = u64;
+//!
+//!     fn key(&self) -> &str {
+//!         "endedTurns"
+//!     }
+//!
+//!     fn state_version(&self) -> u64 {
+//!         1
+//!     }
+//!
+//!     fn init(&self) -> u64 {
+//!         0
+//!     }
+//!
+//!     fn reads(&self) -> Option<&'static [&'static str]> {
+//!         Some(&["turn/end"])
+//!     }
+//!
+//!     fn apply(&self, ended: &u64, _event: &SessionEvent) -> Result<Option<u64>, UnitError> {
+//!         Ok(Some(ended + 1))
+//!     }
+//! }
+//!
+//! impl ClientView for EndedTurns {
+//!     type View = u64;
+//!
+//!     fn view(&self, ended: &u64) -> u64 {
+//!         *ended
+//!     }
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // The coordinator writes live sessions behind on the Tokio runtime it is attached in.
+//! tokio::runtime::Runtime::new()?.block_on(async {
+//!     let clock = Arc::new(ManualClock::new(1_772_442_000_000));
+//!     let store = Arc::new(SessionStore::new(clock.clone()));
+//!     let persistence = Arc::new(Coordinator::new(Arc::new(MemoryStore::new()), CoordinatorConfig::default())?);
+//!     persistence.attach(&store)?;
+//!
+//!     let registry = ProjectionRegistry::new();
+//!     let _folding = registry.attach(&store);
+//!     let _registration = registry.register(EndedTurns)?;
+//!
+//!     let records = Arc::new(MemoryCheckpointStore::new());
+//!     let throttles = CacheConfig::new(100, 5_000)?;
+//!     let cache = ProjectionCache::new(registry.clone(), persistence, records.clone(), clock, throttles)?;
+//!
+//!     let session = store.create(Some(SessionId::from("s1")), CreateOptions::default())?;
+//!     session.append("turn/start", &json!({"turn": 1}), None)?;
+//!     session.append("turn/end", &json!({"turn": 1, "reason": {"kind": "completed"}}), None)?;
+//!
+//!     // Flush the log, then replace the session's record: the log leads, the cache follows.
+//!     assert_eq!(cache.write(&session).await?, WriteOutcome::Stored { as_of_seq: 1 });
+//!     assert_eq!(records.len(), 1);
+//!
+//!     // The stored values of this lifetime of "s1", with zero log reads: what a live snapshot
+//!     // served at the cut.
+//!     let cached = cache.cached_snapshot(session.header()).expect("a record of this lifetime");
+//!     assert_eq!(cached.as_of_seq, 1);
+//!     assert_eq!(cached.values["endedTurns"], json!(1));
+//!     assert_eq!(cached.values, registry.snapshot(&session).values);
+//!     assert_eq!(cache.stats().log_reads(), 0);
+//!
+//!     // A record is bound to one lifetime of its id: another `createdAt` is not served.
+//!     let mut recreated = (**session.header()).clone();
+//!     recreated.created_at += 1;
+//!     assert!(cache.cached_snapshot(&recreated).is_none());
+//!     Ok(())
+//! })
+//! # }
+//! ```
 //!
 //! Where this differs from the reference (reference 02 §12):
 //! - W9: writes of one session are serialized and compared: a cut older than the stored one of

@@ -15,12 +15,16 @@ use crate::error::{CacheError, Result};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RecordIdentity {
+    /// The header's `createdAt` (Unix epoch milliseconds) of the lifetime the rows were folded
+    /// from.
     pub created_at: u64,
+    /// The header's `cwd` of that lifetime, if it had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
 }
 
 impl RecordIdentity {
+    /// The identity of the lifetime `header` describes.
     pub fn of(header: &SessionHeader) -> RecordIdentity {
         RecordIdentity { created_at: header.created_at, cwd: header.cwd.clone() }
     }
@@ -41,11 +45,14 @@ pub struct StoredFailure {
     pub ver: u64,
     /// The seq of the event `apply` failed on.
     pub seq: u64,
+    /// Whether `apply` panicked (rather than returned an error).
     pub panicked: bool,
+    /// The error's text, or the panic's payload.
     pub message: String,
 }
 
 impl StoredFailure {
+    /// The failure as the registry reports it: [`UnitFailure::Apply`] at the stored seq.
     pub fn to_unit_failure(&self) -> UnitFailure {
         UnitFailure::Apply { seq: self.seq, panicked: self.panicked, message: self.message.clone() }
     }
@@ -55,6 +62,8 @@ impl StoredFailure {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CheckpointRecord {
+    /// The session lifetime the rows were folded from; a record whose identity does not match the
+    /// header of the log it is read against is not used.
     pub identity: RecordIdentity,
     /// The cut the rows were taken at: the seq of the last event every healthy unit folded.
     pub as_of_seq: i64,

@@ -23,8 +23,10 @@ use crate::{error::Result, record::CheckpointRecord};
 ///   so such a record is discarded, never an error. `Err` means the storage itself failed.
 /// - Records of different ids are independent: writing one never rewrites another.
 pub trait CheckpointStore: Send + Sync + fmt::Debug + 'static {
+    /// The record of `id`, or `None` if there is none or it cannot be trusted.
     fn get(&self, id: &SessionId) -> Result<Option<CheckpointRecord>>;
 
+    /// Replaces the whole record of `id` with `record`, durably and atomically, before returning.
     fn put(&self, id: &SessionId, record: &CheckpointRecord) -> Result<()>;
 
     /// Deletes the record of `id`; returns whether there was one.
@@ -38,14 +40,17 @@ pub struct MemoryCheckpointStore {
 }
 
 impl MemoryCheckpointStore {
+    /// An empty store.
     pub fn new() -> MemoryCheckpointStore {
         MemoryCheckpointStore::default()
     }
 
+    /// The number of records held.
     pub fn len(&self) -> usize {
         self.records.lock().len()
     }
 
+    /// Whether the store holds no record.
     pub fn is_empty(&self) -> bool {
         self.records.lock().is_empty()
     }

@@ -24,21 +24,43 @@ pub enum LawViolation {
     #[error(
         "two folds of the same {n_events} events disagree on {key:?}: a unit depends on more than its state and the event"
     )]
-    NotDeterministic { n_events: usize, key: String },
+    NotDeterministic {
+        /// The length of the log both folds read.
+        n_events: usize,
+        /// The first key (in key order) whose value, row or failure differs.
+        key: String,
+    },
     /// A unit's state after the first `cut` events cannot be stored as a checkpoint row.
     #[error("unit {key:?} cannot store its state after {cut} events: {message}")]
-    Unencodable { cut: usize, key: String, message: String },
+    Unencodable {
+        /// The number of events folded when the state could not be stored.
+        cut: usize,
+        /// The unit's key.
+        key: String,
+        /// The serializer's error.
+        message: String,
+    },
     /// The value served from the checkpoint after the first `cut` events, with zero log reads
     /// (`view_checkpoint`, what a checkpoint cache serves), differs from the fold's value at that
     /// cut: a unit's row loses part of what its view shows.
     #[error(
         "the value of {key:?} served from the checkpoint after {cut} events differs from the fold's: a unit's row loses part of its state"
     )]
-    CachedView { cut: usize, key: String },
+    CachedView {
+        /// The number of events folded into the checkpoint.
+        cut: usize,
+        /// The first client-visible key whose served value differs.
+        key: String,
+    },
     /// The registry refused the rows it produced itself after the first `cut` events. Only a
     /// registration that changes while the check runs can cause it.
     #[error("the checkpoint after {cut} events cannot seed a restore: {error}")]
-    RowsRefused { cut: usize, error: RestoreError },
+    RowsRefused {
+        /// The number of events folded into the checkpoint.
+        cut: usize,
+        /// Why the restore refused the rows.
+        error: RestoreError,
+    },
     /// Restoring from the checkpoint after the first `cut` events (its rows taken through JSON
     /// text, as a store keeps them) and folding the rest disagrees with the fold of the whole
     /// log: a unit's state loses something its row does not carry (a `#[serde(skip)]` field, a
@@ -46,7 +68,13 @@ pub enum LawViolation {
     #[error(
         "restoring from the checkpoint after {cut} events and folding the rest disagrees with the whole log on {key:?}: a unit's row loses part of its state"
     )]
-    CheckpointPlusTail { cut: usize, key: String },
+    CheckpointPlusTail {
+        /// The number of events folded into the checkpoint the restore was seeded from.
+        cut: usize,
+        /// The first key (in key order) whose value, row or failure differs, or a description
+        /// of the cut when only the watermarks differ.
+        key: String,
+    },
 }
 
 impl ProjectionRegistry {

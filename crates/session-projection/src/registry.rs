@@ -36,7 +36,12 @@ use crate::{
 
 /// A change-feed subscriber. Called synchronously on the appending thread, after the session's
 /// cells are unlocked, so it may read the registry; a panic is contained and logged.
+///
+/// Implemented for every `Fn(&ProjectionChange<'_>) + Send + Sync`, so a closure is a listener.
 pub trait ChangeListener: Send + Sync {
+    /// Handles one change: a client-visible unit's new value for a session, at the seq that
+    /// caused it. Changes of one session arrive in seq order, and within a seq in registration
+    /// order.
     fn changed(&self, change: &ProjectionChange<'_>);
 }
 
@@ -130,6 +135,7 @@ pub struct StoreAttachment {
 }
 
 impl ProjectionRegistry {
+    /// An empty registry: no unit, no listener, attached to no store.
     pub fn new() -> Arc<ProjectionRegistry> {
         Arc::new(ProjectionRegistry {
             entries: Mutex::new(Entries::default()),
@@ -524,6 +530,7 @@ impl StoreObserver for ProjectionRegistry {
 }
 
 impl Registration {
+    /// The key this handle keeps registered.
     pub fn key(&self) -> &str {
         &self.key
     }

@@ -173,6 +173,7 @@ impl RestoreFold {
         self.next_seq
     }
 
+    /// The seq the slice starts at: the first event [`RestoreFold::apply`] accepted (or will).
     pub fn base_seq(&self) -> u64 {
         self.base_seq
     }

@@ -63,7 +63,12 @@ pub struct Checkpoint {
 /// The result of a cold fold: the values at the end of the supplied events and refreshed rows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Restored {
+    /// The client values at the fold's end, as [`ProjectionRegistry::snapshot`] of a live
+    /// session with the same events would serve them.
+    ///
+    /// [`ProjectionRegistry::snapshot`]: crate::ProjectionRegistry::snapshot
     pub snapshot: Snapshot,
+    /// Every unit's row at the fold's end, ready to be stored and to seed the next restore.
     pub checkpoint: Checkpoint,
 }
 
@@ -73,11 +78,27 @@ pub struct Restored {
 pub enum UnitFailure {
     /// `apply` returned an error or panicked on the event at `seq`. The unit folds no further
     /// event of this session.
-    Apply { seq: u64, panicked: bool, message: String },
+    Apply {
+        /// The seq of the event the unit failed on.
+        seq: u64,
+        /// Whether `apply` panicked (rather than returned an error).
+        panicked: bool,
+        /// The error's text, or the panic's payload when it is a string.
+        message: String,
+    },
     /// The fold is healthy, but `view` panicked or its value could not be serialized.
-    View { panicked: bool, message: String },
+    View {
+        /// Whether `view` panicked (rather than its value failing to serialize).
+        panicked: bool,
+        /// The panic's payload (when it is a string) or the serializer's error.
+        message: String,
+    },
     /// The state could not be serialized to JSON (only reported by checkpoints).
-    Encode { message: String },
+    Encode {
+        /// What went wrong: the serializer's error, a panic's payload, a value outside the
+        /// lossless JSON domain, or a state that does not read back as itself.
+        message: String,
+    },
 }
 
 impl UnitFailure {
@@ -108,7 +129,9 @@ impl std::error::Error for UnitFailure {}
 /// One change-feed entry: a client-visible unit's state changed at `seq` (reference 02 §6.1).
 #[derive(Debug, Clone, Copy)]
 pub struct ProjectionChange<'a> {
+    /// The live session whose event caused the change.
     pub session: &'a Arc<Session>,
+    /// The key of the unit whose state changed.
     pub key: &'a str,
     /// The unit's new client value (the same value a snapshot at `seq` serves).
     pub value: &'a Value,
@@ -119,8 +142,13 @@ pub struct ProjectionChange<'a> {
 /// A registered unit, as listed by [`ProjectionRegistry::units`](crate::ProjectionRegistry::units).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegisteredUnit {
+    /// The unit's projection key.
     pub key: Arc<str>,
+    /// The unit's [`state_version`](crate::ProjectionUnit::state_version).
     pub state_version: u64,
+    /// Whether the unit was registered with
+    /// [`register`](crate::ProjectionRegistry::register) (client-visible) rather than
+    /// [`register_host_only`](crate::ProjectionRegistry::register_host_only).
     pub client_visible: bool,
     /// The number of live [`Registration`](crate::Registration) handles sharing the key.
     pub refs: usize,
@@ -131,22 +159,39 @@ pub struct RegisteredUnit {
 pub enum RegisterError {
     /// The version does not survive a JSON round trip (it is above 2^53 - 1).
     #[error("session projection {key:?} stateVersion must be a non-negative integer, got {version}")]
-    InvalidStateVersion { key: String, version: u64 },
+    InvalidStateVersion {
+        /// The unit's key.
+        key: String,
+        /// The refused version.
+        version: u64,
+    },
     /// The key is registered at another version.
     #[error(
         "session projection key {key:?} is already registered at stateVersion {registered}; refusing to share it with stateVersion {requested}"
     )]
-    VersionConflict { key: String, registered: u64, requested: u64 },
+    VersionConflict {
+        /// The shared key.
+        key: String,
+        /// The `state_version` the key is registered at.
+        registered: u64,
+        /// The `state_version` of the unit that was refused.
+        requested: u64,
+    },
     /// The key is registered at the same version by another unit type, or with the other
     /// visibility. Sharing a key means sharing one fold, so both must be the same unit.
     #[error(
         "session projection key {key:?} is already registered by {registered} ({registered_visibility}); refusing to share it with {requested} ({requested_visibility})"
     )]
     UnitMismatch {
+        /// The shared key.
         key: String,
+        /// The Rust type name of the unit registered under the key.
         registered: &'static str,
+        /// `client-visible` or `host-only`: how the registered unit was registered.
         registered_visibility: &'static str,
+        /// The Rust type name of the unit that was refused.
         requested: &'static str,
+        /// `client-visible` or `host-only`: how the refused unit was to be registered.
         requested_visibility: &'static str,
     },
 }
@@ -154,23 +199,31 @@ pub enum RegisterError {
 /// Why a row cannot seed a restore.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RowProblem {
+    /// There is no row for the unit's key.
     Missing,
+    /// The row was stored at another `state_version` than the registered unit's.
     VersionMismatch {
+        /// The row's `ver`.
         row: u64,
+        /// The registered unit's `state_version`.
         unit: u64,
     },
     /// The row's `val` does not deserialize into the unit's state.
     Undecodable {
+        /// The deserializer's error.
         message: String,
     },
     /// The row's watermark is below `base_seq - 1` (events between it and the slice are missing),
     /// or below `-1`.
     Predates {
+        /// The row's watermark (`seq`).
         row_seq: i64,
     },
     /// The row claims events past the end of the supplied slice (the log was cut shorter).
     BeyondEnd {
+        /// The row's watermark (`seq`).
         row_seq: i64,
+        /// The seq of the last event supplied (`-1` when the log is empty).
         end_seq: i64,
     },
 }
@@ -184,9 +237,21 @@ pub enum RestoreError {
     #[error(
         "session projection {key:?} cannot restore from seq {base_seq}: its checkpoint row is missing, version-mismatched, or beyond the supplied log end; re-read from seq 0"
     )]
-    NeedsFullRead { key: String, base_seq: u64, problem: RowProblem },
+    NeedsFullRead {
+        /// The first unit (in registration order) without a usable row.
+        key: String,
+        /// The seq the refused slice starts at.
+        base_seq: u64,
+        /// Why that unit's row cannot seed the slice.
+        problem: RowProblem,
+    },
     /// The supplied events do not continue the slice: each must have the next seq, starting at
     /// `base_seq`.
     #[error("session projection restore expected the event at seq {expected}, got seq {found}")]
-    Discontiguous { expected: u64, found: u64 },
+    Discontiguous {
+        /// The seq the next event had to have.
+        expected: u64,
+        /// The seq the supplied event has.
+        found: u64,
+    },
 }

@@ -162,10 +162,12 @@ pub struct OneShotChild {
 }
 
 impl OneShotChild {
+    /// The child session, published in the store it was created in.
     pub fn session(&self) -> &Arc<Session> {
         &self.session
     }
 
+    /// The one-shot descriptor [`OneShotChild::enter_first_step`] appends.
     pub fn descriptor(&self) -> &Descriptor {
         &self.descriptor
     }

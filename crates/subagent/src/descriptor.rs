@@ -29,6 +29,7 @@ pub enum SubagentMode {
 }
 
 impl SubagentMode {
+    /// The descriptor's `mode` value: `one-shot` or `continuable`.
     pub fn as_str(self) -> &'static str {
         match self {
             SubagentMode::OneShot => "one-shot",
@@ -51,10 +52,12 @@ impl ToolFilter {
         (allow.is_some() || deny.is_some()).then_some(ToolFilter { allow, deny })
     }
 
+    /// The tool names the child may use, if the filter declares an allow list.
     pub fn allow(&self) -> Option<&[String]> {
         self.allow.as_deref()
     }
 
+    /// The tool names the child may not use, if the filter declares a deny list.
     pub fn deny(&self) -> Option<&[String]> {
         self.deny.as_deref()
     }
@@ -77,37 +80,50 @@ impl Serialize for ToolFilter {
 /// The one-shot arm: the establishing provider and an optional display label.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OneShotDescriptor {
+    /// The name of the subagent provider that established the child (recorded, never
+    /// dispatched to again).
     pub provider: String,
+    /// The creation and display label (the delegation tool's `description`), if one was given.
     pub label: Option<String>,
 }
 
 /// The continuable arm: everything a cold resume needs to rebuild the child's composition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContinuableDescriptor {
+    /// The name of the subagent provider that established the child.
     pub provider: String,
+    /// The creation and display label; required for a continuable child.
     pub label: String,
+    /// The child's LLM provider (the request's override, else the parent's), if one was resolved.
     pub agent_provider: Option<String>,
+    /// The child's model (the request's override, else the parent's), if one was resolved.
     pub agent_model: Option<String>,
+    /// A per-child persona that shadows the deployment's persona on resume.
     pub persona: Option<String>,
+    /// Which tools the child may use.
     pub tool_filter: Option<ToolFilter>,
 }
 
 /// A descriptor of the current version, either arm.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Descriptor {
+    /// `"mode":"one-shot"`: one run, one result, never resumed.
     OneShot(OneShotDescriptor),
+    /// `"mode":"continuable"`: a conversation later messages can resume.
     Continuable(ContinuableDescriptor),
 }
 
 /// The outcome of a strict parse that did not fail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DescriptorParse {
+    /// A valid version-2 descriptor.
     Supported(Descriptor),
     /// A numeric `version` other than 2: written by another runtime, not corrupt.
     UnsupportedVersion,
 }
 
 impl DescriptorParse {
+    /// The descriptor, or `None` for another version.
     pub fn supported(self) -> Option<Descriptor> {
         match self {
             DescriptorParse::Supported(descriptor) => Some(descriptor),
@@ -117,6 +133,7 @@ impl DescriptorParse {
 }
 
 impl Descriptor {
+    /// Which arm this is.
     pub fn mode(&self) -> SubagentMode {
         match self {
             Descriptor::OneShot(_) => SubagentMode::OneShot,
@@ -124,6 +141,7 @@ impl Descriptor {
         }
     }
 
+    /// The establishing provider's name, from either arm.
     pub fn provider(&self) -> &str {
         match self {
             Descriptor::OneShot(descriptor) => &descriptor.provider,
@@ -131,6 +149,7 @@ impl Descriptor {
         }
     }
 
+    /// The label: always present for a continuable child, optional for a one-shot one.
     pub fn label(&self) -> Option<&str> {
         match self {
             Descriptor::OneShot(descriptor) => descriptor.label.as_deref(),

@@ -32,6 +32,7 @@ pub enum DiagnosticReason {
 }
 
 impl DiagnosticReason {
+    /// The wire value: `corrupt`, `unsupported` or `unavailable`.
     pub fn as_str(self) -> &'static str {
         match self {
             DiagnosticReason::Corrupt => "corrupt",
@@ -46,9 +47,13 @@ impl DiagnosticReason {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChildEntry {
+    /// The child's session id.
     pub id: SessionId,
+    /// The child's mode and label, folded from its own descriptor (flattened into the row as
+    /// `mode` and `label`).
     #[serde(flatten)]
     pub mode: ChildMode,
+    /// Whether the child is live or only stored.
     pub activity: Activity,
     /// Some subagent-origin session names this child as its parent (header facts only, one level).
     pub has_children: bool,
@@ -57,7 +62,9 @@ pub struct ChildEntry {
 /// A child that could not be shown with an identity. Never exposes descriptor content.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DiagnosticEntry {
+    /// The child's session id.
     pub id: SessionId,
+    /// Why the child has no identity row.
     pub reason: DiagnosticReason,
 }
 
@@ -65,11 +72,14 @@ pub struct DiagnosticEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum SubagentListEntry {
+    /// `"kind":"child"`: a child with its mode, label and activity.
     Child(ChildEntry),
+    /// `"kind":"diagnostic"`: a child shown only by id and reason.
     Diagnostic(DiagnosticEntry),
 }
 
 impl SubagentListEntry {
+    /// The child's session id, from either arm.
     pub fn id(&self) -> &SessionId {
         match self {
             SubagentListEntry::Child(child) => &child.id,
@@ -77,6 +87,7 @@ impl SubagentListEntry {
         }
     }
 
+    /// The child row, if this is one.
     pub fn as_child(&self) -> Option<&ChildEntry> {
         match self {
             SubagentListEntry::Child(child) => Some(child),
@@ -84,6 +95,7 @@ impl SubagentListEntry {
         }
     }
 
+    /// The diagnostic row, if this is one.
     pub fn as_diagnostic(&self) -> Option<&DiagnosticEntry> {
         match self {
             SubagentListEntry::Child(_) => None,
@@ -102,8 +114,12 @@ impl SubagentListEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SubagentDescendantListEntry {
+    /// The row, exactly as [`list_children`](crate::SubagentRuntime::list_children) of its
+    /// parent would show it (flattened into the descendant row).
     #[serde(flatten)]
     pub entry: SubagentListEntry,
+    /// The child's `parentSession` as its header records it.
     pub parent_id: SessionId,
+    /// The distance from the listing's root: 1 for a direct child, 2 for a grandchild, ...
     pub depth: u64,
 }

@@ -8,16 +8,24 @@ use session_persistence::PersistenceError;
 /// The stable code of a [`SubagentError`] (reference 03 §6.4), as the wire and tools see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SubagentErrorCode {
+    /// `CANCELLED`: the caller cancelled a listing or a resume authorization.
     Cancelled,
+    /// `SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE`: a listing without a projection registry.
     ProjectionsUnavailable,
+    /// `SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE`: a listing without a session store.
     SessionStoreUnavailable,
+    /// `PERSISTENCE_UNAVAILABLE`: a resume without session persistence.
     PersistenceUnavailable,
+    /// `NOT_RESUMABLE`: the child cannot be read, or has no continuable descriptor of its own.
     NotResumable,
+    /// `UNAUTHORIZED`: the caller is not the child's exact live parent.
     Unauthorized,
+    /// `DUPLICATE_CHILD`: a child was to be created under an id that is already live.
     DuplicateChild,
 }
 
 impl SubagentErrorCode {
+    /// The code as the wire and tools spell it (`NOT_RESUMABLE`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             SubagentErrorCode::Cancelled => "CANCELLED",
@@ -67,7 +75,9 @@ pub enum SubagentError {
     /// The child's stored log could not be read (unknown ids land here too).
     #[error("subagent \"{id}\" is unavailable")]
     Unavailable {
+        /// The child that was to be resumed.
         id: SessionId,
+        /// Why its log could not be read.
         #[source]
         source: PersistenceError,
     },
@@ -77,16 +87,24 @@ pub enum SubagentError {
         "subagent \"{id}\" has no supported continuation state and cannot be resumed; do not retry send_message with this id"
     )]
     NoContinuationState {
+        /// The child that was to be resumed.
         id: SessionId,
+        /// The strict parse's error, for a malformed current-version descriptor.
         #[source]
         source: Option<DescriptorError>,
     },
     /// The caller is not the exact live parent session.
     #[error("subagent \"{id}\" delivery requires the exact live parent agent")]
-    ParentNotLive { id: SessionId },
+    ParentNotLive {
+        /// The child that was to be resumed.
+        id: SessionId,
+    },
     /// The child's durable direct parent is another session.
     #[error("subagent \"{id}\" belongs to another parent session")]
-    ForeignParent { id: SessionId },
+    ForeignParent {
+        /// The child that was to be resumed.
+        id: SessionId,
+    },
 }
 
 impl SubagentError {
@@ -116,6 +134,7 @@ impl SubagentError {
         }
     }
 
+    /// Whether this is a listing's or a resume's cancellation ([`SubagentErrorCode::Cancelled`]).
     pub fn is_cancelled(&self) -> bool {
         self.code() == Some(SubagentErrorCode::Cancelled)
     }
@@ -126,6 +145,8 @@ impl SubagentError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct DescriptorError {
+    /// The reference's text (`persisted subagent descriptor payload must be an object`, ...),
+    /// which is also this error's message.
     pub message: String,
 }
 
@@ -146,16 +167,27 @@ pub enum CreateChildError {
     InvalidSubagentDepth,
     /// The child would be deeper than `maxDepth` allows.
     #[error("subagent depth {attempted_depth} exceeds maxDepth {max_depth}")]
-    DepthExceeded { attempted_depth: u64, max_depth: u64 },
+    DepthExceeded {
+        /// The depth the child would have had (its parent's depth plus one).
+        attempted_depth: u64,
+        /// The deepest delegation allowed.
+        max_depth: u64,
+    },
     /// The child's depth does not fit a safe integer.
     #[error("subagent depth overflows the safe integer range")]
     DepthOverflow,
     /// The parent is not a live session of the store the child is created in.
     #[error("subagent parent session \"{id}\" is not live")]
-    ParentNotLive { id: SessionId },
+    ParentNotLive {
+        /// The parent's id.
+        id: SessionId,
+    },
     /// The requested child id is already live.
     #[error("subagent \"{id}\" already exists")]
-    DuplicateChild { id: SessionId },
+    DuplicateChild {
+        /// The requested child id.
+        id: SessionId,
+    },
     /// The child could not be built (header or seed validation) or published.
     #[error(transparent)]
     Store(StoreError),

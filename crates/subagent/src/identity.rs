@@ -21,16 +21,23 @@ pub const SUBAGENT_IDENTITY_STATE_VERSION: u64 = 2;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "mode")]
 pub enum ChildMode {
+    /// `"mode":"one-shot"`.
     #[serde(rename = "one-shot")]
     OneShot {
+        /// The descriptor's label, if it had one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         label: Option<String>,
     },
+    /// `"mode":"continuable"`.
     #[serde(rename = "continuable")]
-    Continuable { label: String },
+    Continuable {
+        /// The descriptor's label (a continuable descriptor always has one).
+        label: String,
+    },
 }
 
 impl ChildMode {
+    /// The mode without the label.
     pub fn mode(&self) -> SubagentMode {
         match self {
             ChildMode::OneShot { .. } => SubagentMode::OneShot,
@@ -38,6 +45,7 @@ impl ChildMode {
         }
     }
 
+    /// The label; always `Some` for a continuable child.
     pub fn label(&self) -> Option<&str> {
         match self {
             ChildMode::OneShot { label } => label.as_deref(),
@@ -45,6 +53,7 @@ impl ChildMode {
         }
     }
 
+    /// The mode and label a descriptor establishes; its other fields are not part of a row.
     pub fn of(descriptor: &Descriptor) -> ChildMode {
         match descriptor {
             Descriptor::OneShot(descriptor) => ChildMode::OneShot { label: descriptor.label.clone() },
@@ -58,7 +67,9 @@ impl ChildMode {
 /// from a fork seed's replayed ancestor descriptor.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SubagentIdentity {
+    /// The mode and label the descriptor establishes.
     pub mode: ChildMode,
+    /// The seq of the descriptor event the identity was folded from.
     pub seq: u64,
 }
 
@@ -117,6 +128,8 @@ impl<'de> Deserialize<'de> for SubagentIdentity {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IdentityState {
+    /// The identity of the last descriptor, or `None` if there is none or the last one is not a
+    /// valid version-2 descriptor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<SubagentIdentity>,
 }

@@ -16,6 +16,7 @@ use crate::{
     runtime::SubagentRuntime,
 };
 
+/// The tool's name as the model calls it.
 pub const LIST_AGENTS_TOOL_NAME: &str = "list_agents";
 
 /// The model-visible description, verbatim.
@@ -98,6 +99,7 @@ pub enum AgentStatus {
 }
 
 impl AgentStatus {
+    /// The wire and text value: `running`, `idle` or `ready`.
     pub fn as_str(self) -> &'static str {
         match self {
             AgentStatus::Running => "running",
@@ -122,6 +124,7 @@ pub struct LiveSessionStatus {
 }
 
 impl LiveSessionStatus {
+    /// A status source over `sessions`; without a store every agent is `ready`.
     pub fn new(sessions: Option<Arc<SessionStore>>) -> LiveSessionStatus {
         LiveSessionStatus { sessions }
     }
@@ -140,7 +143,9 @@ impl AgentStatusSource for LiveSessionStatus {
 /// A descendant row's place in the tree.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Position {
+    /// The row's durable direct parent (its header's `parentSession`).
     pub parent: SessionId,
+    /// The distance from the caller: 1 for a direct child.
     pub depth: u64,
 }
 
@@ -148,16 +153,25 @@ pub struct Position {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum AgentRow {
+    /// `"kind":"child"`: a continuable child (one-shot children are not listed by the tool).
     Child {
+        /// The child's session id, which `send_message` takes.
         id: SessionId,
+        /// The child's label from its descriptor.
         label: String,
+        /// The child's residency, from the host's [`AgentStatusSource`].
         status: AgentStatus,
+        /// Where the row sits in the tree; only in the `descendants` scope.
         #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
         position: Option<Position>,
     },
+    /// `"kind":"diagnostic"`: a child that could not be shown with an identity.
     Diagnostic {
+        /// The child's session id.
         id: SessionId,
+        /// Why it has no identity row.
         reason: DiagnosticReason,
+        /// Where the row sits in the tree; only in the `descendants` scope.
         #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
         position: Option<Position>,
     },
@@ -191,10 +205,17 @@ pub fn render(rows: &[AgentRow]) -> String {
 /// Why `list_agents` failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ListAgentsError {
+    /// The tool was called without a calling agent's session ([`NO_CALLING_AGENT`]).
     #[error("list_agents requires a calling agent (exec.agent was undefined)")]
     NoCallingAgent,
+    /// The arguments are neither `null` nor an object, or `scope` is not `children` or
+    /// `descendants`.
     #[error("list_agents arguments are invalid: {message}")]
-    InvalidArguments { message: String },
+    InvalidArguments {
+        /// Which rule the arguments break.
+        message: String,
+    },
+    /// The listing failed (no registry or store, cancelled, or the persistence listing failed).
     #[error(transparent)]
     Subagent(#[from] SubagentError),
 }
@@ -202,12 +223,15 @@ pub enum ListAgentsError {
 /// The structured error info of an errored result: `{name, code}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ToolErrorInfo {
+    /// The error family: `Error`, `TypeError`, `SubagentError` or `PersistenceError`.
     pub name: String,
+    /// The stable code (`CANCELLED`, ...), when the error has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
 }
 
 impl ListAgentsError {
+    /// The `{name, code}` the host attaches to the errored tool result.
     pub fn info(&self) -> ToolErrorInfo {
         match self {
             ListAgentsError::NoCallingAgent => ToolErrorInfo { name: "Error".to_owned(), code: None },
@@ -222,9 +246,13 @@ impl ListAgentsError {
 /// A finished tool call: the text the model sees, and either the rows or the error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolOutcome {
+    /// What the model reads: the [`render`]ed rows, or `Error: <message>`.
     pub text: String,
+    /// Whether the call failed.
     pub is_error: bool,
+    /// The structured rows of a successful call.
     pub rows: Option<Vec<AgentRow>>,
+    /// The error info of a failed call.
     pub error: Option<ToolErrorInfo>,
 }
 
@@ -236,6 +264,7 @@ pub struct ListAgentsTool {
 }
 
 impl ListAgentsTool {
+    /// The tool over `runtime`'s catalog, with statuses from `status`.
     pub fn new(runtime: Arc<SubagentRuntime>, status: Arc<dyn AgentStatusSource>) -> ListAgentsTool {
         ListAgentsTool { runtime, status }
     }
@@ -246,18 +275,22 @@ impl ListAgentsTool {
         ListAgentsTool { runtime, status }
     }
 
+    /// [`LIST_AGENTS_TOOL_NAME`].
     pub fn name(&self) -> &'static str {
         LIST_AGENTS_TOOL_NAME
     }
 
+    /// [`LIST_AGENTS_DESCRIPTION`].
     pub fn description(&self) -> &'static str {
         LIST_AGENTS_DESCRIPTION
     }
 
+    /// [`list_agents_parameters`].
     pub fn parameters(&self) -> Value {
         list_agents_parameters()
     }
 
+    /// [`list_agents_output_schema`].
     pub fn output_schema(&self) -> Value {
         list_agents_output_schema()
     }

@@ -29,6 +29,7 @@ pub struct ResumeAuthorization {
 }
 
 impl ResumeAuthorization {
+    /// The id of the authorized child.
     pub fn child_id(&self) -> &SessionId {
         &self.child.id
     }
@@ -39,6 +40,8 @@ impl ResumeAuthorization {
         self.descriptor.agent_provider.as_deref()
     }
 
+    /// The model a resumed child runs with, if the descriptor declared one (see
+    /// [`ResumeAuthorization::agent_provider`]).
     pub fn agent_model(&self) -> Option<&str> {
         self.descriptor.agent_model.as_deref()
     }
@@ -56,6 +59,9 @@ pub trait ContinuationDelivery: Send + Sync {
     /// The host's failures; authorization failures convert into it.
     type Error: From<SubagentError> + Send;
 
+    /// Rebuilds or wakes the authorized child and hands it the parent's message. Runs after the
+    /// authorization, so the host must re-check the live child's parent before admitting it;
+    /// `cancel` is the caller's token.
     async fn deliver(
         &self,
         parent: &Arc<Session>,

@@ -65,6 +65,7 @@ impl SubagentRuntime {
         Ok(SubagentRuntime { services, _units: units })
     }
 
+    /// The services the runtime was built over.
     pub fn services(&self) -> &SubagentServices {
         &self.services
     }

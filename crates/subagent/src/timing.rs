@@ -11,13 +11,16 @@ use crate::descriptor::DESCRIPTOR_EVENT;
 /// The projection key of the timing unit.
 pub const SUBAGENT_TIMING_KEY: &str = "subagentTiming";
 
+/// The timing unit's `state_version`; checkpoint rows stored at another version are not used.
 pub const SUBAGENT_TIMING_STATE_VERSION: u64 = 2;
 
 /// An open turn: its start time and the time of the last event seen inside it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActiveInterval {
+    /// The open turn's start: the `time` of its `turn/start` (epoch ms).
     pub since: i64,
+    /// The `time` of the latest event seen inside the turn (epoch ms).
     pub through: i64,
 }
 
@@ -26,11 +29,18 @@ pub struct ActiveInterval {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TimingState {
+    /// The summed length of the closed turns since the last descriptor, in milliseconds
+    /// (`turn/end` time minus `turn/start` time, a negative span counting 0).
     pub settled_ms: u64,
+    /// The turn in progress after a descriptor, if one is open.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active: Option<ActiveInterval>,
+    /// The start time of a turn opened before any descriptor, kept so that the turn holding the
+    /// child's own descriptor counts from its `turn/start`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_turn_start: Option<i64>,
+    /// Whether a `subagent/descriptor` event (valid or not) has been folded; turns count only
+    /// after one.
     pub descriptor_seen: bool,
 }
 
@@ -39,7 +49,9 @@ pub struct TimingState {
 /// unit's view failure for the session (and the subagent list then shows a `corrupt` row).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimingView {
+    /// `settledMs`: the child's settled working time in milliseconds.
     pub settled_ms: u64,
+    /// `active`: the turn in progress, omitted when none is open.
     pub active: Option<ActiveInterval>,
 }
 
