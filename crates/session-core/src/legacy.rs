@@ -66,7 +66,11 @@ impl LegacyImport {
         match event.kind.as_str() {
             "turn/start" => self.turn_start(event),
             "turn/end" => self.turn_end(event),
-            "steering/message" => self.steering(event),
+            // The steering step's user message still goes through the message step.
+            "steering/message" => {
+                let user = self.steering(event)?;
+                Ok(Some(self.message(&user)?.unwrap_or(user)))
+            }
             "user/message" | "assistant/message" | "tool/result" => self.message(event),
             _ => Ok(None),
         }
@@ -129,7 +133,7 @@ impl LegacyImport {
 
     /// `steering/message` becomes a `user/message`: `{turn, message}` carries it whole, and
     /// `{turn, content, source}` is the message without its id and role.
-    fn steering(&self, event: &SessionEvent) -> Result<Option<SessionEvent>, String> {
+    fn steering(&self, event: &SessionEvent) -> Result<SessionEvent, String> {
         let malformed = || self.malformed("steering/message", event.seq);
         let Some(mut data) = record(event) else { return Err(malformed()) };
         let turn_ok = data.get("turn").and_then(as_safe_i64).is_some();
@@ -138,7 +142,7 @@ impl LegacyImport {
             && has_only_keys(&data, &["turn", "message"], &[])
             && let Some(Value::Object(message)) = data.shift_remove("message")
         {
-            return rebuilt(event, Some("user/message"), message).map(Some);
+            return rebuilt(event, Some("user/message"), message);
         }
         if !turn_ok || !has_only_keys(&data, &["turn", "content", "source"], &[]) {
             return Err(malformed());
@@ -146,24 +150,24 @@ impl LegacyImport {
         data.shift_remove("turn");
         data.insert("id".to_owned(), Value::String(self.legacy_id(event.seq)));
         data.insert("role".to_owned(), Value::String("user".to_owned()));
-        rebuilt(event, Some("user/message"), data).map(Some)
+        rebuilt(event, Some("user/message"), data)
     }
 
     /// A message stored before messages had identities gets one, in the current wrapper.
     fn message(&self, event: &SessionEvent) -> Result<Option<SessionEvent>, String> {
         // Most candidates are current messages the decoder could not verify in one pass; their
         // keys are read without building a tree.
-        let keys = match object_text::<MessageKeys<'_>>(event.data.as_str()) {
-            Some(keys) => keys.present(),
+        let (keys, parsed) = match object_text::<MessageKeys<'_>>(event.data.as_str()) {
+            Some(keys) => (keys.present(), None),
             None => match record(event) {
-                Some(data) => Present::of_map(&data),
+                Some(data) => (Present::of_map(&data), Some(data)),
                 None => return Ok(None),
             },
         };
         if !keys.is_pre_identity(&event.kind) {
             return Ok(None);
         }
-        let Some(mut data) = record(event) else { return Ok(None) };
+        let Some(mut data) = parsed.or_else(|| record(event)) else { return Ok(None) };
         match event.kind.as_str() {
             "user/message" => {
                 data.insert("id".to_owned(), Value::String(self.legacy_id(event.seq)));

@@ -165,6 +165,15 @@ fn steering_messages_become_user_messages() {
                    "id": "legacy-message:s-old:7", "role": "user"}),
         ))),
     );
+    // A wrapped message from before message identity then gets a legacy id too.
+    check(
+        "steering/message",
+        json!({"turn": 1, "message": {"content": [], "source": {"kind": "user"}}}),
+        Ok(Some((
+            "user/message",
+            json!({"content": [], "source": {"kind": "user"}, "id": "legacy-message:s-old:7", "role": "user"}),
+        ))),
+    );
     for malformed in [
         json!(null),
         json!([]),
