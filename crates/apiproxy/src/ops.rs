@@ -157,7 +157,8 @@ pub enum LogStatus {
     InUse,
     /// Committed bytes are damaged; nothing can repair it automatically.
     Corrupt { message: String },
-    /// Intact, but this build cannot read it (newer format, unknown event type, legacy shape).
+    /// Intact, but this build cannot read it (newer format, unknown event type, retired legacy
+    /// vocabulary such as `mode/set`).
     Unsupported { message: String },
     /// The log could not be read at all (I/O).
     Unreadable { message: String },

@@ -89,6 +89,7 @@ mod header;
 mod id;
 pub mod json;
 mod jsontext;
+mod legacy;
 pub mod messages;
 mod mutations;
 mod repair;
@@ -116,7 +117,8 @@ pub use crate::{
     header::{HeaderError, HeaderMeta, Origin, SESSION_FORMAT_VERSION, SessionHeader, is_absolute_path},
     id::SessionId,
     json::{JsonData, LosslessError},
-    messages::{check_legacy_shape, check_message_shape, check_message_shape_as, check_seed_event_shape, legacy_shape},
+    legacy::LegacyImport,
+    messages::{check_message_shape, check_message_shape_as, check_seed_event_shape},
     repair::{RepairScan, TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers},
     session::Session,
     store::{CreateOptions, FlushHook, ObserverId, SessionStore, StoreEvent, StoreObserver},

@@ -1,7 +1,6 @@
-//! Message-shape checks for seeded and restored events (reference 01 §1.5) and detection of the
-//! legacy shapes this build does not import (§3.7).
+//! Message-shape checks for seeded and restored events (reference 01 §1.5).
 //!
-//! Both run over small borrowed views of the payload: a field is kept as the raw JSON slice it
+//! They run over small borrowed views of the payload: a field is kept as the raw JSON slice it
 //! occupies and inspected only if a rule needs it, so checking a long log costs about one scan
 //! of each message payload and allocates almost nothing.
 
@@ -256,111 +255,6 @@ fn check_request_header(event: &SessionEvent, index: u64) -> Result<(), String> 
         }
     }
     Ok(())
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LegacyView<'a> {
-    #[serde(default, borrow, deserialize_with = "present")]
-    id: Field<'a>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    role: Field<'a>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    message: Field<'a>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    content: Field<'a>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    source: Field<'a>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    provenance: Field<'a>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    call_id: Field<'a>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    is_error: Field<'a>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    trigger: Field<'a>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    reason: Field<'a>,
-}
-
-#[derive(Deserialize)]
-struct LegacyReasonView<'a> {
-    #[serde(default, borrow, deserialize_with = "present")]
-    kind: Field<'a>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    reason: Field<'a>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    error: Field<'a>,
-}
-
-/// Detects the pre-identity and pre-react-loop shapes of reference 01 §3.7, which the reference
-/// rewrites on read and this build refuses, and names the shape (`pre-identity user/message
-/// without a message id`). The persistence layer reports it as an unsupported format.
-///
-/// Only the exact legacy shapes are detected. A current-looking but malformed record is not
-/// legacy: it fails the current shape checks instead.
-pub fn legacy_shape(event: &SessionEvent) -> Option<&'static str> {
-    let kind = event.kind.as_str();
-    if kind == "steering/message" {
-        return Some("pre-react-loop steering/message");
-    }
-    // Cheap textual filters first: every legacy shape of these kinds names the key or value that
-    // makes it legacy, and nearly every event of a long log is not legacy.
-    let text = event.data.as_str();
-    match kind {
-        "turn/start" if !text.contains("\"trigger\"") => return None,
-        "turn/end" if !["\"aborted\"", "\"disposed\"", "\"error\""].iter().any(|word| text.contains(word)) => {
-            return None;
-        }
-        "turn/start" | "turn/end" | "user/message" | "assistant/message" | "tool/result" => {}
-        _ => return None,
-    }
-    let view = object_text::<LegacyView<'_>>(event.data.as_str())?;
-    match kind {
-        "turn/start" if view.trigger.is_some() => Some("pre-react-loop turn/start with a trigger"),
-        "turn/end" => {
-            let reason = object::<LegacyReasonView<'_>>(view.reason)?;
-            match string(reason.kind).as_deref() {
-                Some("aborted") if reason.reason.is_none() => {
-                    Some("pre-react-loop turn/end reason \"aborted\" without a cause")
-                }
-                Some("disposed") => Some("pre-react-loop turn/end reason \"disposed\""),
-                Some("error") if reason.error.is_none() => {
-                    Some("pre-react-loop turn/end reason \"error\" without an error")
-                }
-                _ => None,
-            }
-        }
-        "user/message"
-            if view.content.is_some()
-                && view.source.is_some()
-                && view.id.is_none()
-                && view.role.is_none()
-                && view.message.is_none() =>
-        {
-            Some("pre-identity user/message without a message id")
-        }
-        "assistant/message" if view.content.is_some() && view.provenance.is_some() && view.message.is_none() => {
-            Some("pre-identity assistant/message without a message id")
-        }
-        "tool/result"
-            if view.call_id.is_some()
-                && view.content.is_some()
-                && view.is_error.is_some()
-                && view.message.is_none() =>
-        {
-            Some("pre-identity tool/result without a message id")
-        }
-        _ => None,
-    }
-}
-
-/// [`legacy_shape`] as an error naming the seq (`pre-react-loop steering/message at seq 7`).
-pub fn check_legacy_shape(event: &SessionEvent) -> Result<(), String> {
-    match legacy_shape(event) {
-        Some(shape) => Err(format!("{shape} at seq {}", event.seq)),
-        None => Ok(()),
-    }
 }
 
 /// A one-pass check for the common case: a well-formed message in compact text passes while it

@@ -72,8 +72,10 @@ pub enum PersistenceError {
     /// Committed bytes are damaged; `message` says how.
     #[error("{message} ({location})")]
     Corrupt { kind: CorruptKind, location: Location, message: String },
-    /// An intact log that this build cannot read: a newer format version, an unknown
-    /// non-ignorable event type, or a pre-identity legacy shape.
+    /// An intact log that this build cannot read: another format version, an unknown
+    /// non-ignorable event type, or retired vocabulary no import exists for
+    /// (`request/header-delta`, `mode/set`). The reference's other earlier shapes are imported on
+    /// read; a malformed one is `Corrupt`.
     #[error("{message}")]
     FormatUnsupported { id: SessionId, message: String, location: Option<Location> },
     #[error("operation cancelled")]

@@ -1,5 +1,6 @@
-//! Read-side validation shared by every cold read: the events a backend decodes are checked
-//! once, as they stream past, and the crash closers are computed on the way.
+//! Read-side validation shared by every cold read: the events a backend decodes are imported
+//! from the reference's legacy shapes and checked once, as they stream past, and the crash
+//! closers are computed on the way.
 
 use std::{
     collections::HashSet,
@@ -10,7 +11,7 @@ use std::{
     },
 };
 
-use session_core::{RepairScan, SessionEvent, SessionHeader, SessionId, SurfaceState, messages};
+use session_core::{LegacyImport, RepairScan, SessionEvent, SessionHeader, SessionId, SurfaceState, messages};
 use smol_str::SmolStr;
 
 use crate::{
@@ -44,12 +45,18 @@ impl Default for KnownTypes {
     }
 }
 
-/// Validates each event and forwards it to `inner`; tracks what repair needs.
+/// Imports each event from the legacy shapes, validates it and forwards it to `inner`; tracks
+/// what repair needs.
+///
+/// Every cold read (`inspect`, the streamed reads, `read_from`, `load`, the adoption of a stored
+/// log by a live session or an append) goes through this sink, so each sees the same current view
+/// of a legacy log, and the closers are computed over that view.
 pub(crate) struct ValidatingSink<'a> {
     id: SessionId,
     backend: &'a dyn Backend,
     path: Option<PathBuf>,
     known: &'a KnownTypes,
+    legacy: LegacyImport,
     surface: SurfaceState,
     repair: RepairScan,
     last: Option<(u64, i64)>,
@@ -64,6 +71,7 @@ impl<'a> ValidatingSink<'a> {
         inner: &'a mut (dyn ScanSink + Send),
     ) -> Self {
         ValidatingSink {
+            legacy: LegacyImport::new(id.clone()),
             id,
             backend,
             path: None,
@@ -98,13 +106,6 @@ impl<'a> ValidatingSink<'a> {
         )
     }
 
-    fn legacy(&self, shape: &str, seq: u64) -> PersistenceError {
-        self.unsupported(format!(
-            "session \"{}\" contains a {shape} event at seq {seq}; this build does not import legacy logs",
-            self.id
-        ))
-    }
-
     /// The closers that balance what streamed past, continuing its seqs.
     pub(crate) fn closers(&self) -> Vec<SessionEvent> {
         match self.last {
@@ -113,37 +114,39 @@ impl<'a> ValidatingSink<'a> {
         }
     }
 
-    fn check(&mut self, event: &SessionEvent) -> Result<()> {
-        let id = &self.id;
-        let seq = event.seq;
+    /// The retired vocabulary no import exists for (reference 01 §1.4), refused before the
+    /// legacy import as the reference does.
+    fn check_vocabulary(&self, event: &SessionEvent) -> Result<()> {
         match event.kind.as_str() {
-            "request/header-delta" | "mode/set" => {
-                return Err(self.unsupported(format!(
-                    "session \"{id}\" contains unsupported legacy {} event at seq {seq}",
-                    event.kind
-                )));
-            }
-            _ => {}
+            "request/header-delta" | "mode/set" => Err(self.unsupported(format!(
+                "session \"{}\" contains unsupported legacy {} event at seq {}",
+                self.id, event.kind, event.seq
+            ))),
+            _ => Ok(()),
         }
-        // A legacy shape is refused as unsupported rather than reported as corrupt. Messages in the
-        // current shape are never legacy, so their payloads are only examined for legacy shapes
-        // when the current checks fail; other kinds carry small payloads.
-        let is_message = session_core::is_surface_eligible(&event.kind);
-        if !is_message && let Some(shape) = messages::legacy_shape(event) {
-            return Err(self.legacy(shape, seq));
+    }
+
+    /// The current equivalent of `event` (reference 01 §3.7): the same event unless it is in a
+    /// legacy shape.
+    fn import(&mut self, event: Arc<SessionEvent>) -> Result<Arc<SessionEvent>> {
+        match self.legacy.import(&event) {
+            Ok(None) => Ok(event),
+            Ok(Some(imported)) => Ok(Arc::new(imported)),
+            Err(message) => Err(self.invalid(message)),
         }
+    }
+
+    /// Checks an event in its current shape.
+    fn check(&mut self, event: &SessionEvent) -> Result<()> {
+        // The unknown-type check runs after the import: a `steering/message` reads as the
+        // `user/message` it became.
         if !event.ignorable && !self.known.contains(&event.kind) {
             return Err(self.unsupported(format!(
-                "session \"{id}\" contains event type \"{}\" (seq {seq}) unknown to this harness and not marked ignorable; refusing to interpret the log — it was likely written by a newer harness",
-                event.kind
+                "session \"{}\" contains event type \"{}\" (seq {}) unknown to this harness and not marked ignorable; refusing to interpret the log — it was likely written by a newer harness",
+                self.id, event.kind, event.seq
             )));
         }
-        if let Err(err) = messages::check_message_shape(event) {
-            return Err(match messages::legacy_shape(event) {
-                Some(shape) => self.legacy(shape, seq),
-                None => self.invalid(err),
-            });
-        }
+        messages::check_message_shape(event).map_err(|err| self.invalid(err))?;
         // The surface rules include the marker rules (`check_markers`).
         event.check_legacy().map_err(|err| self.invalid(err))?;
         self.surface.apply(event).map_err(|err| self.invalid(err))?;
@@ -170,6 +173,7 @@ impl ScanSink for ValidatingSink<'_> {
     }
 
     fn restart(&mut self) -> bool {
+        self.legacy = LegacyImport::new(self.id.clone());
         self.surface = SurfaceState::default();
         self.repair = RepairScan::default();
         self.last = None;
@@ -177,6 +181,8 @@ impl ScanSink for ValidatingSink<'_> {
     }
 
     fn event(&mut self, event: Arc<SessionEvent>) -> Result<()> {
+        self.check_vocabulary(&event)?;
+        let event = self.import(event)?;
         self.check(&event)?;
         self.repair.observe(&event);
         self.last = Some((event.seq, event.time));

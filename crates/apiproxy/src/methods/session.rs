@@ -5,8 +5,8 @@ use std::{collections::HashSet, sync::Arc};
 
 use serde_json::{Value, json};
 use session_core::{
-    CreateOptions, HeaderField, HeaderMeta, JsonData, Oversized, Session, SessionEvent, SessionHeader, SessionId,
-    StoreError, TooLarge, messages,
+    CreateOptions, HeaderField, HeaderMeta, JsonData, LegacyImport, Oversized, Session, SessionEvent, SessionHeader,
+    SessionId, StoreError, TooLarge, messages,
 };
 use session_persistence::{KnownTypes, PersistenceError, StoredHeader, keyed::run_blocking};
 use session_projection::{ProjectionUnit, Snapshot};
@@ -386,8 +386,10 @@ pub(super) async fn fork(
 }
 
 /// Checks what the append path does not but a cold read does, so an accepted event never makes
-/// the stored log unreadable: a known type, no legacy shape, a well-formed message.
-fn check_appendable(known: &KnownTypes, event: &NewEvent, seq: u64) -> Result<JsonData, String> {
+/// the stored log unreadable: a known type, a current shape (readers import the reference's
+/// legacy shapes, but nothing writes them any more, and a malformed one makes the log
+/// unreadable), a well-formed message.
+fn check_appendable(known: &KnownTypes, session: &SessionId, event: &NewEvent, seq: u64) -> Result<JsonData, String> {
     if !known.contains(&event.kind) || matches!(event.kind.as_str(), "request/header-delta" | "mode/set") {
         return Err(format!(
             "event type \"{}\" is not in the session vocabulary; a reader would refuse the log",
@@ -397,8 +399,11 @@ fn check_appendable(known: &KnownTypes, event: &NewEvent, seq: u64) -> Result<Js
     let data = JsonData::from_value(&event.data).map_err(|error| format!("data is not lossless JSON: {error}"))?;
     let mut probe = SessionEvent::new(event.kind.as_str(), seq, 0, data);
     probe.surface_op = event.surface.as_ref().map(|surface| surface.op);
-    if let Some(shape) = messages::legacy_shape(&probe) {
-        return Err(format!("{shape} is a legacy shape this build does not accept"));
+    if LegacyImport::new(session.clone()).import(&probe)?.is_some() {
+        return Err(format!(
+            "this {} is in a legacy shape that readers import (reference 01 §3.7) but this build does not write",
+            probe.kind
+        ));
     }
     messages::check_message_shape(&probe)?;
     Ok(probe.data)
@@ -506,7 +511,8 @@ fn append_batch(
     let known = KnownTypes::default();
     let (mut first, mut last) = (None, None);
     for (idx, event) in request.events.into_iter().enumerate() {
-        let data = check_appendable(&known, &event, session.len()).map_err(|message| rejected(idx, last, message))?;
+        let data = check_appendable(&known, session.id(), &event, session.len())
+            .map_err(|message| rejected(idx, last, message))?;
         let descriptor =
             if event.kind == "step/start" { first_step_descriptor(shared, session.id()) } else { Ok(None) };
         if let Some(descriptor) = descriptor.map_err(|error| rejected(idx, last, error.to_string()))? {

@@ -1,6 +1,7 @@
 //! The `apiproxy` binary against a store with healthy, torn, interrupted and corrupt logs:
 //! `verify` (with and without `--repair`), `sessions list|show`, `subagents list`, and its exit
-//! codes and one-line errors.
+//! codes and one-line errors; and against the golden store of logs in the reference's legacy
+//! shapes.
 
 use std::{
     fs,
@@ -344,4 +345,91 @@ async fn cache_warm_and_the_background_backfill_write_the_missing_records() {
     server.kill().unwrap();
     server.wait().unwrap();
     assert_eq!(count(), 6, "the server wrote every missing record");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// Every file under `root` with its bytes, by path.
+fn snapshot(root: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut dirs = vec![root.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|extension| extension == "jsonl" || extension == "zstd") {
+                let bytes = fs::read(&path).unwrap();
+                files.push((path, bytes));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The golden legacy store (`session-persistence/test_data/legacy-store`) in both encodings:
+/// `verify` finds every log healthy, `sessions show` prints the imported events, `subagents list`
+/// lists the legacy children, and nothing rewrites a stored byte.
+#[test]
+fn legacy_logs_show_list_and_verify_healthy() {
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../session-persistence/test_data/legacy-store");
+    for encoding in ["none", "zstd"] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("store");
+        copy_dir(&golden.join(encoding), &root);
+        let before = snapshot(&root);
+        let store = root.to_str().unwrap();
+        let run = |args: &[&str]| apiproxy(&[args, &["--store", store, "--compression", encoding]].concat());
+
+        for verify in [&["verify"][..], &["verify", "--repair"]] {
+            let output = run(verify);
+            let report = stdout(&output);
+            assert_eq!(output.status.code(), Some(0), "{encoding}: {report}");
+            for id in ["l-parent", "l-child-continuable", "l-child-oneshot"] {
+                assert_eq!(status_of(&report, id), "healthy", "{encoding}: {report}");
+            }
+            assert!(report.contains("3 logs, 3 healthy, 0 not healthy"), "{report}");
+        }
+
+        let output = run(&["sessions", "show", "l-parent", "--json"]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let shown: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let events = shown["events"].as_array().unwrap();
+        assert_eq!(events.len(), 21);
+        assert!(
+            events.iter().all(|event| event["type"] != "steering/message" && event["data"].get("trigger").is_none())
+        );
+        assert_eq!(events[8]["type"], "user/message");
+        assert_eq!(events[8]["data"]["id"], "legacy-message:l-parent:8");
+        assert_eq!(events[15]["data"]["message"]["id"], "legacy-message:l-parent:5");
+        assert_eq!(events[18]["data"]["reason"], json!({"kind": "aborted", "reason": {"kind": "disposed"}}));
+        let output = run(&["sessions", "show", "l-child-oneshot"]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+
+        let output = run(&["subagents", "list", "l-parent", "--json"]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let rows: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(
+            rows,
+            json!([
+                {"kind": "child", "id": "l-child-continuable", "mode": "continuable", "label": "triage the cache tests",
+                 "activity": "inactive", "hasChildren": false},
+                {"kind": "child", "id": "l-child-oneshot", "mode": "one-shot", "label": "check the TTL default",
+                 "activity": "inactive", "hasChildren": false},
+            ])
+        );
+        assert_eq!(snapshot(&root), before, "{encoding}: no command rewrote a stored byte");
+    }
 }

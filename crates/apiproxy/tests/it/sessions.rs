@@ -113,6 +113,27 @@ async fn create_list_append_release_resume() {
         assert_eq!(error["details"]["issues"][0]["path"], json!(["events", 0]), "{error}");
         assert!(error["message"].as_str().unwrap().contains("none were appended"), "{error}");
     }
+    // Readers import the reference's legacy shapes, but nothing writes them any more; a malformed
+    // one would make the stored log unreadable.
+    let cases = [
+        (
+            json!({"type": "user/message", "surfaceOp": "append", "data": {"source": {"kind": "user"}, "content": []}}),
+            "this user/message is in a legacy shape",
+        ),
+        (
+            json!({"type": "turn/start", "data": {"turn": 3, "trigger": {"kind": "retry"}}}),
+            "this turn/start is in a legacy shape",
+        ),
+        (
+            json!({"type": "turn/end", "data": {"turn": 2, "reason": {"kind": "completed", "extra": true}}}),
+            "session \"s1\" contains malformed pre-react-loop turn/end at seq 7",
+        ),
+    ];
+    for (event, message) in cases {
+        let error =
+            server.err(None, "session.append", json!({"sessionId": "s1", "events": [event]}), "bad-request").await;
+        assert!(error["message"].as_str().unwrap().contains(message), "{error}");
+    }
     // A batch stops at its first bad event and says how far it got.
     let batch = json!([user_message("u2", "next"), {"type": "made/up", "data": {}}]);
     let error = server.err(None, "session.append", json!({"sessionId": "s1", "events": batch}), "bad-request").await;

@@ -1,9 +1,9 @@
-//! Message-shape checks (reference 01 §1.5) and legacy-shape detection (§3.7).
+//! Message-shape checks (reference 01 §1.5).
 
 use serde_json::{Value, json};
 
 use super::{assistant_message, event, tool_result, user_message};
-use crate::{check_legacy_shape, check_message_shape, check_message_shape_as, check_seed_event_shape};
+use crate::{check_message_shape, check_message_shape_as, check_seed_event_shape};
 
 fn check(kind: &str, data: Value, expected: Result<(), &str>) {
     let event = event(kind, 0, data);
@@ -157,66 +157,6 @@ fn seed_request_header_shapes() {
         check_seed_event_shape(&event, 2),
         Err("seed user/message at index 2 lacks an identified message".to_owned())
     );
-}
-
-fn check_legacy(kind: &str, data: Value, expected: Result<(), &str>) {
-    let event = event(kind, 7, data);
-    assert_eq!(check_legacy_shape(&event), expected.map_err(str::to_owned), "{kind} {}", event.data);
-}
-
-#[test]
-fn legacy_shapes_are_detected_with_their_seq() {
-    check_legacy(
-        "turn/start",
-        json!({"turn": 1, "trigger": {"kind": "user"}}),
-        Err("pre-react-loop turn/start with a trigger at seq 7"),
-    );
-    check_legacy("turn/start", json!({"turn": 1}), Ok(()));
-    let turn_end = |reason: Value| json!({"turn": 1, "reason": reason});
-    check_legacy(
-        "turn/end",
-        turn_end(json!({"kind": "aborted"})),
-        Err("pre-react-loop turn/end reason \"aborted\" without a cause at seq 7"),
-    );
-    check_legacy("turn/end", turn_end(json!({"kind": "aborted", "reason": {"kind": "user"}})), Ok(()));
-    check_legacy(
-        "turn/end",
-        turn_end(json!({"kind": "disposed"})),
-        Err("pre-react-loop turn/end reason \"disposed\" at seq 7"),
-    );
-    check_legacy(
-        "turn/end",
-        turn_end(json!({"kind": "error", "step": 1, "message": "boom"})),
-        Err("pre-react-loop turn/end reason \"error\" without an error at seq 7"),
-    );
-    check_legacy("turn/end", turn_end(json!({"kind": "error", "error": {"message": "boom", "code": "X"}})), Ok(()));
-    check_legacy("turn/end", turn_end(json!({"kind": "completed"})), Ok(()));
-    check_legacy("turn/end", turn_end(json!({"kind": "from-the-future"})), Ok(()));
-    check_legacy(
-        "steering/message",
-        json!({"turn": 1, "content": [], "source": {"kind": "user"}}),
-        Err("pre-react-loop steering/message at seq 7"),
-    );
-    check_legacy(
-        "user/message",
-        json!({"content": [{"type": "text", "text": "hi"}], "source": {"kind": "user"}}),
-        Err("pre-identity user/message without a message id at seq 7"),
-    );
-    check_legacy("user/message", json!({}), Ok(()));
-    check_legacy("user/message", user_message("m", "hi"), Ok(()));
-    check_legacy(
-        "assistant/message",
-        json!({"turn": 1, "step": 1, "content": [], "provenance": {"provider": "p", "model": "m"}}),
-        Err("pre-identity assistant/message without a message id at seq 7"),
-    );
-    check_legacy("assistant/message", assistant_message(1, 1, "a", json!([])), Ok(()));
-    check_legacy(
-        "tool/result",
-        json!({"turn": 1, "step": 1, "callId": "c", "content": [], "isError": false}),
-        Err("pre-identity tool/result without a message id at seq 7"),
-    );
-    check_legacy("tool/result", tool_result(1, 1, "r", "c", "ok"), Ok(()));
-    check_legacy("plugin/x", json!(null), Ok(()));
 }
 
 /// Well-formed messages of every kind take the one-pass path, so a long log is checked in one

@@ -1,7 +1,8 @@
-//! Unit tests of the session log, store, fork, surface and repair, one module per area, with the
-//! shared builders below.
+//! Unit tests of the session log, store, fork, surface, repair and legacy imports, one module per
+//! area, with the shared builders below.
 
 mod fork;
+mod legacy;
 mod messages;
 mod properties;
 mod repair;

@@ -1,4 +1,5 @@
 //! The persistence contract (reference 01 §7.1 and §7.2), run identically against every backend.
+//! Its harness also runs the legacy-log cases (`legacy`).
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
@@ -51,17 +52,17 @@ impl Harness {
     }
 }
 
-fn cancel() -> CancellationToken {
+pub(crate) fn cancel() -> CancellationToken {
     CancellationToken::new()
 }
 
-fn header(id: &str) -> SessionHeader {
+pub(crate) fn header(id: &str) -> SessionHeader {
     let mut header = SessionHeader::new(SessionId::from(id), 1_000);
     header.cwd = Some("/work/project".to_owned());
     header
 }
 
-fn event(value: Value) -> Arc<SessionEvent> {
+pub(crate) fn event(value: Value) -> Arc<SessionEvent> {
     Arc::new(serde_json::from_value(value).unwrap())
 }
 
@@ -81,7 +82,7 @@ fn assistant_message(seq: u64, turn: u64, tool_calls: &[&str]) -> Arc<SessionEve
                  "source": {"kind": "model", "provider": "p", "model": "m"}, "content": content}}}))
 }
 
-fn plain(kind: &str, seq: u64, data: Value) -> Arc<SessionEvent> {
+pub(crate) fn plain(kind: &str, seq: u64, data: Value) -> Arc<SessionEvent> {
     event(json!({"type": kind, "seq": seq, "time": 10 + seq, "data": data}))
 }
 
@@ -101,11 +102,11 @@ fn seqs(events: &[Arc<SessionEvent>]) -> Vec<u64> {
     events.iter().map(|event| event.seq).collect()
 }
 
-fn kinds(events: &[Arc<SessionEvent>]) -> Vec<&str> {
+pub(crate) fn kinds(events: &[Arc<SessionEvent>]) -> Vec<&str> {
     events.iter().map(|event| event.kind.as_str()).collect()
 }
 
-fn run<F: AsyncFnMut(&Harness)>(mut test: F) {
+pub(crate) fn run<F: AsyncFnMut(&Harness)>(mut test: F) {
     for kind in KINDS {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let harness = Harness::new(kind);
@@ -359,7 +360,7 @@ fn unknown_event_types_are_refused_unless_ignorable() {
     });
 }
 
-fn store() -> Arc<SessionStore> {
+pub(crate) fn store() -> Arc<SessionStore> {
     Arc::new(SessionStore::new(Arc::new(ManualClock::new(5_000))))
 }
 
@@ -533,31 +534,6 @@ fn streaming_inspection_matches_the_materialized_view() {
         .await
         .unwrap();
         assert_eq!((cached.n_events, cached.n_closers), (11, 2));
-    });
-}
-
-#[test]
-fn pre_identity_legacy_logs_are_refused_as_unsupported() {
-    run(async |h| {
-        let persistence = h.open();
-        persistence.create(header("s-legacy"), &cancel()).await.unwrap();
-        let id = SessionId::from("s-legacy");
-        let legacy = event(json!({"type": "user/message", "seq": 1, "time": 1, "surfaceOp": "append",
-            "data": {"content": [{"type": "text", "text": "hi"}], "source": {"kind": "user"}}}));
-        persistence.append(&id, vec![plain("turn/start", 0, json!({"turn": 1})), legacy], &cancel()).await.unwrap();
-        let err = persistence.inspect(&id, &cancel()).await.unwrap_err();
-        let PersistenceError::FormatUnsupported { message, .. } = &err else { panic!("{err:?}") };
-        assert!(message.contains("pre-identity user/message") && message.contains("at seq 1"), "{message}");
-
-        // A current-shape message with a wrong role is corrupt, not legacy.
-        persistence.create(header("s-bad-role"), &cancel()).await.unwrap();
-        let id = SessionId::from("s-bad-role");
-        let bad = event(json!({"type": "user/message", "seq": 0, "time": 1, "surfaceOp": "append",
-            "data": {"id": "m", "role": "assistant", "source": {"kind": "user"}, "content": []}}));
-        persistence.append(&id, vec![bad], &cancel()).await.unwrap();
-        let err = persistence.inspect(&id, &cancel()).await.unwrap_err();
-        assert!(matches!(err, PersistenceError::Corrupt { .. }), "{err:?}");
-        assert!(err.to_string().contains("message must have role \"user\""), "{err}");
     });
 }
 

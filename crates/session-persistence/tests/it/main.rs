@@ -6,6 +6,7 @@ mod coordinator;
 mod damage;
 mod golden;
 mod layout;
+mod legacy;
 mod lock;
 mod round_trip;
 mod rows;
