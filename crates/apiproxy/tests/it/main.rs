@@ -6,6 +6,7 @@ mod carrier;
 mod cli;
 mod damage;
 mod history;
+mod limits;
 mod owners;
 mod sessions;
 mod streams;
