@@ -16,6 +16,23 @@ pub struct ProxyConfig {
     pub push_queue_frames: usize,
     /// How long one WebSocket send may block before the connection is dropped.
     pub push_send_timeout: Duration,
+    /// How long the goodbye of a WebSocket connection the gateway closes may take (its last
+    /// frames, the close frame and the client's close reply). A client that has not completed it
+    /// by then is reset, so its socket and send queue are gone.
+    pub push_close_timeout: Duration,
+    /// The largest message (and frame) a WebSocket client may send. The downlinks take no client
+    /// messages beyond control frames, so this only has to hold a close frame (125 bytes or more).
+    pub max_incoming_message_bytes: usize,
+    /// A request header must have arrived this long after its first byte (or after the connection
+    /// was accepted); otherwise the connection is closed.
+    pub header_read_timeout: Duration,
+    /// A request body must have arrived this long after its header; otherwise the request gets
+    /// HTTP 408 and the connection is closed.
+    pub body_read_timeout: Duration,
+    /// A connection with no request in progress is closed after this long.
+    pub idle_timeout: Duration,
+    /// Open connections (WebSocket downlinks included); one more is answered 503 and closed.
+    pub max_connections: usize,
     /// `session.list` reads a cold log whose stored size is at most this many bytes to tell
     /// whether it is blank, when no checkpoint says it is not (reference `coldBlankProbeMaxBytes`).
     /// 0 disables the probe: such a row is then listed as not blank.
@@ -36,6 +53,12 @@ impl Default for ProxyConfig {
             max_body_bytes: 16 << 20,
             push_queue_frames: 1024,
             push_send_timeout: Duration::from_secs(30),
+            push_close_timeout: Duration::from_secs(5),
+            max_incoming_message_bytes: 4096,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 1024,
             cold_blank_probe_max_bytes: 1024,
             access: AccessConfig::default(),
         }

@@ -3,7 +3,8 @@
 //! 1. Outside `/api/` → 404. 2. Trust fence → 403; token → 401; bad owner header → 400.
 //! 3. `GET /api/events.mux|host` → WebSocket upgrade (426 without one).
 //! 4. Not `POST` → 404. 5. Media type not `application/json` → 415.
-//! 6. Body over the cap → 413 (`connection: close`). 7. Body not JSON → 400.
+//! 6. Body over the cap → 413, body not complete within the body-read timeout → 408 (both
+//!    `connection: close`). 7. Body not JSON → 400.
 //! 8. `/api/respond` → a receipt. 9. Unknown method → 404.
 //! 10. Malformed envelope, method/path mismatch, invalid payload → 200 `bad-request`.
 //! 11. A handler panic → 500 `handler failure: …`. 12. Otherwise 200 with the `server-response`.
@@ -23,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     access::{Caller, Refusal, admit},
+    connection::ConnectionHandle,
     hub::StreamKind,
     methods,
     proxy::Shared,
@@ -78,7 +80,7 @@ async fn entry(State(shared): State<Arc<Shared>>, request: Request) -> Response 
     if !is_json(request.headers()) {
         return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, "content type must be application/json");
     }
-    let body = match read_body(request, shared.config.max_body_bytes).await {
+    let body = match read_body(request, shared.config.max_body_bytes, shared.config.body_read_timeout).await {
         Ok(body) => body,
         Err(response) => return response,
     };
@@ -132,14 +134,20 @@ fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 
-fn too_large() -> Response {
-    let mut response = text(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
+/// An answer after which the connection closes: the rest of the body is not read.
+fn closing(status: StatusCode, body: &'static str) -> Response {
+    let mut response = text(status, body);
     response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
 }
 
-/// Buffers the body, refusing a declared or streamed length over `limit` with 413.
-async fn read_body(request: Request, limit: usize) -> Result<Bytes, Response> {
+fn too_large() -> Response {
+    closing(StatusCode::PAYLOAD_TOO_LARGE, "request body too large")
+}
+
+/// Buffers the body, refusing a declared or streamed length over `limit` with 413, and a body
+/// that has not arrived within `timeout` with 408.
+async fn read_body(request: Request, limit: usize, timeout: std::time::Duration) -> Result<Bytes, Response> {
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -149,7 +157,10 @@ async fn read_body(request: Request, limit: usize) -> Result<Bytes, Response> {
         return Err(too_large());
     }
     let body: Body = request.into_body();
-    match axum::body::to_bytes(body, limit).await {
+    let Ok(read) = tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await else {
+        return Err(closing(StatusCode::REQUEST_TIMEOUT, "request body timed out"));
+    };
+    match read {
         Ok(bytes) => Ok(bytes),
         Err(error) => {
             let over =
@@ -161,8 +172,17 @@ async fn read_body(request: Request, limit: usize) -> Result<Bytes, Response> {
 
 async fn upgrade(shared: Arc<Shared>, caller: Caller, kind: StreamKind, request: Request) -> Response {
     let (mut parts, _body) = request.into_parts();
+    let connection = parts.extensions.get::<ConnectionHandle>().cloned();
     match axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
-        Ok(upgrade) => upgrade.on_upgrade(move |socket| crate::ws::pump(shared, caller, kind, socket)),
+        Ok(upgrade) => {
+            // The downlinks take no client messages beyond control frames: a small bound keeps a
+            // client from holding a large unfinished (fragmented) message in the gateway.
+            let max_message = shared.config.max_incoming_message_bytes;
+            upgrade
+                .max_message_size(max_message)
+                .max_frame_size(max_message)
+                .on_upgrade(move |socket| crate::ws::pump(shared, caller, kind, socket, connection))
+        }
         Err(_) => {
             let mut response = text(StatusCode::UPGRADE_REQUIRED, "upgrade required");
             response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));

@@ -16,13 +16,17 @@
 //! - Loopback-only by default: [`ApiProxy::serve`] refuses a non-loopback address unless a bearer
 //!   token is configured, and every request then has to carry one.
 //! - Each WebSocket connection has a bounded queue; a client that falls behind gets one
-//!   `stream/error` frame and is closed.
+//!   `stream/error` frame and is closed, and reset if it does not complete the close in time.
+//! - Connections are bounded: a cap on open connections, header-read, body-read and idle
+//!   timeouts, and a small bound on incoming WebSocket messages (`docs/wire.md`, "Connection
+//!   limits").
 //! - `session.history` honours cancellation (a client that disconnects stops the read), is
 //!   fail-soft for a failing projection unit, and its internal errors carry no raw error text.
 //! - `session.list` reports a persistence failure as an `internal` business error, not HTTP 500.
 
 mod access;
 mod config;
+mod connection;
 pub mod demo;
 mod error;
 mod history;
@@ -36,7 +40,7 @@ pub mod wire;
 mod ws;
 
 pub use crate::{
-    access::{OWNER_HEADER, is_loopback_listen},
+    access::{OWNER_HEADER, is_loopback_listen, token_problem},
     config::{AccessConfig, OwnerToken, ProxyConfig},
     error::ProxyError,
     proxy::{ApiProxy, ProxyParts},

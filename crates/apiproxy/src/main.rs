@@ -83,8 +83,9 @@ enum Command {
         /// The address to listen on. Anything but loopback requires a token.
         #[arg(long, default_value = "127.0.0.1:8420")]
         listen: SocketAddr,
-        /// An operator bearer token; once any token is set, every request needs one.
-        #[arg(long)]
+        /// An operator bearer token; once any token is set, every request needs one. It must be
+        /// non-empty printable ASCII without surrounding spaces.
+        #[arg(long, value_parser = parse_token)]
         token: Option<String>,
         /// An owner-bound token, `OWNER=TOKEN` (repeatable): its requests see only OWNER's sessions.
         #[arg(long = "owner-token", value_parser = parse_owner_token)]
@@ -95,6 +96,8 @@ enum Command {
         /// Largest accepted request body, in bytes.
         #[arg(long, default_value_t = 16 << 20)]
         max_body_bytes: usize,
+        #[command(flatten)]
+        limits: LimitArgs,
         /// Seed demo sessions and print curl examples.
         #[arg(long)]
         demo: bool,
@@ -135,6 +138,45 @@ enum CacheCommand {
     },
 }
 
+/// The connection limits of `serve` (`docs/wire.md`, "Connection limits"); the defaults are
+/// `ProxyConfig`'s.
+#[derive(Debug, clap::Args)]
+struct LimitArgs {
+    /// Close a connection whose request header is not complete this many seconds after its first
+    /// byte (or after the connection opened).
+    #[arg(long, default_value_t = ProxyConfig::default().header_read_timeout.as_secs(), value_parser = positive_u64)]
+    header_timeout_secs: u64,
+    /// Answer 408 and close the connection when a request body is not complete this many seconds
+    /// after its header.
+    #[arg(long, default_value_t = ProxyConfig::default().body_read_timeout.as_secs(), value_parser = positive_u64)]
+    body_timeout_secs: u64,
+    /// Close a connection that has had no request in progress for this many seconds.
+    #[arg(long, default_value_t = ProxyConfig::default().idle_timeout.as_secs(), value_parser = positive_u64)]
+    idle_timeout_secs: u64,
+    /// Reset a WebSocket client that has not completed a close the gateway started (after
+    /// `stream/error`, say) within this many seconds.
+    #[arg(long, default_value_t = ProxyConfig::default().push_close_timeout.as_secs(), value_parser = positive_u64)]
+    push_close_timeout_secs: u64,
+    /// Open connections at most (WebSocket downlinks included); more are answered 503 and closed.
+    #[arg(long, default_value_t = ProxyConfig::default().max_connections, value_parser = positive_usize)]
+    max_connections: usize,
+}
+
+impl LimitArgs {
+    /// `config` with these limits.
+    fn apply(&self, config: ProxyConfig) -> ProxyConfig {
+        use std::time::Duration;
+        ProxyConfig {
+            header_read_timeout: Duration::from_secs(self.header_timeout_secs),
+            body_read_timeout: Duration::from_secs(self.body_timeout_secs),
+            idle_timeout: Duration::from_secs(self.idle_timeout_secs),
+            push_close_timeout: Duration::from_secs(self.push_close_timeout_secs),
+            max_connections: self.max_connections,
+            ..config
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum SessionsCommand {
     /// List stored sessions.
@@ -173,12 +215,34 @@ enum SubagentsCommand {
     },
 }
 
+/// A bad token is a usage error: an empty one would admit anyone sending `Bearer `.
+fn parse_token(text: &str) -> Result<String, String> {
+    match apiproxy::token_problem(text) {
+        None => Ok(text.to_owned()),
+        Some(problem) => Err(problem.to_owned()),
+    }
+}
+
 fn parse_owner_token(text: &str) -> Result<OwnerToken, String> {
     match text.split_once('=') {
-        Some((owner, token)) if !owner.is_empty() && !token.is_empty() => {
-            Ok(OwnerToken { owner: owner.to_owned(), token: token.to_owned() })
+        Some((owner, token)) if !owner.is_empty() => {
+            Ok(OwnerToken { owner: owner.to_owned(), token: parse_token(token)? })
         }
         _ => Err("expected OWNER=TOKEN".to_owned()),
+    }
+}
+
+fn positive_u64(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(value) if value > 0 => Ok(value),
+        _ => Err("expected a positive integer".to_owned()),
+    }
+}
+
+fn positive_usize(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(value) if value > 0 => Ok(value),
+        _ => Err("expected a positive integer".to_owned()),
     }
 }
 
@@ -213,10 +277,11 @@ fn main() -> ExitCode {
 
 async fn run(command: Command) -> Result<ExitCode> {
     match command {
-        Command::Serve { store, listen, token, owner_tokens, allowed_hosts, max_body_bytes, demo } => {
+        Command::Serve { store, listen, token, owner_tokens, allowed_hosts, max_body_bytes, limits, demo } => {
             let access =
                 AccessConfig { operator_tokens: token.clone().into_iter().collect(), owner_tokens, allowed_hosts };
-            serve(store.options()?, listen, access, max_body_bytes, demo, token).await?;
+            let config = limits.apply(ProxyConfig { max_body_bytes, access, ..ProxyConfig::default() });
+            serve(store.options()?, listen, config, demo, token).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Sessions { command: SessionsCommand::List { store, json } } => {
@@ -438,15 +503,13 @@ fn progress_bar(template: &str) -> indicatif::ProgressBar {
 async fn serve(
     options: StoreOptions,
     listen: SocketAddr,
-    access: AccessConfig,
-    max_body_bytes: usize,
+    config: ProxyConfig,
     demo: bool,
     token: Option<String>,
 ) -> Result<()> {
-    if !apiproxy::is_loopback_listen(&listen) && !access.requires_token() {
+    if !apiproxy::is_loopback_listen(&listen) && !config.access.requires_token() {
         bail!("refusing to listen on non-loopback address {listen} without a bearer token; pass --token");
     }
-    let config = ProxyConfig { max_body_bytes, access, ..ProxyConfig::default() };
     let (coordinator, proxy) = gateway(&options, config).await?;
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;

@@ -8,7 +8,14 @@ use session_projection::{ChangeSubscription, ProjectionRegistry, Registration, S
 use session_projection_cache::{CacheAttachment, ProjectionCache};
 use tokio::net::TcpListener;
 
-use crate::{access::is_loopback_listen, config::ProxyConfig, error::ProxyError, hub::Hub, units::SessionListMetadata};
+use crate::{
+    access::{is_loopback_listen, token_problem},
+    config::ProxyConfig,
+    connection::Connections,
+    error::ProxyError,
+    hub::Hub,
+    units::SessionListMetadata,
+};
 
 /// The services a gateway is built over.
 #[derive(Clone)]
@@ -44,6 +51,8 @@ pub(crate) struct Shared {
     pub(crate) registry: Arc<ProjectionRegistry>,
     pub(crate) hub: Arc<Hub>,
     pub(crate) config: ProxyConfig,
+    /// The open TCP connections, counted against `config.max_connections`.
+    pub(crate) connections: Arc<Connections>,
     /// The address being served, once [`ApiProxy::serve`] runs (the trust fence accepts it).
     pub(crate) listen: parking_lot::Mutex<Option<SocketAddr>>,
     /// Serializes `session.append` calls, so a batch's `expectedSeq` check holds for the batch.
@@ -104,10 +113,37 @@ impl ApiProxy {
         for (field, value) in bounded {
             field.check(value).map_err(|too_large| ProxyError::Config { message: too_large.to_string() })?;
         }
-        if config.max_body_bytes == 0 || config.push_queue_frames == 0 {
+        if config.max_body_bytes == 0 || config.push_queue_frames == 0 || config.max_connections == 0 {
             return Err(ProxyError::Config {
-                message: "max_body_bytes and push_queue_frames must be positive".to_owned(),
+                message: "max_body_bytes, push_queue_frames and max_connections must be positive".to_owned(),
             });
+        }
+        let timeouts = [
+            config.push_send_timeout,
+            config.push_close_timeout,
+            config.header_read_timeout,
+            config.body_read_timeout,
+            config.idle_timeout,
+        ];
+        if timeouts.contains(&std::time::Duration::ZERO) {
+            return Err(ProxyError::Config { message: "every timeout must be positive".to_owned() });
+        }
+        // A client's close frame (up to 125 bytes) has to fit, or no client could close cleanly.
+        if config.max_incoming_message_bytes < 125 {
+            return Err(ProxyError::Config {
+                message: format!(
+                    "max_incoming_message_bytes must be at least 125 (a close frame), got {}",
+                    config.max_incoming_message_bytes
+                ),
+            });
+        }
+        let tokens =
+            config.access.operator_tokens.iter().chain(config.access.owner_tokens.iter().map(|bound| &bound.token));
+        if let Some(problem) = tokens.filter_map(|token| token_problem(token)).next() {
+            return Err(ProxyError::Config { message: problem.to_owned() });
+        }
+        if config.access.owner_tokens.iter().any(|bound| bound.owner.is_empty()) {
+            return Err(ProxyError::Config { message: "an owner token needs a non-empty owner".to_owned() });
         }
         let ProxyParts { store, persistence, registry, cache } = parts;
         let list_metadata = registry.register(SessionListMetadata)?;
@@ -140,6 +176,7 @@ impl ApiProxy {
                 persistence,
                 registry,
                 hub,
+                connections: Connections::new(config.max_connections),
                 config,
                 listen: parking_lot::Mutex::new(None),
                 append_lock: parking_lot::Mutex::new(()),
@@ -191,6 +228,17 @@ impl ApiProxy {
         self.shared.hub.n_subscribers()
     }
 
+    /// The number of open TCP connections (WebSocket downlinks included) of [`ApiProxy::serve`].
+    pub fn n_connections(&self) -> usize {
+        self.shared.connections.n_open()
+    }
+
+    /// Watches the number of open TCP connections, which changes as connections are accepted and
+    /// as their sockets close.
+    pub fn watch_connections(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.shared.connections.watch()
+    }
+
     /// The router: every path of the gateway.
     pub fn router(&self) -> axum::Router {
         crate::http::router(Arc::clone(&self.shared))
@@ -205,8 +253,9 @@ impl ApiProxy {
         }
     }
 
-    /// Serves on `listener` until `shutdown` resolves, then waits for open requests to finish.
-    /// Refuses a non-loopback listener without a bearer token.
+    /// Serves on `listener` until `shutdown` resolves, then stops accepting and waits for open
+    /// requests to finish. Refuses a non-loopback listener without a bearer token. Applies the
+    /// connection limits of the config: the cap and the header-read, body-read and idle timeouts.
     pub async fn serve(
         &self,
         listener: TcpListener,
@@ -215,9 +264,8 @@ impl ApiProxy {
         let addr = listener.local_addr().map_err(|source| ProxyError::io("the listening socket", source))?;
         self.check_listen(&addr)?;
         *self.shared.listen.lock() = Some(addr);
-        axum::serve(listener, self.router())
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(|source| ProxyError::io(format!("serving {addr}"), source))
+        let connections = Arc::clone(&self.shared.connections);
+        crate::connection::serve(connections, &self.shared.config, self.router(), listener, shutdown).await;
+        Ok(())
     }
 }

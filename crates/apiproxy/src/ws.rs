@@ -2,59 +2,137 @@
 //! as `server-request` text messages. The socket is downlink-only: any data message from the client
 //! closes it with 1008 `downlink only`. A connection that fell behind gets one `stream/error` frame
 //! and is closed.
+//!
+//! Every close the gateway starts is bounded by `push_close_timeout`: its last frames, the close
+//! frame and the client's close reply must be through by then, or the socket is reset, which also
+//! discards what a client that stopped reading left in its send queue. A send that blocks for
+//! `push_send_timeout` resets the socket at once.
 
 use std::sync::Arc;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
-use futures::{SinkExt, StreamExt};
+use futures::{
+    SinkExt, StreamExt,
+    stream::{SplitSink, SplitStream},
+};
 
 use crate::{
     access::Caller,
+    connection::ConnectionHandle,
     hub::{StreamKind, overflow_error},
     proxy::Shared,
     wire::Frame,
 };
 
-pub(crate) async fn pump(shared: Arc<Shared>, caller: Caller, kind: StreamKind, socket: WebSocket) {
+/// Why the pump stopped.
+enum Ending {
+    /// The client fell behind: `stream/error`, then the close.
+    Overflow,
+    /// The gateway closes: a close frame (with this status, if any) and the client's reply.
+    Close(Option<CloseFrame>),
+    /// The client sent its close frame; its reply is owed.
+    ClientClosed,
+    /// A send blocked for the whole send timeout: the client does not read.
+    Stuck,
+    /// The socket is broken.
+    Gone,
+}
+
+pub(crate) async fn pump(
+    shared: Arc<Shared>,
+    caller: Caller,
+    kind: StreamKind,
+    socket: WebSocket,
+    connection: Option<ConnectionHandle>,
+) {
     // The owner is captured once, at upgrade.
     let mut subscription = shared.hub.subscribe(kind, caller.owner);
     let send_timeout = shared.config.push_send_timeout;
+    let close_timeout = shared.config.push_close_timeout;
     drop(shared);
     let (mut sink, mut incoming) = socket.split();
-    let close = loop {
+    let ending = loop {
         tokio::select! {
             biased;
-            () = subscription.overflow.cancelled() => {
-                let frame = Frame::stream_error(&overflow_error());
-                let sent = tokio::time::timeout(send_timeout, sink.send(Message::Text(frame.envelope().into()))).await;
-                break sent.is_ok_and(|sent| sent.is_ok()).then_some(None);
-            }
+            () = subscription.overflow.cancelled() => break Ending::Overflow,
             message = incoming.next() => match message {
-                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => break None,
+                None => break Ending::Gone,
+                Some(Ok(Message::Close(_))) => break Ending::ClientClosed,
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
                 Some(Ok(Message::Text(_) | Message::Binary(_))) => {
-                    break Some(Some(CloseFrame { code: close_code::POLICY, reason: "downlink only".into() }));
+                    break Ending::Close(Some(CloseFrame { code: close_code::POLICY, reason: "downlink only".into() }));
+                }
+                // A message over the size bound, or a protocol violation; the socket may still work.
+                Some(Err(error)) => {
+                    tracing::debug!(%error, "a WebSocket client sent what the downlink does not take");
+                    break Ending::Close(None);
                 }
             },
             frame = subscription.frames.recv() => match frame {
-                None => break Some(None),
+                None => break Ending::Close(None),
                 Some(frame) => {
                     let message = Message::Text(frame.envelope().into());
-                    match tokio::time::timeout(send_timeout, sink.send(message)).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(_)) => break None,
-                        Err(_) => {
-                            tracing::warn!("a WebSocket send timed out; closing the connection");
-                            break None;
-                        }
+                    // An overflow while a send blocks ends the send: the close bound runs from the
+                    // overflow, not from whenever the send would have given up.
+                    tokio::select! {
+                        biased;
+                        () = subscription.overflow.cancelled() => break Ending::Overflow,
+                        sent = tokio::time::timeout(send_timeout, sink.send(message)) => match sent {
+                            Ok(Ok(())) => {}
+                            Ok(Err(_)) => break Ending::Gone,
+                            Err(_) => break Ending::Stuck,
+                        },
                     }
                 }
             },
         }
     };
     drop(subscription);
-    if let Some(frame) = close {
-        let _ = tokio::time::timeout(send_timeout, sink.send(Message::Close(frame))).await;
+    let closed_cleanly = match ending {
+        Ending::Gone => true,
+        Ending::Stuck => {
+            tracing::warn!("a WebSocket send timed out; resetting the connection");
+            false
+        }
+        Ending::ClientClosed => {
+            // Sends the reply tungstenite queued, and flushes.
+            tokio::time::timeout(close_timeout, sink.close()).await.is_ok_and(|closed| closed.is_ok())
+        }
+        Ending::Overflow => {
+            let error = Message::Text(Frame::stream_error(&overflow_error()).envelope().into());
+            let goodbye = goodbye(&mut sink, &mut incoming, Some(error), None);
+            tokio::time::timeout(close_timeout, goodbye).await.is_ok_and(|done| done.is_ok())
+        }
+        Ending::Close(frame) => {
+            let goodbye = goodbye(&mut sink, &mut incoming, None, frame);
+            tokio::time::timeout(close_timeout, goodbye).await.is_ok_and(|done| done.is_ok())
+        }
+    };
+    if !closed_cleanly {
+        tracing::debug!("a WebSocket client did not complete the close in time; resetting the socket");
+        if let Some(connection) = &connection {
+            connection.reset_on_close();
+        }
     }
-    let _ = sink.close().await;
+    // Dropping both halves drops the socket.
+}
+
+/// The closing handshake the gateway starts: `last` (if any), the close frame, then the client's
+/// close reply, after which nothing is left unread on either side.
+async fn goodbye(
+    sink: &mut SplitSink<WebSocket, Message>,
+    incoming: &mut SplitStream<WebSocket>,
+    last: Option<Message>,
+    frame: Option<CloseFrame>,
+) -> Result<(), axum::Error> {
+    if let Some(message) = last {
+        sink.send(message).await?;
+    }
+    sink.send(Message::Close(frame)).await?;
+    while let Some(message) = incoming.next().await {
+        if matches!(message?, Message::Close(_)) {
+            break;
+        }
+    }
+    Ok(())
 }

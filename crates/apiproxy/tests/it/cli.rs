@@ -1,12 +1,13 @@
 //! The `apiproxy` binary against a store with healthy, torn, interrupted and corrupt logs:
 //! `verify` (with and without `--repair`), `sessions list|show`, `subagents list`, and its exit
-//! codes and one-line errors; and against the golden store of logs in the reference's legacy
-//! shapes.
+//! codes and one-line errors (bad tokens and limits of `serve` are usage errors); and against the
+//! golden store of logs in the reference's legacy shapes.
 
 use std::{
     fs,
+    io::Read,
     path::{Path, PathBuf},
-    process::{Command, Output},
+    process::{Command, Output, Stdio},
     sync::Arc,
 };
 
@@ -21,6 +22,35 @@ fn apiproxy(args: &[&str]) -> Output {
         .env_remove("APIPROXY_LOG")
         .output()
         .expect("the binary runs")
+}
+
+/// Runs the binary like [`apiproxy`], but kills it (and fails) if it has not exited within
+/// [`crate::support::WAIT`]: for invocations that must not start serving.
+fn apiproxy_exits(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_apiproxy"))
+        .args(args)
+        .env_remove("APIPROXY_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        let _ = out.read_to_end(&mut stdout);
+        let _ = err.read_to_end(&mut stderr);
+        let _ = done.send((stdout, stderr));
+    });
+    match finished.recv_timeout(crate::support::WAIT) {
+        Ok((stdout, stderr)) => Output { status: child.wait().unwrap(), stdout, stderr },
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("apiproxy {args:?} is still running");
+        }
+    }
 }
 
 fn stdout(output: &Output) -> String {
@@ -431,5 +461,33 @@ fn legacy_logs_show_list_and_verify_healthy() {
             ])
         );
         assert_eq!(snapshot(&root), before, "{encoding}: no command rewrote a stored byte");
+    }
+}
+
+/// An empty (or unusable) bearer token is a usage error, also where it would be the token that
+/// allows listening off loopback; so are limits of zero. Nothing is opened or served.
+#[test]
+fn bad_tokens_and_limits_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let store = store.to_str().unwrap();
+    let cases: [(&[&str], &str); 9] = [
+        (&["--listen", "0.0.0.0:0", "--token", ""], "must not be empty"),
+        (&["--listen", "127.0.0.1:0", "--token", ""], "must not be empty"),
+        (&["--listen", "127.0.0.1:0", "--token", " padded "], "must not start or end with a space"),
+        (&["--listen", "0.0.0.0:0", "--owner-token", "alice="], "must not be empty"),
+        (&["--listen", "127.0.0.1:0", "--owner-token", "=secret"], "expected OWNER=TOKEN"),
+        (&["--listen", "127.0.0.1:0", "--max-connections", "0"], "expected a positive integer"),
+        (&["--listen", "127.0.0.1:0", "--header-timeout-secs", "0"], "expected a positive integer"),
+        (&["--listen", "127.0.0.1:0", "--body-timeout-secs", "0"], "expected a positive integer"),
+        (&["--listen", "127.0.0.1:0", "--idle-timeout-secs", "0"], "expected a positive integer"),
+    ];
+    for (flags, message) in cases {
+        let args: Vec<&str> = ["serve", "--store", store].iter().chain(flags).copied().collect();
+        let output = apiproxy_exits(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+        assert!(!Path::new(store).exists(), "{args:?} opened the store");
     }
 }

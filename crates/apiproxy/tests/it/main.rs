@@ -8,6 +8,7 @@ mod crash;
 mod damage;
 mod history;
 mod isolation;
+mod limits;
 mod owners;
 mod sessions;
 mod streams;

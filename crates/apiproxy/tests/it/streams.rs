@@ -1,13 +1,23 @@
 //! The WebSocket downlinks: atomic baseline, event and projection frames, the host stream, the
-//! downlink-only rule, and a slow client being dropped with `stream/error`.
+//! downlink-only rule and the bound on incoming messages, and a slow client being dropped with
+//! `stream/error` (and reset when it does not read even that).
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use apiproxy::ProxyConfig;
+use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use session_core::{JsonData, SessionId};
 
-use crate::support::{Server, turn};
+use tokio_tungstenite::tungstenite::{
+    self, Message,
+    protocol::frame::{
+        Frame,
+        coding::{Data, OpCode},
+    },
+};
+
+use crate::support::{Server, WAIT, turn};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn baseline_and_live_frames_have_no_gap_or_duplicate() {
@@ -119,7 +129,6 @@ async fn downlink_only() {
     let mut mux = server.ws("/api/events.mux", None).await;
     mux.send_text("hello").await;
     let closed = tokio::time::timeout(crate::support::WAIT, async {
-        use futures::StreamExt;
         loop {
             match mux.socket.next().await {
                 Some(Ok(tokio_tungstenite::tungstenite::Message::Close(frame))) => return frame,
@@ -139,7 +148,9 @@ async fn downlink_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_client_gets_stream_error_and_is_closed() {
-    let server = Server::start_with(ProxyConfig { push_queue_frames: 8, ..ProxyConfig::default() }).await;
+    // The client reads only after the whole flood, so its goodbye may take as long as any wait here.
+    let config = ProxyConfig { push_queue_frames: 8, push_close_timeout: WAIT, ..ProxyConfig::default() };
+    let server = Server::start_with(config).await;
     server.ok(None, "session.create", json!({"sessionId": "flood"})).await;
     let mut slow = server.ws("/api/events.mux", None).await;
     let session = server.store().get(&SessionId::from("flood")).unwrap();
@@ -166,5 +177,76 @@ async fn a_slow_client_gets_stream_error_and_is_closed() {
     // The server keeps serving, and the dropped connection is gone.
     assert_eq!(server.proxy.n_stream_connections(), 0);
     server.ok(None, "host.describe", json!({})).await;
+    server.stop().await;
+}
+
+/// Appends `n` events of about 48 KiB to `id`: far more than socket buffers and a small queue hold.
+async fn flood(server: &Server, id: &str, n: usize) {
+    let session = server.store().get(&SessionId::from(id)).unwrap();
+    let big = "x".repeat(48 * 1024);
+    tokio::task::spawn_blocking(move || {
+        for _ in 0..n {
+            let data = JsonData::from_value(&json!({"title": big})).unwrap();
+            session.append_data("session/title", data, None).unwrap();
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_is_reset_within_the_close_timeout() {
+    // A send may block for an hour: only the close bound can end this connection within the test.
+    let config = ProxyConfig {
+        push_queue_frames: 8,
+        push_send_timeout: Duration::from_secs(3600),
+        push_close_timeout: Duration::from_millis(200),
+        ..ProxyConfig::default()
+    };
+    let server = Server::start_with(config).await;
+    server.ok(None, "session.create", json!({"sessionId": "flood"})).await;
+    let mut never_reads = server.ws("/api/events.mux", None).await;
+    let mut open = server.proxy.watch_connections();
+    flood(&server, "flood", 600).await;
+    // The queue overflowed, `stream/error` could not even be written, and the socket is gone: the
+    // gateway holds no connection, and no send queue, for this client any more.
+    tokio::time::timeout(WAIT, open.wait_for(|n| *n == 0)).await.expect("the socket closes").unwrap();
+    assert_eq!(server.proxy.n_stream_connections(), 0);
+    // The socket was reset, not closed behind the megabytes still queued for the client: after
+    // what reached the client's own buffer, its stream ends in a reset.
+    let end = loop {
+        match tokio::time::timeout(WAIT, never_reads.socket.next()).await.expect("the stream ends") {
+            Some(Ok(_)) => {}
+            Some(Err(error)) => break Some(error),
+            None => break None,
+        }
+    };
+    assert!(
+        matches!(&end, Some(tungstenite::Error::Io(error)) if error.kind() == std::io::ErrorKind::ConnectionReset),
+        "{end:?}"
+    );
+    server.ok(None, "host.describe", json!({})).await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_incoming_message_closes_that_connection_only() {
+    let server = Server::start().await;
+    let limit = server.proxy.config().max_incoming_message_bytes;
+    let mut oversized = server.ws("/api/events.mux", None).await;
+    let mut other = server.ws("/api/events.mux", None).await;
+    // An unfinished fragmented message: every frame is small, together they pass the bound, and
+    // the final frame never comes. Sends after the server has closed may fail; that is fine.
+    let fragment = vec![b'x'; 1024];
+    let first = Frame::message(fragment.clone(), OpCode::Data(Data::Text), false);
+    let _ = oversized.socket.send(Message::Frame(first)).await;
+    for _ in 0..limit / fragment.len() + 1 {
+        let more = Frame::message(fragment.clone(), OpCode::Data(Data::Continue), false);
+        let _ = oversized.socket.send(Message::Frame(more)).await;
+    }
+    assert_eq!(oversized.next().await, None, "the server closes this connection");
+    // The other connection still streams.
+    server.ok(None, "session.create", json!({"sessionId": "after"})).await;
+    assert_eq!(other.next().await.unwrap(), json!({"type": "session/subscribed", "sessionId": "after", "lastSeq": -1}));
     server.stop().await;
 }
