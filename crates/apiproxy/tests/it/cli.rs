@@ -15,6 +15,8 @@ use session_core::{CreateOptions, HeaderMeta, ManualClock, SessionId, SessionSto
 use session_persistence::{Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore};
 use subagent::{ChildOptions, ContinuableDescriptor};
 
+use crate::support::copy_dir;
+
 fn apiproxy(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_apiproxy"))
         .args(args)
@@ -220,19 +222,6 @@ async fn verify_beside_a_running_writer_reports_open_turns_as_in_use() {
     drop(writer);
     let output = tokio::task::spawn_blocking(verify).await.unwrap();
     assert_eq!(status_of(&stdout(&output), "open"), "interrupted");
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for entry in fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 /// Every file under `root` with its bytes, by path.
