@@ -16,6 +16,8 @@ use session_core::{CreateOptions, HeaderMeta, ManualClock, SessionId, SessionSto
 use session_persistence::{Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore};
 use subagent::{ChildOptions, ContinuableDescriptor};
 
+use crate::support::copy_dir;
+
 fn apiproxy(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_apiproxy"))
         .args(args)
@@ -375,19 +377,6 @@ async fn cache_warm_and_the_background_backfill_write_the_missing_records() {
     server.kill().unwrap();
     server.wait().unwrap();
     assert_eq!(count(), 6, "the server wrote every missing record");
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for entry in fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 /// Every file under `root` with its bytes, by path.

@@ -21,7 +21,7 @@ use session_persistence::{Compression, Coordinator, CoordinatorConfig, JsonlConf
 use subagent::{ChildOptions, ContinuableDescriptor};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::Server;
+use crate::support::{Server, copy_dir};
 
 /// Every case, with everything it may run, must finish within this.
 const CASE_BOUND: Duration = Duration::from_secs(90);
@@ -124,19 +124,6 @@ async fn write_store(root: &Path, compression: Compression) {
         store.flush(session.id()).await.unwrap();
     }
     coordinator.close().await.unwrap();
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for entry in fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 /// A header line whose `agentPreset` alone is 2 MiB: over the reader's 1 MiB header limit.

@@ -1,7 +1,7 @@
 //! The test harness: a gateway on `127.0.0.1:0` over a temporary JSONL store, a raw HTTP client,
 //! a JSON-RPC helper and a WebSocket client. Every wait is bounded and waits on data, not time.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{fs, net::SocketAddr, path::Path, sync::Arc, time::Duration};
 
 use apiproxy::{ApiProxy, ProxyConfig, ProxyParts, SessionStore};
 use futures::{SinkExt, StreamExt};
@@ -19,6 +19,20 @@ use tokio_tungstenite::{
     MaybeTlsStream, WebSocketStream,
     tungstenite::{Message, client::IntoClientRequest},
 };
+
+/// Copies a directory tree (a golden or pristine store) to `to`.
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
 
 /// How long any single wait for the server may take before the test fails.
 pub(crate) const WAIT: Duration = Duration::from_secs(20);
