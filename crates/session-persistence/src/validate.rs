@@ -53,6 +53,9 @@ pub(crate) struct ValidatingSink<'a> {
     surface: SurfaceState,
     repair: RepairScan,
     last: Option<(u64, i64)>,
+    /// Set when the stream starts past seq 0 (a seek read): the surface rules and the crash
+    /// closers need the whole prefix, so they are skipped, as the reference's `readFrom` skips them.
+    suffix_only: bool,
     pub(crate) inner: &'a mut (dyn ScanSink + Send),
 }
 
@@ -71,6 +74,7 @@ impl<'a> ValidatingSink<'a> {
             surface: SurfaceState::default(),
             repair: RepairScan::default(),
             last: None,
+            suffix_only: false,
             inner,
         }
     }
@@ -105,11 +109,11 @@ impl<'a> ValidatingSink<'a> {
         ))
     }
 
-    /// The closers that balance what streamed past, continuing its seqs.
+    /// The closers that balance what streamed past, continuing its seqs (none for a suffix).
     pub(crate) fn closers(&self) -> Vec<SessionEvent> {
         match self.last {
-            Some((seq, time)) => self.repair.closers(seq, time),
-            None => Vec::new(),
+            Some((seq, time)) if !self.suffix_only => self.repair.closers(seq, time),
+            _ => Vec::new(),
         }
     }
 
@@ -146,7 +150,9 @@ impl<'a> ValidatingSink<'a> {
         }
         // The surface rules include the marker rules (`check_markers`).
         event.check_legacy().map_err(|err| self.invalid(err))?;
-        self.surface.apply(event).map_err(|err| self.invalid(err))?;
+        if !self.suffix_only {
+            self.surface.apply(event).map_err(|err| self.invalid(err))?;
+        }
         Ok(())
     }
 }
@@ -173,12 +179,18 @@ impl ScanSink for ValidatingSink<'_> {
         self.surface = SurfaceState::default();
         self.repair = RepairScan::default();
         self.last = None;
+        self.suffix_only = false;
         self.inner.restart()
     }
 
     fn event(&mut self, event: Arc<SessionEvent>) -> Result<()> {
+        if self.last.is_none() && event.seq != 0 {
+            self.suffix_only = true;
+        }
         self.check(&event)?;
-        self.repair.observe(&event);
+        if !self.suffix_only {
+            self.repair.observe(&event);
+        }
         self.last = Some((event.seq, event.time));
         self.inner.event(event)
     }
@@ -243,8 +255,9 @@ enum Relayed {
     Restart,
 }
 
-/// Scans `id`, validating what the backend decodes and forwarding it to `inner`, and returns the
-/// scan's outcome with the closers that balance it.
+/// Scans `id` (the whole log when `from_seq` is 0, else through [`Backend::scan_from`]),
+/// validating what the backend decodes and forwarding it to `inner`, and returns the scan's
+/// outcome with the closers that balance it (none when the backend streamed a suffix only).
 ///
 /// When `threads` allows helpers, a long log is validated on a second thread while the backend
 /// keeps decoding (and may decompress ahead on a third), so one cold read can use two cores. A
@@ -253,6 +266,7 @@ enum Relayed {
 pub(crate) fn scan_validated(
     backend: &dyn Backend,
     id: &SessionId,
+    from_seq: u64,
     known: &KnownTypes,
     threads: ReadThreads,
     cancel: &tokio_util::sync::CancellationToken,
@@ -264,7 +278,11 @@ pub(crate) fn scan_validated(
     let scanned = std::thread::scope(|scope| {
         let mut relay =
             Relay { validating: Some(&mut validating), helpers, scope, sender: None, worker: None, batch: Vec::new() };
-        let scanned = backend.scan(id, cancel, &mut relay);
+        let scanned = if from_seq == 0 {
+            backend.scan(id, cancel, &mut relay)
+        } else {
+            backend.scan_from(id, from_seq, cancel, &mut relay)
+        };
         match (scanned, relay.finish()) {
             (_, Err(error)) => Err(error),
             (scanned, Ok(())) => scanned,
