@@ -9,8 +9,9 @@
 
 use std::{
     fmt,
-    fs::Metadata,
-    os::unix::fs::MetadataExt,
+    fs::{File, Metadata, OpenOptions, TryLockError},
+    io,
+    os::unix::fs::{MetadataExt, OpenOptionsExt},
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -49,6 +50,8 @@ pub struct SqliteStore {
     readers: Mutex<Vec<Connection>>,
     /// Set when a failed write could not be rolled back: every later write is refused.
     poisoned: Mutex<Option<String>>,
+    /// The shared lock a writable file store holds on [`writer_lock_path`] while it lives.
+    _writer_lock: Option<File>,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -102,6 +105,10 @@ impl SqliteStore {
             None => format!("memory:store:{store_id}"),
             Some(metadata) => format!("{}:store:{store_id}", file_identity(metadata)),
         };
+        let writer_lock = match &file {
+            Some(path) if config.access == Access::ReadWrite => Some(hold_writer_lock(path)?),
+            _ => None,
+        };
         let (writer, readers) = if config.access.is_read_only() {
             (None, vec![connection])
         } else {
@@ -115,7 +122,40 @@ impl SqliteStore {
             writer,
             readers: Mutex::new(readers),
             poisoned: Mutex::new(None),
+            _writer_lock: writer_lock,
         })
+    }
+
+    /// Opens the database at `path` for reading: through SQLite's locks, so a writer may run
+    /// meanwhile; or, where that cannot work because the file's directory is read-only (SQLite
+    /// could not create the `-shm` file), immutable.
+    pub fn open_for_reading(path: impl Into<PathBuf>) -> Result<SqliteStore> {
+        let path = path.into();
+        match SqliteStore::open(SqliteConfig::file(&path).with_access(Access::ReadOnly)) {
+            Err(error) if is_read_only_place(&error) => {
+                SqliteStore::open(SqliteConfig::file(&path).with_access(Access::Immutable))
+            }
+            opened => opened,
+        }
+    }
+
+    /// Whether a writable store (of this crate, in any process) has the database open right now.
+    /// A read-only store asks before it judges open turns: while a writer runs, a log that ends
+    /// inside a turn may be live. A writable store answers `false`. Writers of other programs
+    /// (the reference) take no such lock and are not seen.
+    pub fn writer_active(&self) -> Result<bool> {
+        let Some(path) = self.file.as_deref().filter(|_| self.is_read_only()) else { return Ok(false) };
+        let lock_path = writer_lock_path(path);
+        let file = match File::open(&lock_path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(error) => return Err(PersistenceError::io(&lock_path, error)),
+        };
+        match file.try_lock() {
+            Ok(()) => Ok(false),
+            Err(TryLockError::WouldBlock) => Ok(true),
+            Err(TryLockError::Error(error)) => Err(PersistenceError::io(&lock_path, error)),
+        }
     }
 
     /// The database file (absolute), or `:memory:`.
@@ -379,6 +419,37 @@ fn prepare_file(path: &Path, access: Access) -> Result<Metadata> {
             Ok(metadata)
         }
     }
+}
+
+/// The file whose shared lock marks a writable store: `<database>.writer-lock`, beside it.
+pub(crate) fn writer_lock_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".writer-lock");
+    PathBuf::from(name)
+}
+
+fn hold_writer_lock(path: &Path) -> Result<File> {
+    let lock_path = writer_lock_path(path);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(|error| PersistenceError::io(&lock_path, error))?;
+    file.lock_shared().map_err(|error| PersistenceError::io(&lock_path, error))?;
+    Ok(file)
+}
+
+/// Whether an open failed because SQLite could not write beside the file (a read-only place).
+fn is_read_only_place(error: &PersistenceError) -> bool {
+    let PersistenceError::Io { source, .. } = error else { return false };
+    source
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rusqlite::Error>())
+        .and_then(rusqlite::Error::sqlite_error_code)
+        .is_some_and(|code| matches!(code, rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen))
 }
 
 /// An immutable open reads the main file only: commits still in a `-wal` file would be missed.

@@ -10,6 +10,7 @@ mod history;
 mod isolation;
 mod owners;
 mod sessions;
+mod sqlite_store;
 mod streams;
 mod subagents;
 mod support;
