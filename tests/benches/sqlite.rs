@@ -11,9 +11,7 @@ use e2e::{
     workload::TranscriptBuilder,
 };
 use session_core::{SessionEvent, SessionHeader, SessionId};
-use session_persistence::{
-    Backend, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, SessionPersistence,
-};
+use session_persistence::{Backend, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, SessionPersistence};
 use session_persistence_sqlite::{SqliteConfig, SqliteStore};
 use session_projection::{CheckpointRows, ClientView, ProjectionRegistry, ProjectionUnit, UnitError};
 use session_projection_cache::{
@@ -86,7 +84,8 @@ fn append_throughput(c: &mut Criterion) {
                 },
                 |(dir, turns)| {
                     runtime.block_on(async {
-                        let persistence = Coordinator::new(kind.open(dir.path()), CoordinatorConfig::default()).unwrap();
+                        let persistence =
+                            Coordinator::new(kind.open(dir.path()), CoordinatorConfig::default()).unwrap();
                         let id = SessionId::from("s-append");
                         persistence.create(header("s-append"), &CancellationToken::new()).await.unwrap();
                         for turn in turns {
@@ -122,7 +121,11 @@ fn cold_listing(c: &mut Criterion) {
         let catalog = cold.runtime(None);
         let before = cold.backend.scans();
         assert_children(&runtime.block_on(fleet::list(&catalog)), N_CHILDREN);
-        eprintln!("sqlite/list_children_cold_100x10k/{}: one listing read {} logs", kind.label(), cold.backend.scans() - before);
+        eprintln!(
+            "sqlite/list_children_cold_100x10k/{}: one listing read {} logs",
+            kind.label(),
+            cold.backend.scans() - before
+        );
         group.bench_function(kind.label(), |b| {
             b.iter(|| assert_children(&runtime.block_on(fleet::list(&catalog)), N_CHILDREN));
         });
@@ -176,8 +179,7 @@ fn checkpoint_tail(c: &mut Criterion) {
     let restored = registry
         .restore(&CheckpointRows::new(), events.iter().take(events.len() - TAIL).map(|event| &**event), 0)
         .unwrap();
-    let record =
-        CheckpointRecord::from_checkpoint(RecordIdentity::of(&header("s-big")), &restored.checkpoint).unwrap();
+    let record = CheckpointRecord::from_checkpoint(RecordIdentity::of(&header("s-big")), &restored.checkpoint).unwrap();
     let mut group = c.benchmark_group("sqlite/checkpoint_tail_read_100k");
     group.sample_size(10).measurement_time(Duration::from_secs(10));
     for kind in KINDS {

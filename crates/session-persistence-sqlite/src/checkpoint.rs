@@ -63,7 +63,7 @@ impl SqliteCheckpointStore {
     /// refused, so nothing foreign is ever overwritten.
     pub fn open(target: &Target) -> Result<SqliteCheckpointStore, CacheError> {
         let shown = target.display_path();
-        let connection = match target {
+        let mut connection = match target {
             Target::Memory => Connection::open_in_memory().map_err(|error| cache_error(&shown, error))?,
             Target::File(path) => {
                 let path = rules::absolute(path).map_err(refused)?;
@@ -75,7 +75,6 @@ impl SqliteCheckpointStore {
                 Connection::open_with_flags(&path, flags).map_err(|error| cache_error(&path, error))?
             }
         };
-        let mut connection = connection;
         let error = |error| cache_error(&shown, error);
         connection.busy_timeout(std::time::Duration::from_secs(5)).map_err(error)?;
         // Records are derived data: a crash may lose the newest ones, never mix two.
@@ -141,7 +140,12 @@ impl CheckpointStore for SqliteCheckpointStore {
             .and_then(|mut statement| {
                 statement
                     .query_row([id.as_str()], |row| {
-                        Ok((row.get::<_, String>(0), row.get::<_, i64>(1), row.get::<_, i64>(2), row.get::<_, String>(3)))
+                        Ok((
+                            row.get::<_, String>(0),
+                            row.get::<_, i64>(1),
+                            row.get::<_, i64>(2),
+                            row.get::<_, String>(3),
+                        ))
                     })
                     .optional()
             })

@@ -135,8 +135,10 @@ pub(crate) fn decode_sources(bytes: &[u8]) -> Result<Vec<u64>, String> {
             None if coded > MAX_SAFE_INTEGER => return Err(malformed_sources("varint is out of range")),
             None => coded,
             Some(_) if coded > 2 * MAX_SAFE_INTEGER => return Err(malformed_sources("varint is out of range")),
-            Some(previous) if coded % 2 == 0 => previous + coded / 2,
-            Some(previous) => previous.checked_sub(coded.div_ceil(2)).ok_or_else(|| malformed_sources("decoded seq is out of range"))?,
+            Some(previous) if coded.is_multiple_of(2) => previous + coded / 2,
+            Some(previous) => previous
+                .checked_sub(coded.div_ceil(2))
+                .ok_or_else(|| malformed_sources("decoded seq is out of range"))?,
         };
         if value > MAX_SAFE_INTEGER {
             return Err(malformed_sources("decoded seq is out of range"));
@@ -281,7 +283,9 @@ fn safe_integer(value: ValueRef<'_>, column: &str) -> Result<i64, String> {
 
 fn text(value: ValueRef<'_>, column: &str) -> Result<String, String> {
     match value {
-        ValueRef::Text(bytes) => String::from_utf8(bytes.to_vec()).map_err(|_| format!("stored {column} must be a string")),
+        ValueRef::Text(bytes) => {
+            String::from_utf8(bytes.to_vec()).map_err(|_| format!("stored {column} must be a string"))
+        }
         _ => Err(format!("stored {column} must be a string")),
     }
 }
@@ -314,7 +318,10 @@ impl StoredRow {
         };
         let surface_op = match get(5)? {
             ValueRef::Null => None,
-            other => Some(text(other, "surface_op").map_err(|_| RowError::Column("stored surface_op must be a string or null".to_owned()))?),
+            other => Some(
+                text(other, "surface_op")
+                    .map_err(|_| RowError::Column("stored surface_op must be a string or null".to_owned()))?,
+            ),
         };
         let ignorable = match get(6)? {
             ValueRef::Null => None,
@@ -345,7 +352,8 @@ impl StoredRow {
         let surface_op = match &self.surface_op {
             None => None,
             Some(text) => {
-                let value: serde_json::Value = serde_json::from_str(text).map_err(|error| format!("stored surface_op is not JSON: {error}"))?;
+                let value: serde_json::Value =
+                    serde_json::from_str(text).map_err(|error| format!("stored surface_op is not JSON: {error}"))?;
                 Some(SurfaceOp::from_json(&value).map_err(|why| format!("stored surface_op {why}"))?)
             }
         };

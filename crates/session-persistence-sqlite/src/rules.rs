@@ -93,7 +93,10 @@ pub(crate) fn check_file(subject: Subject, path: &Path) -> Result<Option<Metadat
     if metadata.uid() != uid || mode & 0o077 != 0 {
         let shown = path.display();
         let fix = if metadata.uid() != uid {
-            format!("it is owned by uid {}, not {uid}; copy it to a file you own (and `chmod 600` the copy)", metadata.uid())
+            format!(
+                "it is owned by uid {}, not {uid}; copy it to a file you own (and `chmod 600` the copy)",
+                metadata.uid()
+            )
         } else {
             format!("it has mode {mode:04o}; run `chmod 600 \"{shown}\"`")
         };
@@ -136,6 +139,9 @@ pub(crate) fn create_file(subject: Subject, path: &Path) -> Result<Metadata, Per
     }
     match check_file(subject, path)? {
         Some(metadata) => Ok(metadata),
-        None => Err(PersistenceError::io(path, io::Error::new(io::ErrorKind::NotFound, "the file vanished after it was created"))),
+        None => Err(PersistenceError::io(
+            path,
+            io::Error::new(io::ErrorKind::NotFound, "the file vanished after it was created"),
+        )),
     }
 }

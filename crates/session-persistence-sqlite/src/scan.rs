@@ -67,7 +67,9 @@ fn committed_until(connection: &Connection, ctx: ScanContext<'_>, base: u64) -> 
             "SELECT {ROW_COLUMNS} FROM events WHERE session_id = ?1 AND seq >= ?2 AND type = 'turn/end' ORDER BY seq DESC"
         ))
         .map_err(|error| sqlite_error(ctx.shown, error))?;
-    let mut rows = statement.query(rusqlite::params![ctx.id.as_str(), to_sql_seq(base)]).map_err(|error| sqlite_error(ctx.shown, error))?;
+    let mut rows = statement
+        .query(rusqlite::params![ctx.id.as_str(), to_sql_seq(base)])
+        .map_err(|error| sqlite_error(ctx.shown, error))?;
     let mut scratch = Vec::new();
     while let Some(row) = rows.next().map_err(|error| sqlite_error(ctx.shown, error))? {
         let row = StoredRow::read(row).map_err(|error| ctx.row_error(error))?;
@@ -113,7 +115,7 @@ pub(crate) fn scan_rows(
     let mut n_rows = 0u64;
     while let Some(row) = rows.next().map_err(sql_error)? {
         n_rows += 1;
-        if n_rows % CANCEL_EVERY_ROWS == 0 && cancel.is_cancelled() {
+        if n_rows.is_multiple_of(CANCEL_EVERY_ROWS) && cancel.is_cancelled() {
             return Err(PersistenceError::Cancelled);
         }
         let row = StoredRow::read(row).map_err(|error| ctx.row_error(error))?;
@@ -193,8 +195,11 @@ pub(crate) fn next_seq(connection: &Connection, ctx: ScanContext<'_>) -> Result<
     let mut statement = connection
         .prepare_cached("SELECT seq FROM events WHERE session_id = ?1 ORDER BY seq DESC LIMIT 2")
         .map_err(sql_error)?;
-    let tail: Vec<i64> =
-        statement.query_map([ctx.id.as_str()], |row| row.get(0)).map_err(sql_error)?.collect::<Result<_, _>>().map_err(sql_error)?;
+    let tail: Vec<i64> = statement
+        .query_map([ctx.id.as_str()], |row| row.get(0))
+        .map_err(sql_error)?
+        .collect::<Result<_, _>>()
+        .map_err(sql_error)?;
     let Some(&earlier) = tail.last() else { return Ok(0) };
     let earlier = u64::try_from(earlier).unwrap_or(0);
     let base = seek_base(connection, ctx, earlier)?;

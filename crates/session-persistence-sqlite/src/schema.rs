@@ -174,8 +174,7 @@ fn check_identity(spec: &OpenSpec<'_>, connection: &mut Connection) -> Result<()
     let behavior = if writer { TransactionBehavior::Immediate } else { TransactionBehavior::Deferred };
     let transaction = connection.transaction_with_behavior(behavior).map_err(&error)?;
     let version: i64 = transaction.query_row("PRAGMA user_version", [], |row| row.get(0)).map_err(&error)?;
-    let application_id: i64 =
-        transaction.query_row("PRAGMA application_id", [], |row| row.get(0)).map_err(&error)?;
+    let application_id: i64 = transaction.query_row("PRAGMA application_id", [], |row| row.get(0)).map_err(&error)?;
     let n_objects: i64 = transaction
         .query_row("SELECT COUNT(*) AS count FROM sqlite_schema WHERE name NOT GLOB 'sqlite_*'", [], |row| row.get(0))
         .map_err(&error)?;
@@ -189,7 +188,9 @@ fn check_identity(spec: &OpenSpec<'_>, connection: &mut Connection) -> Result<()
         )));
     }
     if version != 0 && application_id != APPLICATION_ID {
-        return Err(spec.refused(format!("{} has application id {application_id}, expected {APPLICATION_ID}", spec.at())));
+        return Err(
+            spec.refused(format!("{} has application id {application_id}, expected {APPLICATION_ID}", spec.at()))
+        );
     }
     if version == 0 {
         if !writer {
@@ -211,7 +212,8 @@ fn initialize(transaction: &Transaction<'_>) -> rusqlite::Result<()> {
     }
     let store_id = uuid::Uuid::new_v4().to_string();
     transaction.execute("INSERT INTO persistence_state (singleton, store_id) VALUES (1, ?)", [store_id])?;
-    transaction.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {USER_VERSION};"))
+    transaction
+        .execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {USER_VERSION};"))
 }
 
 /// §3.2: the schema objects must equal the reference's, statement text included.
@@ -220,7 +222,10 @@ pub(crate) fn check_schema(connection: &Connection, shown: &Path) -> Result<(), 
     if objects != expected_objects() {
         return Err(PersistenceError::Refused {
             path: shown.to_owned(),
-            message: format!("session database at \"{}\" does not contain the required schema objects", shown.display()),
+            message: format!(
+                "session database at \"{}\" does not contain the required schema objects",
+                shown.display()
+            ),
         });
     }
     Ok(())

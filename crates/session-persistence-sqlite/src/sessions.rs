@@ -62,7 +62,9 @@ impl StoredSession {
     pub(crate) fn read(row: &rusqlite::Row<'_>) -> Result<StoredSession, String> {
         let get = |idx: usize| row.get_ref(idx).map_err(|error| error.to_string());
         let id = match get(0)? {
-            ValueRef::Text(bytes) => String::from_utf8(bytes.to_vec()).map_err(|_| "stored id must be a string".to_owned())?,
+            ValueRef::Text(bytes) => {
+                String::from_utf8(bytes.to_vec()).map_err(|_| "stored id must be a string".to_owned())?
+            }
             _ => return Err("stored id must be a string".to_owned()),
         };
         if id.is_empty() {

@@ -392,7 +392,7 @@ impl Held {
             sink.header(header)?;
         }
         for (idx, event) in self.events.into_iter().enumerate() {
-            if idx % 4096 == 0 && cancel.is_cancelled() {
+            if idx.is_multiple_of(4096) && cancel.is_cancelled() {
                 return Err(PersistenceError::Cancelled);
             }
             sink.event(event)?;
@@ -546,7 +546,10 @@ impl Backend for SqliteStore {
             let stored_next = next_seq(transaction, self.ctx(id))?;
             let first = events[0].seq;
             if first != stored_next {
-                return Err(stale(id, format!("session {id} append starts at seq {first}, stored next seq is {stored_next}")));
+                return Err(stale(
+                    id,
+                    format!("session {id} append starts at seq {first}, stored next seq is {stored_next}"),
+                ));
             }
             if !materialized {
                 upsert_session(transaction, header).map_err(self.sql_error())?;
@@ -618,8 +621,9 @@ impl Backend for SqliteStore {
             return Err(PersistenceError::Cancelled);
         }
         let mut listing = self.with_reader(|connection| {
-            let mut statement =
-                connection.prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions")).map_err(self.sql_error())?;
+            let mut statement = connection
+                .prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions"))
+                .map_err(self.sql_error())?;
             let mut rows = statement.query([]).map_err(self.sql_error())?;
             let mut listing = Listing::default();
             while let Some(row) = rows.next().map_err(self.sql_error())? {

@@ -247,7 +247,8 @@ impl Inner {
         let cancel = cancel.clone();
         blocking(&self.backend, move |backend| {
             let mut collect = ArcCollect::default();
-            let Some((outcome, closers)) = scan_validated(backend, &id, 0, &known, threads, &cancel, &mut collect)? else {
+            let Some((outcome, closers)) = scan_validated(backend, &id, 0, &known, threads, &cancel, &mut collect)?
+            else {
                 return Ok(None);
             };
             Ok(Some(ColdLog { outcome, events: collect.events, closers }))

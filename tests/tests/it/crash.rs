@@ -88,7 +88,8 @@ fn check_store(root: &Path, storage: Storage, all_acks: &[Ack], runtime: &tokio:
                     .expect("the store opens after a kill (the lock died with the writer)"),
             ),
             Storage::Sqlite => Arc::new(
-                SqliteStore::open(SqliteConfig::file(root)).expect("the database opens after a kill (SQLite recovers its log)"),
+                SqliteStore::open(SqliteConfig::file(root))
+                    .expect("the database opens after a kill (SQLite recovers its log)"),
             ),
         };
         let persistence = Coordinator::new(store, CoordinatorConfig::default()).unwrap();

@@ -27,7 +27,11 @@ fn private_copy(dir: &Path) -> PathBuf {
 }
 
 fn apiproxy(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_apiproxy")).args(args).env_remove("APIPROXY_LOG").output().expect("the binary runs")
+    Command::new(env!("CARGO_BIN_EXE_apiproxy"))
+        .args(args)
+        .env_remove("APIPROXY_LOG")
+        .output()
+        .expect("the binary runs")
 }
 
 fn stdout(output: &Output) -> String {
@@ -92,7 +96,8 @@ fn serve_answers_from_a_sqlite_store() {
         .and_then(|rest| rest.split_whitespace().next())
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
         .to_owned();
-    let body = r#"{"type":"client-request","rpcId":"1","method":"subagent.list","payload":{"parentSessionId":"sq-parent"}}"#;
+    let body =
+        r#"{"type":"client-request","rpcId":"1","method":"subagent.list","payload":{"parentSessionId":"sq-parent"}}"#;
     let mut stream = std::net::TcpStream::connect(&addr).unwrap();
     write!(
         stream,

@@ -38,7 +38,8 @@ async fn check_answers(backend: Arc<dyn Backend>, label: &str) {
         .iter()
         .map(|header| SessionHeader::from_json(header, &id(header["id"].as_str().unwrap())).unwrap())
         .collect();
-    let listed: Vec<SessionHeader> = listing.headers.iter().map(|stored| SessionHeader::clone(&stored.header)).collect();
+    let listed: Vec<SessionHeader> =
+        listing.headers.iter().map(|stored| SessionHeader::clone(&stored.header)).collect();
     assert_eq!(listed, want, "{label}: list");
 
     let store_id = expected["database"]["storeId"].as_str().unwrap();
@@ -75,8 +76,10 @@ async fn check_answers(backend: Arc<dyn Backend>, label: &str) {
         );
         if n_closers > 0 {
             let closers: Vec<SessionEvent> = serde_json::from_value(expected["closers"][session].clone()).unwrap();
-            let synthesized: Vec<SessionEvent> =
-                inspection.events[inspection.events.len() - n_closers..].iter().map(|event| SessionEvent::clone(event)).collect();
+            let synthesized: Vec<SessionEvent> = inspection.events[inspection.events.len() - n_closers..]
+                .iter()
+                .map(|event| SessionEvent::clone(event))
+                .collect();
             assert_eq!(synthesized, closers, "{label}: {session} closers");
         }
         let stored = coordinator.read_from(&session_id, 0, &cancel).await.unwrap();
@@ -87,7 +90,8 @@ async fn check_answers(backend: Arc<dyn Backend>, label: &str) {
         let inspection = coordinator.inspect(&id(session), &cancel).await.unwrap();
         let meta = SessionHeader::from_json(&answer["meta"], &id(session)).unwrap();
         assert_eq!(*inspection.header, meta, "{label}: {session} meta");
-        let events: Vec<Value> = inspection.events.iter().map(|event| serde_json::to_value(&**event).unwrap()).collect();
+        let events: Vec<Value> =
+            inspection.events.iter().map(|event| serde_json::to_value(&**event).unwrap()).collect();
         assert_eq!(Value::Array(events), answer["events"], "{label}: {session} events");
     }
 
@@ -107,7 +111,9 @@ async fn check_answers(backend: Arc<dyn Backend>, label: &str) {
     }
 
     let persistence: Arc<dyn SessionPersistence> = Arc::new(coordinator.clone());
-    for (method, answers) in [("listChildren", &expected["listChildren"]), ("listDescendants", &expected["listDescendants"])] {
+    for (method, answers) in
+        [("listChildren", &expected["listChildren"]), ("listDescendants", &expected["listDescendants"])]
+    {
         for (parent, want) in answers.as_object().unwrap() {
             // A fresh catalog per call, as the reference's answers were taken.
             let catalog = SubagentRuntime::new(SubagentServices {
@@ -150,7 +156,8 @@ fn the_reference_schema_and_identity_are_kept() {
     drop(SqliteStore::open(SqliteConfig::file(&fresh)).unwrap());
     for (label, file) in [("reference", &path), ("ours", &fresh)] {
         let connection = rusqlite::Connection::open(file).unwrap();
-        let pragma = |name: &str| -> i64 { connection.query_row(&format!("PRAGMA {name}"), [], |row| row.get(0)).unwrap() };
+        let pragma =
+            |name: &str| -> i64 { connection.query_row(&format!("PRAGMA {name}"), [], |row| row.get(0)).unwrap() };
         assert_eq!(pragma("application_id"), expected["database"]["pragmas"]["application_id"].as_i64().unwrap());
         assert_eq!(pragma("user_version"), expected["database"]["pragmas"]["user_version"].as_i64().unwrap());
         let journal: String = connection.query_row("PRAGMA journal_mode", [], |row| row.get(0)).unwrap();
@@ -168,8 +175,9 @@ fn the_reference_schema_and_identity_are_kept() {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(Value::Array(rows), expected["database"]["schema"], "{label}: the schema text byte for byte");
-        let store_id: String =
-            connection.query_row("SELECT store_id FROM persistence_state WHERE singleton = 1", [], |row| row.get(0)).unwrap();
+        let store_id: String = connection
+            .query_row("SELECT store_id FROM persistence_state WHERE singleton = 1", [], |row| row.get(0))
+            .unwrap();
         assert_eq!(store_id.len(), 36, "{label}");
     }
 }
@@ -195,7 +203,8 @@ fn load_commits_the_reference_repair_of_the_open_turn() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    let kinds: Vec<(i64, &str, Option<i64>)> = rows.iter().map(|(seq, kind, flag)| (*seq, kind.as_str(), *flag)).collect();
+    let kinds: Vec<(i64, &str, Option<i64>)> =
+        rows.iter().map(|(seq, kind, flag)| (*seq, kind.as_str(), *flag)).collect();
     assert_eq!(
         kinds,
         [(63, "tool/result", None), (64, "tool/result", None), (65, "step/end", None), (66, "turn/end", None)],
@@ -219,7 +228,12 @@ fn a_read_only_store_refuses_writes_clearly() {
     for access in [Access::ReadOnly, Access::Immutable] {
         let store = SqliteStore::open(SqliteConfig::file(&path).with_access(access)).unwrap();
         let header = SessionHeader::new(id("s-new"), 1);
-        let event = Arc::new(SessionEvent::new("turn/start", 0, 1, session_core::JsonData::from_text(r#"{"turn":1}"#).unwrap()));
+        let event = Arc::new(SessionEvent::new(
+            "turn/start",
+            0,
+            1,
+            session_core::JsonData::from_text(r#"{"turn":1}"#).unwrap(),
+        ));
         let error = store.append_batch(&header, &[event], false).unwrap_err();
         let PersistenceError::InvalidInput { message } = &error else { panic!("{error:?}") };
         assert!(message.contains("is open read-only") && message.contains("writes are refused"), "{message}");

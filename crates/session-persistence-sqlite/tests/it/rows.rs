@@ -96,8 +96,9 @@ fn read_from(path: &Path, from: u64) -> Result<Vec<u64>, PersistenceError> {
 fn the_undamaged_log_reads_whole_with_its_packed_row() {
     let (_dir, path, connection) = written();
     assert_eq!(scan(&path).unwrap(), ((0..11).collect(), None));
-    let packed: i64 =
-        connection.query_row("SELECT COUNT(*) FROM events WHERE ignorable = 0 AND seq = 2", [], |row| row.get(0)).unwrap();
+    let packed: i64 = connection
+        .query_row("SELECT COUNT(*) FROM events WHERE ignorable = 0 AND seq = 2", [], |row| row.get(0))
+        .unwrap();
     assert_eq!(packed, 1, "deltas 2-4 are one packed row");
     assert_eq!(read_from(&path, 3).unwrap(), (3..11).collect::<Vec<_>>(), "a seek inside the packed row");
     assert_eq!(read_from(&path, 11).unwrap(), Vec::<u64>::new());
@@ -118,8 +119,13 @@ fn an_invalid_row_after_the_last_turn_end_is_a_torn_tail() {
         let loaded = coordinator.load(&id(ID), &cancel).await.unwrap();
         assert_eq!(loaded.events.len(), 11);
     });
-    let rows: Vec<i64> =
-        connection.prepare("SELECT seq FROM events ORDER BY seq").unwrap().query_map([], |row| row.get(0)).unwrap().map(Result::unwrap).collect();
+    let rows: Vec<i64> = connection
+        .prepare("SELECT seq FROM events ORDER BY seq")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
     assert_eq!(rows, [0, 1, 2, 5, 6, 7, 8, 9, 10], "the torn rows were replaced by the closers");
     assert_eq!(scan(&path).unwrap(), ((0..11).collect(), None), "the torn rows are gone, the closers stored");
 }
@@ -151,7 +157,7 @@ fn an_invalid_committed_row_is_corruption() {
 fn a_truncated_zstd_frame_is_an_invalid_row() {
     let (_dir, path, connection) = written();
     let text: String = connection.query_row("SELECT data FROM events WHERE seq = 5", [], |row| row.get(0)).unwrap();
-    let padded = format!("{}{}", &text[..text.len() - 1], format!(",\"pad\":\"{}\"}}", "p".repeat(5000)));
+    let padded = format!("{},\"pad\":\"{}\"}}", &text[..text.len() - 1], "p".repeat(5000));
     let frame = zstd::bulk::compress(padded.as_bytes(), 3).unwrap();
     connection.execute("UPDATE events SET data = ?1 WHERE seq = 5", [&frame[..frame.len() - 6]]).unwrap();
     assert_eq!(
@@ -278,7 +284,8 @@ fn two_connections_racing_appends_never_both_win() {
                 .enumerate()
                 .map(|(writer, store)| {
                     let barrier = Arc::clone(&barrier);
-                    let batch = vec![event("step/start", next, json!({"turn": 2, "step": 2 + round * 2 + writer as u64}))];
+                    let batch =
+                        vec![event("step/start", next, json!({"turn": 2, "step": 2 + round * 2 + writer as u64}))];
                     scope.spawn(move || {
                         barrier.wait();
                         store.append_batch(&header(), &batch, true)

@@ -44,7 +44,10 @@ fn a_file_readable_by_others_is_refused_with_the_fix() {
         path.display()
     );
     assert!(message.starts_with(&rule), "{message}");
-    assert!(message.contains("mode 0644") && message.contains(&format!("chmod 600 \"{}\"", path.display())), "{message}");
+    assert!(
+        message.contains("mode 0644") && message.contains(&format!("chmod 600 \"{}\"", path.display())),
+        "{message}"
+    );
     fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
     drop(SqliteStore::open(SqliteConfig::file(&path)).unwrap());
 }
@@ -76,7 +79,10 @@ fn symbolic_links_are_refused() {
     std::os::unix::fs::symlink(real.join("sessions.db"), &link).unwrap();
     let message = refusal(&link);
     assert!(
-        message.starts_with(&format!("session database \"{}\" must be a regular file, not a symbolic link", link.display())),
+        message.starts_with(&format!(
+            "session database \"{}\" must be a regular file, not a symbolic link",
+            link.display()
+        )),
         "{message}"
     );
     let linked_dir = dir.path().join("linked");
@@ -99,7 +105,10 @@ fn a_file_of_another_user_is_refused() {
         return;
     }
     let message = refusal(&path);
-    assert!(message.contains("must be owned by the current user") && message.contains("owned by uid 65534"), "{message}");
+    assert!(
+        message.contains("must be owned by the current user") && message.contains("owned by uid 65534"),
+        "{message}"
+    );
 }
 
 fn execute(path: &Path, sql: &str) {
@@ -143,8 +152,13 @@ fn a_changed_schema_is_refused_before_a_write() {
     let store = SqliteStore::open(SqliteConfig::file(&path)).unwrap();
     execute(&path, "CREATE TABLE checkpoints (id TEXT)");
     let event = Arc::new(SessionEvent::new("turn/start", 0, 1, JsonData::from_text(r#"{"turn":1}"#).unwrap()));
-    let error = store.append_batch(&SessionHeader::new(SessionId::from("s"), 1), &[event.clone()], false).unwrap_err();
-    assert_eq!(error.to_string(), format!("session database at \"{}\" does not contain the required schema objects", path.display()));
+    let error = store
+        .append_batch(&SessionHeader::new(SessionId::from("s"), 1), std::slice::from_ref(&event), false)
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!("session database at \"{}\" does not contain the required schema objects", path.display())
+    );
     execute(&path, "DROP TABLE checkpoints; PRAGMA user_version = 19;");
     let error = store.append_batch(&SessionHeader::new(SessionId::from("s"), 1), &[event], false).unwrap_err();
     assert_eq!(error.to_string(), "session database schema changed before mutation (expected 18, got 19)");

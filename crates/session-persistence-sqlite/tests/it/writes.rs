@@ -45,16 +45,25 @@ fn batches_are_stored_in_the_reference_encodings_and_read_back_exactly() {
     header.delegation_depth = 1;
     header.seed_length = Some(0);
 
-    let mut message = event("assistant/message", 2, json!({"turn": 1, "step": 1, "message": {"id": "m", "role": "assistant", "source": {"kind": "model"}, "content": []}}));
+    let mut message = event(
+        "assistant/message",
+        2,
+        json!({"turn": 1, "step": 1, "message": {"id": "m", "role": "assistant", "source": {"kind": "model"}, "content": []}}),
+    );
     message.surface_op = Some(SurfaceOp::Append);
     message.source_event_seqs = Some(Box::new([]));
-    let mut replaced = event("user/message", 3, json!({"id": "u", "role": "user", "source": {"kind": "user"}, "content": []}));
+    let mut replaced =
+        event("user/message", 3, json!({"id": "u", "role": "user", "source": {"kind": "user"}, "content": []}));
     replaced.surface_op = Some(SurfaceOp::Replace { start: 0, end: 2 });
     replaced.source_event_seqs = Some(Box::new([2, 0, 1]));
     let mut ignorable = event("host/custom", 4, json!(null));
     ignorable.ignorable = true;
     let big = event("tool/result", 5, json!({"text": "line of output\n".repeat(600)}));
-    let first = vec![event("turn/start", 0, json!({"turn": 1})), event("step/start", 1, json!({"turn": 1, "step": 1})), message];
+    let first = vec![
+        event("turn/start", 0, json!({"turn": 1})),
+        event("step/start", 1, json!({"turn": 1, "step": 1})),
+        message,
+    ];
     let second = vec![replaced, ignorable, big];
     let batches: Vec<Vec<Arc<SessionEvent>>> =
         [first, second].into_iter().map(|batch| batch.into_iter().map(Arc::new).collect()).collect();
@@ -125,8 +134,7 @@ fn chunk_runs_are_packed_per_batch() {
         ],
         "1,024 + 6 in the first batch; a later batch never merges with an earlier row"
     );
-    let data: String =
-        connection.query_row("SELECT data FROM events WHERE seq = 1030", [], |row| row.get(0)).unwrap();
+    let data: String = connection.query_row("SELECT data FROM events WHERE seq = 1030", [], |row| row.get(0)).unwrap();
     assert_eq!(data, r#"{"turn":1,"step":1,"index":0,"dt":[1,1],"texts":["w1030 ","w1031 ","w1032 "]}"#);
     let mut sink = CollectSink::default();
     store.scan(&SessionId::from("s-run"), &CancellationToken::new(), &mut sink).unwrap().unwrap();

@@ -260,7 +260,10 @@ pub fn pack_chunk_runs<E: Borrow<SessionEvent>>(events: &[E]) -> Vec<Record<'_>>
 
 /// [`pack_chunk_runs`] with rows of at most `max_row_bytes`.
 pub(crate) fn pack_chunk_runs_within<E: Borrow<SessionEvent>>(events: &[E], max_row_bytes: usize) -> Vec<Record<'_>> {
-    pack_runs(events, RunLimits { max_members: MAX_RUN_MEMBERS, max_payload_bytes: MAX_RUN_PAYLOAD_BYTES, max_row_bytes })
+    pack_runs(
+        events,
+        RunLimits { max_members: MAX_RUN_MEMBERS, max_payload_bytes: MAX_RUN_PAYLOAD_BYTES, max_row_bytes },
+    )
 }
 
 /// The runs [`pack_chunk_runs`] would pack, each whole: no run is cut by a member count or a
