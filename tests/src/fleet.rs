@@ -8,7 +8,7 @@ use session_core::{
     CreateOptions, HeaderMeta, ManualClock, Origin, SessionEvent, SessionHeader, SessionId, SessionStore,
 };
 use session_persistence::{
-    Compression, Coordinator, CoordinatorConfig, CountingBackend, JsonlConfig, JsonlStore, SessionPersistence,
+    Backend, Compression, Coordinator, CoordinatorConfig, CountingBackend, JsonlConfig, JsonlStore, SessionPersistence,
 };
 use session_projection::ProjectionRegistry;
 use session_projection_cache::{BackfillOptions, BackfillReport, CacheConfig, MemoryCheckpointStore, ProjectionCache};
@@ -50,7 +50,12 @@ pub fn child_transcript(idx: usize, n_events: u64) -> Vec<Vec<Arc<SessionEvent>>
 pub async fn write_fleet(root: &Path, compression: Compression, n_children: usize, n_events: u64) {
     let store = JsonlStore::open(JsonlConfig { root: root.to_path_buf(), compression, pack_chunks: true })
         .expect("open the fleet store");
-    let persistence = Coordinator::new(Arc::new(store), CoordinatorConfig::default()).expect("coordinator");
+    write_fleet_into(Arc::new(store), n_children, n_events).await;
+}
+
+/// [`write_fleet`] into any backend (a SQLite database, say).
+pub async fn write_fleet_into(backend: Arc<dyn Backend>, n_children: usize, n_events: u64) {
+    let persistence = Coordinator::new(backend, CoordinatorConfig::default()).expect("coordinator");
     let cancel = CancellationToken::new();
     let parent = SessionId::from(PARENT);
     persistence.create(header(&parent, 1_000, None), &cancel).await.expect("create the parent");
@@ -90,7 +95,12 @@ impl Fleet {
         let store =
             JsonlStore::open_read_only(JsonlConfig { root: root.to_path_buf(), compression, pack_chunks: true })
                 .expect("open the fleet store");
-        let backend = Arc::new(CountingBackend::new(Arc::new(store)));
+        Fleet::over(Arc::new(store))
+    }
+
+    /// A cold fleet over any backend holding one (a SQLite database opened for reading, say).
+    pub fn over(store: Arc<dyn Backend>) -> Fleet {
+        let backend = Arc::new(CountingBackend::new(store));
         let persistence =
             Arc::new(Coordinator::new(backend.clone(), CoordinatorConfig::default()).expect("coordinator"));
         let sessions = Arc::new(SessionStore::new(Arc::new(ManualClock::new(1_772_442_000_000))));

@@ -7,7 +7,6 @@
 use std::{
     io::{IsTerminal, Write},
     net::SocketAddr,
-    path::PathBuf,
     process::ExitCode,
     sync::Arc,
 };
@@ -15,14 +14,14 @@ use std::{
 use anyhow::{Context, Result, bail};
 use apiproxy::{
     AccessConfig, ApiProxy, OwnerToken, ProxyConfig, ProxyParts,
-    ops::{self, LogStatus, StoreOptions, SystemClock},
+    ops::{self, LogStatus, StoreLocation, SystemClock},
 };
 use clap::{Parser, Subcommand, ValueEnum};
 use session_core::SessionStore;
 use session_persistence::Coordinator;
 use session_persistence::{Compression, SessionPersistence};
 use session_projection::ProjectionRegistry;
-use session_projection_cache::{BackfillOptions, CacheConfig, CacheError, DiskCheckpointStore, ProjectionCache};
+use session_projection_cache::{BackfillOptions, CacheConfig, CacheError, ProjectionCache};
 
 const EXIT_UNHEALTHY: u8 = 3;
 
@@ -54,23 +53,20 @@ impl From<Encoding> for Compression {
 
 #[derive(Debug, clap::Args)]
 struct StoreArgs {
-    /// The store directory.
+    /// The store: a JSONL store directory, or `sqlite:PATH` for a SQLite session database (the
+    /// reference's format; projection checkpoints go to `PATH.projection-cache`).
     #[arg(long, default_value = "./.sessions")]
-    store: PathBuf,
-    /// The store's encoding (one store holds one encoding). Without it, an existing store is
-    /// opened in the encoding its logs use (a store holding both is refused), and an empty or
-    /// new one gets zstd.
+    store: String,
+    /// The encoding of a JSONL store (one store holds one encoding). Without it, an existing
+    /// store is opened in the encoding its logs use (a store holding both is refused), and an
+    /// empty or new one gets zstd.
     #[arg(long, value_enum)]
     compression: Option<Encoding>,
 }
 
 impl StoreArgs {
-    fn options(&self) -> Result<StoreOptions> {
-        let compression = match self.compression {
-            Some(encoding) => encoding.into(),
-            None => ops::detect_compression(&self.store)?,
-        };
-        Ok(StoreOptions { dir: self.store.clone(), compression })
+    fn options(&self) -> Result<StoreLocation> {
+        Ok(StoreLocation::parse(&self.store, self.compression.map(Into::into))?)
     }
 }
 
@@ -285,7 +281,7 @@ async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Sessions { command: SessionsCommand::List { store, json } } => {
-            let persistence = ops::open_read_only(&store.options()?)?;
+            let persistence = ops::open_location_read_only(&store.options()?)?;
             let listing = ops::list_sessions(&*persistence).await?;
             let headers: Vec<_> = listing.headers.iter().map(|stored| &stored.header).collect();
             let mut out = std::io::stdout().lock();
@@ -324,12 +320,12 @@ async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Sessions { command: SessionsCommand::Show { id, store, jsonl: true, .. } } => {
-            let persistence = ops::open_read_only(&store.options()?)?;
+            let persistence = ops::open_location_read_only(&store.options()?)?;
             ops::stream_session(&*persistence, &id).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Sessions { command: SessionsCommand::Show { id, store, json, jsonl: false } } => {
-            let persistence = ops::open_read_only(&store.options()?)?;
+            let persistence = ops::open_location_read_only(&store.options()?)?;
             let inspection = ops::show_session(&*persistence, &id).await?;
             let mut out = std::io::stdout().lock();
             if json {
@@ -343,7 +339,7 @@ async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Subagents { command: SubagentsCommand::List { parent, store, descendants, json } } => {
-            let persistence: Arc<dyn SessionPersistence> = ops::open_read_only(&store.options()?)?;
+            let persistence: Arc<dyn SessionPersistence> = ops::open_location_read_only(&store.options()?)?;
             let rows = ops::list_subagents(persistence, &parent, descendants).await?;
             let mut out = std::io::stdout().lock();
             if json {
@@ -379,11 +375,12 @@ fn describe_row(row: &serde_json::Value) -> String {
     line
 }
 
-async fn verify(options: StoreOptions, repair: bool) -> Result<ExitCode> {
-    let coordinator = if repair { ops::open_writable(&options)? } else { ops::open_read_only(&options)? };
+async fn verify(options: StoreLocation, repair: bool) -> Result<ExitCode> {
+    let coordinator =
+        if repair { ops::open_location_writable(&options)? } else { ops::open_location_read_only(&options)? };
     // A read-only verify beside a running writer cannot tell a live turn from an interrupted one.
     let writer_active = !repair
-        && ops::writer_active(&options).unwrap_or_else(|error| {
+        && ops::location_writer_active(&options).unwrap_or_else(|error| {
             eprintln!("apiproxy: cannot tell whether a writer holds the store ({error}); assuming one does");
             true
         });
@@ -427,36 +424,34 @@ async fn verify(options: StoreOptions, repair: bool) -> Result<ExitCode> {
     Ok(if unhealthy == 0 { ExitCode::SUCCESS } else { ExitCode::from(EXIT_UNHEALTHY) })
 }
 
-/// The projection cache's directory inside the store root.
-const CHECKPOINT_DIR: &str = ".projection-cache";
-
 /// How long the background backfill of `serve` rests after each session it had to read.
 const BACKFILL_PAUSE: std::time::Duration = std::time::Duration::from_millis(25);
 
-/// A gateway over the store of `options` with its checkpoint cache, as `serve` runs it (and
+/// A gateway over the store at `options` with its checkpoint cache, as `serve` runs it (and
 /// `cache warm`, so both fold the same units): the coordinator, attached to the gateway's live
 /// store, and the gateway.
-async fn gateway(options: &StoreOptions, config: ProxyConfig) -> Result<(Arc<Coordinator>, ApiProxy)> {
+async fn gateway(options: &StoreLocation, config: ProxyConfig) -> Result<(Arc<Coordinator>, ApiProxy)> {
     // Opening waits (briefly) for a held lock and creates directories: blocking work, so it runs
     // on the blocking pool, as does opening the checkpoint store below.
     let opening = options.clone();
-    let coordinator = tokio::task::spawn_blocking(move || ops::open_writable(&opening))
+    let coordinator = tokio::task::spawn_blocking(move || ops::open_location_writable(&opening))
         .await?
-        .with_context(|| format!("cannot open the session store {}", options.dir.display()))?;
+        .with_context(|| format!("cannot open the session store {}", options.path().display()))?;
     let store = Arc::new(SessionStore::new(Arc::new(SystemClock)));
     coordinator.attach(&store)?;
     let persistence: Arc<dyn SessionPersistence> = coordinator.clone();
     let registry = ProjectionRegistry::new();
-    // Projection checkpoints live beside the logs, in a dot-directory the log store skips. They are
-    // derived data: deleting the directory loses nothing but log reads.
-    let cache_dir = options.dir.join(CHECKPOINT_DIR);
-    let checkpoints = tokio::task::spawn_blocking(move || DiskCheckpointStore::open(cache_dir))
+    // Projection checkpoints live beside the logs: in a dot-directory the JSONL store skips, or in a
+    // second database beside a SQLite one. They are derived data: deleting them loses nothing but
+    // log reads.
+    let location = options.clone();
+    let checkpoints = tokio::task::spawn_blocking(move || ops::open_checkpoints(&location))
         .await?
-        .with_context(|| format!("cannot open the projection cache under {}", options.dir.display()))?;
+        .with_context(|| format!("cannot open the projection cache of {}", options.path().display()))?;
     let cache = ProjectionCache::new(
         Arc::clone(&registry),
         Arc::clone(&persistence),
-        Arc::new(checkpoints),
+        checkpoints,
         Arc::new(SystemClock),
         CacheConfig::new(200, 5_000)?,
     )?;
@@ -466,7 +461,7 @@ async fn gateway(options: &StoreOptions, config: ProxyConfig) -> Result<(Arc<Coo
 }
 
 /// `cache warm`: the backfill, in the foreground, with progress.
-async fn warm(options: StoreOptions) -> Result<ExitCode> {
+async fn warm(options: StoreLocation) -> Result<ExitCode> {
     let (coordinator, proxy) = gateway(&options, ProxyConfig::default()).await?;
     let bar = progress_bar("{bar:40} {pos}/{len} sessions {msg}");
     let cancel = tokio_util::sync::CancellationToken::new();
@@ -501,7 +496,7 @@ fn progress_bar(template: &str) -> indicatif::ProgressBar {
 }
 
 async fn serve(
-    options: StoreOptions,
+    options: StoreLocation,
     listen: SocketAddr,
     config: ProxyConfig,
     demo: bool,
@@ -514,8 +509,8 @@ async fn serve(
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;
     let demo = if demo { Some(apiproxy::demo::seed(&proxy).await?) } else { None };
-    tracing::info!(%addr, store = %options.dir.display(), "serving");
-    println!("apiproxy listening on http://{addr} (store {})", options.dir.display());
+    tracing::info!(%addr, store = %options.path().display(), "serving");
+    println!("apiproxy listening on http://{addr} (store {})", options.path().display());
     if demo.is_some() {
         println!("\n{}\n", apiproxy::demo::curl_examples(&format!("http://{addr}"), token.as_deref()));
     }

@@ -1,5 +1,6 @@
-//! Store operations behind the operator CLI: open a JSONL store directory, list and show sessions,
-//! list subagents, and verify (optionally repair) every log.
+//! Store operations behind the operator CLI: open a store (a JSONL directory, or a SQLite database
+//! named `sqlite:PATH`), list and show sessions, list subagents, and verify (optionally repair)
+//! every log.
 
 use std::{path::PathBuf, sync::Arc};
 
@@ -9,6 +10,7 @@ use session_persistence::{
     Compression, Coordinator, CoordinatorConfig, Inspection, JsonlConfig, JsonlStore, Listing, PersistenceError,
     ScanSink, SessionPersistence, StoreEncoding, inspect_into,
 };
+use session_persistence_sqlite::{SqliteCheckpointStore, SqliteConfig, SqliteStore};
 use session_projection::ProjectionRegistry;
 use tokio_util::sync::CancellationToken;
 
@@ -33,6 +35,101 @@ pub fn detect_compression(dir: &std::path::Path) -> Result<Compression, ProxyErr
         }
     }
 }
+
+/// Which store a command works on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// A JSONL store directory.
+    Jsonl(StoreOptions),
+    /// A SQLite session database (the reference's format); its projection checkpoints live in a
+    /// second database beside it.
+    Sqlite { path: PathBuf },
+}
+
+/// The prefix of a `--store` argument that names a SQLite database.
+pub const SQLITE_PREFIX: &str = "sqlite:";
+
+impl StoreLocation {
+    /// Reads a `--store` argument: `sqlite:PATH` is a SQLite database file, anything else a JSONL
+    /// store directory with `compression`, or, without one, the encoding its logs use (see
+    /// [`detect_compression`]).
+    pub fn parse(text: &str, compression: Option<Compression>) -> Result<StoreLocation, ProxyError> {
+        match text.strip_prefix(SQLITE_PREFIX) {
+            Some(path) => Ok(StoreLocation::Sqlite { path: PathBuf::from(path) }),
+            None => {
+                let dir = PathBuf::from(text);
+                let compression = match compression {
+                    Some(compression) => compression,
+                    None => detect_compression(&dir)?,
+                };
+                Ok(StoreLocation::Jsonl(StoreOptions { dir, compression }))
+            }
+        }
+    }
+
+    /// The directory or file, for messages.
+    pub fn path(&self) -> &std::path::Path {
+        match self {
+            StoreLocation::Jsonl(options) => &options.dir,
+            StoreLocation::Sqlite { path } => path,
+        }
+    }
+}
+
+fn backend_coordinator(backend: Arc<dyn session_persistence::Backend>) -> Result<Arc<Coordinator>, ProxyError> {
+    Ok(Arc::new(Coordinator::new(backend, CoordinatorConfig::default())?))
+}
+
+/// Opens a store for writing: a JSONL directory (see [`open_writable`]), or a SQLite database
+/// (created on first use, with the reference's file rules).
+pub fn open_location_writable(location: &StoreLocation) -> Result<Arc<Coordinator>, ProxyError> {
+    match location {
+        StoreLocation::Jsonl(options) => open_writable(options),
+        StoreLocation::Sqlite { path } => backend_coordinator(Arc::new(SqliteStore::open(SqliteConfig::file(path))?)),
+    }
+}
+
+/// Opens an existing store for reading while a server may be writing it. A SQLite database in a
+/// read-only place is read immutable.
+pub fn open_location_read_only(location: &StoreLocation) -> Result<Arc<Coordinator>, ProxyError> {
+    match location {
+        StoreLocation::Jsonl(options) => open_read_only(options),
+        StoreLocation::Sqlite { path } => {
+            if !path.exists() {
+                return Err(ProxyError::StoreMissing { path: path.clone() });
+            }
+            backend_coordinator(Arc::new(SqliteStore::open_for_reading(path)?))
+        }
+    }
+}
+
+/// Whether a writer (a running `apiproxy serve`, say) holds the store right now.
+pub fn location_writer_active(location: &StoreLocation) -> Result<bool, ProxyError> {
+    match location {
+        StoreLocation::Jsonl(options) => writer_active(options),
+        StoreLocation::Sqlite { path } => Ok(SqliteStore::open_for_reading(path)?.writer_active()?),
+    }
+}
+
+/// The projection cache's checkpoint store of a store: `.projection-cache/` inside a JSONL
+/// directory, a `.projection-cache` database beside a SQLite one (never inside the session
+/// database, which must hold the reference's schema only). Blocks: run it on the blocking pool.
+pub fn open_checkpoints(
+    location: &StoreLocation,
+) -> Result<Arc<dyn session_projection_cache::CheckpointStore>, session_projection_cache::CacheError> {
+    match location {
+        StoreLocation::Jsonl(options) => {
+            Ok(Arc::new(session_projection_cache::DiskCheckpointStore::open(options.dir.join(CHECKPOINT_DIR))?))
+        }
+        StoreLocation::Sqlite { path } => {
+            let records = SqliteCheckpointStore::beside(path);
+            Ok(Arc::new(SqliteCheckpointStore::open(&session_persistence_sqlite::Target::File(records))?))
+        }
+    }
+}
+
+/// The projection cache's directory inside a JSONL store root.
+pub const CHECKPOINT_DIR: &str = ".projection-cache";
 
 /// A clock reading the system time, for the live store of `apiproxy serve`.
 #[derive(Debug, Clone, Copy, Default)]

@@ -103,7 +103,8 @@ pub struct SurveyEntry {
 /// The physical tail of a log that is not committed and must be cut before the next write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TornTail {
-    /// The byte length the file is truncated to.
+    /// Where the cut is: for a file backend, the byte length the file is truncated to; for a row
+    /// backend (SQLite), the seq of the first physical row of the torn tail.
     pub truncate_to: u64,
     /// Complete events recovered from the torn region. They are part of the scanned prefix and
     /// are written again (as one new batch) after the cut.
@@ -180,6 +181,24 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// reports the torn tail if the physical file has one. `Ok(None)` means the id is not stored.
     /// Checks `cancel` between units of work and returns `Cancelled` once it fires.
     fn scan(&self, id: &SessionId, cancel: &CancellationToken, sink: &mut dyn ScanSink) -> Result<Option<ScanOutcome>>;
+
+    /// Streams the header and the stored events from `from_seq` on, for a read that needs only
+    /// a suffix (`read_from`, a checkpoint's tail). A backend that can seek overrides this so the
+    /// read costs the suffix, not the log, and then streams only events with `seq >= from_seq`
+    /// (their validation then cannot see the prefix, so rules that need it are skipped). The
+    /// default scans the whole log, streaming every event from seq 0; the caller drops the ones
+    /// before `from_seq`. The outcome's `torn` describes what the read saw and is not a repair
+    /// marker when the backend seeks.
+    fn scan_from(
+        &self,
+        id: &SessionId,
+        from_seq: u64,
+        cancel: &CancellationToken,
+        sink: &mut dyn ScanSink,
+    ) -> Result<Option<ScanOutcome>> {
+        let _ = from_seq;
+        self.scan(id, cancel, sink)
+    }
 
     /// The current revision of `id`'s log without reading the log. `Ok(None)` if not stored.
     fn revision(&self, id: &SessionId) -> Result<Option<Revision>>;

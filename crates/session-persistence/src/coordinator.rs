@@ -247,7 +247,8 @@ impl Inner {
         let cancel = cancel.clone();
         blocking(&self.backend, move |backend| {
             let mut collect = ArcCollect::default();
-            let Some((outcome, closers)) = scan_validated(backend, &id, &known, threads, &cancel, &mut collect)? else {
+            let Some((outcome, closers)) = scan_validated(backend, &id, 0, &known, threads, &cancel, &mut collect)?
+            else {
                 return Ok(None);
             };
             Ok(Some(ColdLog { outcome, events: collect.events, closers }))
@@ -505,7 +506,7 @@ impl Inner {
         }
         let threads = self.config.read_threads;
         let Some((outcome, closers)) =
-            scan_validated(&*self.backend, id, &self.config.known_types, threads, cancel, &mut *sink)?
+            scan_validated(&*self.backend, id, 0, &self.config.known_types, threads, cancel, &mut *sink)?
         else {
             return Err(PersistenceError::NotFound { id: id.clone() });
         };
@@ -741,7 +742,9 @@ impl SessionPersistence for Coordinator {
         let threads = inner.config.read_threads;
         blocking(&inner.backend, move |backend| {
             let mut suffix = SuffixSink { from_seq, events: Vec::new() };
-            let Some((outcome, _closers)) = scan_validated(backend, &id, &known, threads, &token, &mut suffix)? else {
+            let Some((outcome, _closers)) =
+                scan_validated(backend, &id, from_seq, &known, threads, &token, &mut suffix)?
+            else {
                 return Err(PersistenceError::NotFound { id });
             };
             Ok(Inspection {

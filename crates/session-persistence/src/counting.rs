@@ -37,7 +37,7 @@ impl CountingBackend {
         }
     }
 
-    /// Scans started so far: every cold read of a log, whatever its outcome.
+    /// Scans started so far: every cold read of a log, whole or from a seq, whatever its outcome.
     pub fn scans(&self) -> u64 {
         self.scans.load(Ordering::SeqCst)
     }
@@ -61,6 +61,17 @@ impl Backend for CountingBackend {
     fn scan(&self, id: &SessionId, cancel: &CancellationToken, sink: &mut dyn ScanSink) -> Result<Option<ScanOutcome>> {
         self.scans.fetch_add(1, Ordering::SeqCst);
         self.inner.scan(id, cancel, sink)
+    }
+
+    fn scan_from(
+        &self,
+        id: &SessionId,
+        from_seq: u64,
+        cancel: &CancellationToken,
+        sink: &mut dyn ScanSink,
+    ) -> Result<Option<ScanOutcome>> {
+        self.scans.fetch_add(1, Ordering::SeqCst);
+        self.inner.scan_from(id, from_seq, cancel, sink)
     }
 
     fn header(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<StoredHeader>> {

@@ -98,6 +98,11 @@ pub enum PersistenceError {
     /// A failed write could not be rolled back; the writer refuses further appends.
     #[error("{message}")]
     Poisoned { message: String },
+    /// The store as a whole cannot be used as it is: a database whose identity, schema or
+    /// settings are not its format's, or a path whose type, owner or mode its rules refuse.
+    /// `message` says which rule failed and, where it can, how to fix it.
+    #[error("{message}")]
+    Refused { path: PathBuf, message: String },
     /// A header field or an event is over its size bound ([`session_core::TooLarge`] names the
     /// field or event, its size and the limit). Refused before anything is stored: a reader
     /// could not read it back.

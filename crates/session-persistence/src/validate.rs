@@ -60,6 +60,13 @@ pub(crate) struct ValidatingSink<'a> {
     surface: SurfaceState,
     repair: RepairScan,
     last: Option<(u64, i64)>,
+    /// Set when the stream starts past seq 0 (a seek read): the surface rules and the crash
+    /// closers need the whole prefix, so they are skipped, as the reference's `readFrom` skips them.
+    suffix_only: bool,
+    /// A seek read met an event in a legacy shape: importing it may need the prefix (a replacing
+    /// `tool/result` inherits its target's id), so the read stops and starts over from seq 0
+    /// (reference 01 §3.7).
+    needs_prefix: bool,
     pub(crate) inner: &'a mut (dyn ScanSink + Send),
 }
 
@@ -79,6 +86,8 @@ impl<'a> ValidatingSink<'a> {
             surface: SurfaceState::default(),
             repair: RepairScan::default(),
             last: None,
+            suffix_only: false,
+            needs_prefix: false,
             inner,
         }
     }
@@ -106,11 +115,11 @@ impl<'a> ValidatingSink<'a> {
         )
     }
 
-    /// The closers that balance what streamed past, continuing its seqs.
+    /// The closers that balance what streamed past, continuing its seqs (none for a suffix).
     pub(crate) fn closers(&self) -> Vec<SessionEvent> {
         match self.last {
-            Some((seq, time)) => self.repair.closers(seq, time),
-            None => Vec::new(),
+            Some((seq, time)) if !self.suffix_only => self.repair.closers(seq, time),
+            _ => Vec::new(),
         }
     }
 
@@ -123,16 +132,6 @@ impl<'a> ValidatingSink<'a> {
                 self.id, event.kind, event.seq
             ))),
             _ => Ok(()),
-        }
-    }
-
-    /// The current equivalent of `event` (reference 01 §3.7): the same event unless it is in a
-    /// legacy shape.
-    fn import(&mut self, event: Arc<SessionEvent>) -> Result<Arc<SessionEvent>> {
-        match self.legacy.import(&event) {
-            Ok(None) => Ok(event),
-            Ok(Some(imported)) => Ok(Arc::new(imported)),
-            Err(message) => Err(self.invalid(message)),
         }
     }
 
@@ -149,7 +148,9 @@ impl<'a> ValidatingSink<'a> {
         messages::check_message_shape(event).map_err(|err| self.invalid(err))?;
         // The surface rules include the marker rules (`check_markers`).
         event.check_legacy().map_err(|err| self.invalid(err))?;
-        self.surface.apply(event).map_err(|err| self.invalid(err))?;
+        if !self.suffix_only {
+            self.surface.apply(event).map_err(|err| self.invalid(err))?;
+        }
         Ok(())
     }
 }
@@ -177,14 +178,30 @@ impl ScanSink for ValidatingSink<'_> {
         self.surface = SurfaceState::default();
         self.repair = RepairScan::default();
         self.last = None;
+        self.suffix_only = false;
+        self.needs_prefix = false;
         self.inner.restart()
     }
 
     fn event(&mut self, event: Arc<SessionEvent>) -> Result<()> {
+        if self.last.is_none() && event.seq != 0 {
+            self.suffix_only = true;
+        }
         self.check_vocabulary(&event)?;
-        let event = self.import(event)?;
+        let imported = self.legacy.import(&event);
+        if self.suffix_only && !matches!(imported, Ok(None)) {
+            self.needs_prefix = true;
+            return Err(PersistenceError::Cancelled);
+        }
+        let event = match imported {
+            Ok(None) => event,
+            Ok(Some(imported)) => Arc::new(imported),
+            Err(message) => return Err(self.invalid(message)),
+        };
         self.check(&event)?;
-        self.repair.observe(&event);
+        if !self.suffix_only {
+            self.repair.observe(&event);
+        }
         self.last = Some((event.seq, event.time));
         self.inner.event(event)
     }
@@ -249,8 +266,9 @@ enum Relayed {
     Restart,
 }
 
-/// Scans `id`, validating what the backend decodes and forwarding it to `inner`, and returns the
-/// scan's outcome with the closers that balance it.
+/// Scans `id` (the whole log when `from_seq` is 0, else through [`Backend::scan_from`]),
+/// validating what the backend decodes and forwarding it to `inner`, and returns the scan's
+/// outcome with the closers that balance it (none when the backend streamed a suffix only).
 ///
 /// When `threads` allows helpers, a long log is validated on a second thread while the backend
 /// keeps decoding (and may decompress ahead on a third), so one cold read can use two cores. A
@@ -259,6 +277,7 @@ enum Relayed {
 pub(crate) fn scan_validated(
     backend: &dyn Backend,
     id: &SessionId,
+    from_seq: u64,
     known: &KnownTypes,
     threads: ReadThreads,
     cancel: &tokio_util::sync::CancellationToken,
@@ -267,16 +286,33 @@ pub(crate) fn scan_validated(
     let (_in_flight, others) = InFlight::enter();
     let helpers = threads.allows_helpers(others);
     let mut validating = ValidatingSink::new(id.clone(), backend, known, inner);
-    let scanned = std::thread::scope(|scope| {
-        let mut relay =
-            Relay { validating: Some(&mut validating), helpers, scope, sender: None, worker: None, batch: Vec::new() };
-        let scanned = backend.scan(id, cancel, &mut relay);
-        match (scanned, relay.finish()) {
-            (_, Err(error)) => Err(error),
-            (scanned, Ok(())) => scanned,
+    let run = |validating: &mut ValidatingSink<'_>, from_seq: u64| {
+        std::thread::scope(|scope| {
+            let mut relay =
+                Relay { validating: Some(validating), helpers, scope, sender: None, worker: None, batch: Vec::new() };
+            let scanned = if from_seq == 0 {
+                backend.scan(id, cancel, &mut relay)
+            } else {
+                backend.scan_from(id, from_seq, cancel, &mut relay)
+            };
+            match (scanned, relay.finish()) {
+                (_, Err(error)) => Err(error),
+                (scanned, Ok(())) => scanned,
+            }
+        })
+    };
+    let mut scanned = run(&mut validating, from_seq);
+    if validating.needs_prefix && !cancel.is_cancelled() {
+        // A seek read whose suffix needs the legacy prefix reads the prefix: the whole log, from
+        // which the caller keeps the suffix.
+        if !validating.restart() {
+            return Err(PersistenceError::invalid_input(format!(
+                "the read of session \"{id}\" must start over from seq 0 for its legacy records, and its sink cannot"
+            )));
         }
-    })?;
-    Ok(scanned.map(|outcome| (outcome, validating.closers())))
+        scanned = run(&mut validating, 0);
+    }
+    Ok(scanned?.map(|outcome| (outcome, validating.closers())))
 }
 
 /// The scan-side sink of [`scan_validated`]: validates inline until the log proves long, then

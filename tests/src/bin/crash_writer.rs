@@ -1,13 +1,18 @@
-//! A child process for the crash test: appends batches to a JSONL store forever, printing
-//! `ack <first_seq> <last_seq> <hash>` after each batch is durable, until it is killed.
+//! A child process for the crash test: appends batches to a JSONL store (or a SQLite database)
+//! forever, printing `ack <first_seq> <last_seq> <hash>` after each batch is durable, until it is
+//! killed.
 //!
-//! Usage: `crash_writer <root> <zstd|none> <session-id> <seed>`.
+//! Usage: `crash_writer <root> <zstd|none|sqlite> <session-id> <seed>` (for `sqlite`, `root` is
+//! the database file).
 
 use std::{io::Write, path::PathBuf, sync::Arc};
 
 use e2e::{crash, workload::Prng};
 use session_core::{SessionHeader, SessionId};
-use session_persistence::{Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, SessionPersistence};
+use session_persistence::{
+    Backend, Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, SessionPersistence,
+};
+use session_persistence_sqlite::{SqliteConfig, SqliteStore};
 use tokio_util::sync::CancellationToken;
 
 fn main() {
@@ -16,13 +21,20 @@ fn main() {
         eprintln!("usage: crash_writer <root> <zstd|none> <session-id> <seed>");
         std::process::exit(2);
     };
+    let storage = compression.clone();
     let compression = if compression == "none" { Compression::None } else { Compression::Zstd };
     let seed: u64 = seed.parse().expect("seed is a number");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     runtime.block_on(async move {
-        let store = JsonlStore::open(JsonlConfig { root: PathBuf::from(root), compression, pack_chunks: true })
-            .expect("open store");
-        let persistence = Coordinator::new(Arc::new(store), CoordinatorConfig::default()).expect("coordinator");
+        let store: Arc<dyn Backend> = if storage == "sqlite" {
+            Arc::new(SqliteStore::open(SqliteConfig::file(root)).expect("open the database"))
+        } else {
+            Arc::new(
+                JsonlStore::open(JsonlConfig { root: PathBuf::from(root), compression, pack_chunks: true })
+                    .expect("open store"),
+            )
+        };
+        let persistence = Coordinator::new(store, CoordinatorConfig::default()).expect("coordinator");
         let id = SessionId::from(id.as_str());
         let cancel = CancellationToken::new();
         // Resume: a cold load repairs whatever the previous kill left behind.

@@ -1,5 +1,5 @@
-//! Crash safety: a child process appends to a JSONL store and is killed with SIGKILL at random
-//! moments. After every kill, each acknowledged batch must be intact and the log must load, with
+//! Crash safety: a child process appends to a JSONL store (or a SQLite database) and is killed
+//! with SIGKILL at random moments. After every kill, each acknowledged batch must be intact and the log must load, with
 //! closers where the kill left a turn open.
 
 use std::{
@@ -12,7 +12,10 @@ use std::{
 
 use e2e::{crash::batch_hash, workload::Prng};
 use session_core::{SessionEvent, SessionId};
-use session_persistence::{Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, SessionPersistence};
+use session_persistence::{
+    Backend, Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, SessionPersistence,
+};
+use session_persistence_sqlite::{SqliteConfig, SqliteStore};
 use tokio_util::sync::CancellationToken;
 
 /// One acknowledged batch: its seq range and content hash.
@@ -70,11 +73,26 @@ fn run_and_kill(root: &Path, compression: &str, seed: u64, prng: &mut Prng) -> V
     acks
 }
 
-fn check_store(root: &Path, compression: Compression, all_acks: &[Ack], runtime: &tokio::runtime::Runtime) -> usize {
+/// The storage under test: a JSONL encoding, or a SQLite database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Storage {
+    Jsonl(Compression),
+    Sqlite,
+}
+
+fn check_store(root: &Path, storage: Storage, all_acks: &[Ack], runtime: &tokio::runtime::Runtime) -> usize {
     runtime.block_on(async {
-        let store = JsonlStore::open(JsonlConfig { root: root.to_path_buf(), compression, pack_chunks: true })
-            .expect("the store opens after a kill (the lock died with the writer)");
-        let persistence = Coordinator::new(Arc::new(store), CoordinatorConfig::default()).unwrap();
+        let store: Arc<dyn Backend> = match storage {
+            Storage::Jsonl(compression) => Arc::new(
+                JsonlStore::open(JsonlConfig { root: root.to_path_buf(), compression, pack_chunks: true })
+                    .expect("the store opens after a kill (the lock died with the writer)"),
+            ),
+            Storage::Sqlite => Arc::new(
+                SqliteStore::open(SqliteConfig::file(root))
+                    .expect("the database opens after a kill (SQLite recovers its log)"),
+            ),
+        };
+        let persistence = Coordinator::new(store, CoordinatorConfig::default()).unwrap();
         let id = SessionId::from("s-crash");
         let loaded = match persistence.load(&id, &CancellationToken::new()).await {
             Ok(loaded) => loaded,
@@ -97,9 +115,12 @@ fn check_store(root: &Path, compression: Compression, all_acks: &[Ack], runtime:
     })
 }
 
-fn crash_loop(compression: Compression, label: &str, n_kills: u64, seed: u64) {
+fn crash_loop(storage: Storage, label: &str, n_kills: u64, seed: u64) {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("store");
+    let root = match storage {
+        Storage::Jsonl(_) => dir.path().join("store"),
+        Storage::Sqlite => dir.path().join("db").join("sessions.db"),
+    };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut prng = Prng::new(seed);
     let mut all_acks: Vec<Ack> = Vec::new();
@@ -107,7 +128,7 @@ fn crash_loop(compression: Compression, label: &str, n_kills: u64, seed: u64) {
     for kill in 0..n_kills {
         let acks = run_and_kill(&root, label, seed * 1_000 + kill, &mut prng);
         all_acks.extend(acks);
-        n_events = check_store(&root, compression, &all_acks, &runtime);
+        n_events = check_store(&root, storage, &all_acks, &runtime);
     }
     eprintln!(
         "{label}: {n_kills} kills, {} acknowledged batches, {n_events} events after the last repair",
@@ -118,10 +139,15 @@ fn crash_loop(compression: Compression, label: &str, n_kills: u64, seed: u64) {
 
 #[test]
 fn sigkill_never_loses_an_acknowledged_batch_zstd() {
-    crash_loop(Compression::Zstd, "zstd", 60, 11);
+    crash_loop(Storage::Jsonl(Compression::Zstd), "zstd", 60, 11);
 }
 
 #[test]
 fn sigkill_never_loses_an_acknowledged_batch_raw() {
-    crash_loop(Compression::None, "none", 60, 12);
+    crash_loop(Storage::Jsonl(Compression::None), "none", 60, 12);
+}
+
+#[test]
+fn sigkill_never_loses_an_acknowledged_batch_sqlite() {
+    crash_loop(Storage::Sqlite, "sqlite", 60, 13);
 }

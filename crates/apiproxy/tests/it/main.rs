@@ -11,6 +11,7 @@ mod isolation;
 mod limits;
 mod owners;
 mod sessions;
+mod sqlite_store;
 mod streams;
 mod subagents;
 mod support;

@@ -114,12 +114,18 @@ impl Record<'_> {
 impl ChunkRow<'_> {
     fn write_json(&self, out: &mut Vec<u8>) {
         use std::io::Write;
+        let _ = write!(out, r#"{{"type":"{}","seq0":{},"time0":{},"data":"#, self.kind.tag(), self.seq0, self.time0);
+        self.write_data_json(out);
+        out.push(b'}');
+    }
+
+    /// Appends the row's `data` object alone: `{"turn","step","index","dt","id"?,"name"?,"texts"|"args"}`,
+    /// the run object a SQLite `events` row stores in its `data` column.
+    pub fn write_data_json(&self, out: &mut Vec<u8>) {
+        use std::io::Write;
         let _ = write!(
             out,
-            r#"{{"type":"{}","seq0":{},"time0":{},"data":{{"turn":{},"step":{},"index":{},"dt":["#,
-            self.kind.tag(),
-            self.seq0,
-            self.time0,
+            r#"{{"turn":{},"step":{},"index":{},"dt":["#,
             self.turn.get(),
             self.step.get(),
             self.index.get(),
@@ -146,7 +152,20 @@ impl ChunkRow<'_> {
             }
             out.extend_from_slice(member.get().as_bytes());
         }
-        out.extend_from_slice(b"]}}");
+        out.extend_from_slice(b"]}");
+    }
+
+    /// The members `start..start + len` as a row of their own: seq and time move to the first
+    /// of them. Panics if the range is not inside the row (a caller's bug).
+    pub fn slice(&self, start: usize, len: usize) -> Self {
+        assert!(len > 0 && start + len <= self.members.len(), "a row slice lies inside the row");
+        ChunkRow {
+            seq0: self.seq0 + start as u64,
+            time0: self.time0 + self.dt[..start].iter().sum::<i64>(),
+            dt: self.dt[start..start + len - 1].to_vec(),
+            members: self.members[start..start + len].to_vec(),
+            ..self.clone()
+        }
     }
 }
 
@@ -241,11 +260,34 @@ pub fn pack_chunk_runs<E: Borrow<SessionEvent>>(events: &[E]) -> Vec<Record<'_>>
 
 /// [`pack_chunk_runs`] with rows of at most `max_row_bytes`.
 pub(crate) fn pack_chunk_runs_within<E: Borrow<SessionEvent>>(events: &[E], max_row_bytes: usize) -> Vec<Record<'_>> {
+    pack_runs(
+        events,
+        RunLimits { max_members: MAX_RUN_MEMBERS, max_payload_bytes: MAX_RUN_PAYLOAD_BYTES, max_row_bytes },
+    )
+}
+
+/// The runs [`pack_chunk_runs`] would pack, each whole: no run is cut by a member count or a
+/// size, so a caller with its own row limits (the SQLite store's) cuts them itself. Runs shorter
+/// than [`MIN_RUN`] and every other event pass through verbatim, in order.
+pub fn chunk_runs<E: Borrow<SessionEvent>>(events: &[E]) -> Vec<Record<'_>> {
+    pack_runs(events, RunLimits { max_members: usize::MAX, max_payload_bytes: usize::MAX, max_row_bytes: usize::MAX })
+}
+
+/// Where a run is cut into rows.
+#[derive(Debug, Clone, Copy)]
+struct RunLimits {
+    max_members: usize,
+    max_payload_bytes: usize,
+    max_row_bytes: usize,
+}
+
+fn pack_runs<E: Borrow<SessionEvent>>(events: &[E], limits: RunLimits) -> Vec<Record<'_>> {
+    let RunLimits { max_members, max_payload_bytes, max_row_bytes } = limits;
     let mut records = Vec::with_capacity(events.len());
     let mut run: Vec<(&SessionEvent, Member<'_>)> = Vec::new();
     let mut run_bytes = 0;
     // An upper bound of the row the run would encode to.
-    let mut row_bytes = 0;
+    let mut row_bytes: usize = 0;
     for event in events {
         let event = event.borrow();
         let Some(member) = classify(event) else {
@@ -255,9 +297,9 @@ pub(crate) fn pack_chunk_runs_within<E: Borrow<SessionEvent>>(events: &[E], max_
         };
         let added = member.payload.get().len() + MEMBER_OVERHEAD_BYTES;
         let extends = run.last().is_some_and(|(_, last)| continues(last, &member))
-            && run.len() < MAX_RUN_MEMBERS
-            && run_bytes < MAX_RUN_PAYLOAD_BYTES
-            && row_bytes + added <= max_row_bytes;
+            && run.len() < max_members
+            && run_bytes < max_payload_bytes
+            && row_bytes.saturating_add(added) <= max_row_bytes;
         if extends {
             row_bytes += added;
         } else {

@@ -18,7 +18,7 @@ mod tests;
 pub(crate) use self::scan::{HeaderRead, KnownHeader, read_header, scan_log_known};
 pub use self::{
     batch::encode_batch,
-    chunk_rows::{ChunkKind, ChunkRow, MIN_RUN, Record, RecordError, decode_record, pack_chunk_runs},
+    chunk_rows::{ChunkKind, ChunkRow, MIN_RUN, Record, RecordError, chunk_runs, decode_record, pack_chunk_runs},
     header::{decode_header_line, encode_header_line},
     scan::{ByteSource, LogScan, MAX_HEADER_BYTES, scan_log},
     zstd::{FrameEncoder, ZSTD_MAGIC},

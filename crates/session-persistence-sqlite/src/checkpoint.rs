@@ -1,0 +1,198 @@
+//! `SqliteCheckpointStore`: the projection cache's checkpoint records in a SQLite database of
+//! their own, one row per session.
+//!
+//! The records stay out of the session database: the reference refuses a session database that
+//! holds any schema object besides its own three tables, and checkpoints are derived data that
+//! may be deleted at any time. The conventional place is a second file beside the session
+//! database ([`SqliteCheckpointStore::beside`]). A row holds the record's JSON with the record
+//! format's name and version and a CRC-32 of the JSON, as the disk store's files do; a row that
+//! fails any check is discarded with a warning, never an error.
+
+use std::{
+    ffi::OsString,
+    io,
+    path::{Path, PathBuf},
+};
+
+use parking_lot::Mutex;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use session_core::SessionId;
+use session_persistence::PersistenceError;
+use session_projection_cache::{CacheError, CheckpointRecord, CheckpointStore, RECORD_FORMAT, RECORD_VERSION};
+
+use crate::{config::Target, rules};
+
+/// `PRAGMA application_id` of a checkpoint database: 0x44535043, ASCII `DSPC`.
+pub const CHECKPOINT_APPLICATION_ID: i64 = 0x4453_5043;
+/// `PRAGMA user_version` of a checkpoint database.
+pub const CHECKPOINT_USER_VERSION: i64 = 1;
+
+const CHECKPOINT_SCHEMA: &str = "CREATE TABLE checkpoint_records (\n  id      TEXT PRIMARY KEY,\n  format  TEXT NOT NULL,\n  version INTEGER NOT NULL,\n  crc32   INTEGER NOT NULL,\n  record  TEXT NOT NULL\n) STRICT";
+
+const SUBJECT: rules::Subject = rules::Subject("projection cache database");
+
+/// Checkpoint records in a SQLite database. See the module documentation.
+#[derive(Debug)]
+pub struct SqliteCheckpointStore {
+    shown: PathBuf,
+    connection: Mutex<Connection>,
+}
+
+fn cache_error(path: &Path, error: rusqlite::Error) -> CacheError {
+    CacheError::io(path, io::Error::other(error))
+}
+
+fn refused(error: PersistenceError) -> CacheError {
+    match error {
+        PersistenceError::Io { path, source } => CacheError::io(path, source),
+        other => CacheError::Storage { message: other.to_string() },
+    }
+}
+
+impl SqliteCheckpointStore {
+    /// The conventional checkpoint database of the session database at `session_database`:
+    /// the same path with `.projection-cache` appended.
+    pub fn beside(session_database: &Path) -> PathBuf {
+        let mut name = OsString::from(session_database.as_os_str());
+        name.push(".projection-cache");
+        PathBuf::from(name)
+    }
+
+    /// Opens (creating if needed) the checkpoint database at `target`, with the session
+    /// database's path and permission rules. A file that is another application's database is
+    /// refused, so nothing foreign is ever overwritten.
+    pub fn open(target: &Target) -> Result<SqliteCheckpointStore, CacheError> {
+        let shown = target.display_path();
+        let mut connection = match target {
+            Target::Memory => Connection::open_in_memory().map_err(|error| cache_error(&shown, error))?,
+            Target::File(path) => {
+                let path = rules::absolute(path).map_err(refused)?;
+                rules::create_parent(&path).map_err(refused)?;
+                rules::check_parent(SUBJECT, &path).map_err(refused)?;
+                rules::check_file(SUBJECT, &path).map_err(refused)?;
+                rules::create_file(SUBJECT, &path).map_err(refused)?;
+                let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+                Connection::open_with_flags(&path, flags).map_err(|error| cache_error(&path, error))?
+            }
+        };
+        let error = |error| cache_error(&shown, error);
+        connection.busy_timeout(std::time::Duration::from_secs(5)).map_err(error)?;
+        // Records are derived data: a crash may lose the newest ones, never mix two.
+        connection
+            .execute_batch("PRAGMA trusted_schema = OFF; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")
+            .map_err(error)?;
+        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate).map_err(error)?;
+        let version: i64 = transaction.query_row("PRAGMA user_version", [], |row| row.get(0)).map_err(error)?;
+        let application_id: i64 =
+            transaction.query_row("PRAGMA application_id", [], |row| row.get(0)).map_err(error)?;
+        let n_objects: i64 = transaction
+            .query_row("SELECT COUNT(*) FROM sqlite_schema WHERE name NOT GLOB 'sqlite_*'", [], |row| row.get(0))
+            .map_err(error)?;
+        let foreign = || CacheError::Storage {
+            message: format!(
+                "{} \"{}\" is not a projection cache database (application id {application_id}, user version \
+                 {version}); move it away or point the cache elsewhere",
+                SUBJECT.0,
+                shown.display()
+            ),
+        };
+        if version == 0 && application_id == 0 && n_objects == 0 {
+            transaction.execute_batch(CHECKPOINT_SCHEMA).map_err(error)?;
+            transaction
+                .execute_batch(&format!(
+                    "PRAGMA application_id = {CHECKPOINT_APPLICATION_ID}; PRAGMA user_version = {CHECKPOINT_USER_VERSION};"
+                ))
+                .map_err(error)?;
+        } else if application_id != CHECKPOINT_APPLICATION_ID || version != CHECKPOINT_USER_VERSION {
+            return Err(foreign());
+        }
+        transaction.commit().map_err(error)?;
+        Ok(SqliteCheckpointStore { shown, connection: Mutex::new(connection) })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.shown
+    }
+
+    /// Why the row of `id` is not a usable record, or the record.
+    fn decode(id: &SessionId, format: &str, version: i64, crc: i64, text: &str) -> Result<CheckpointRecord, String> {
+        if format != RECORD_FORMAT {
+            return Err(format!("foreign: the row's format is {format:?}, not {RECORD_FORMAT:?}"));
+        }
+        if u64::try_from(version).ok() != Some(RECORD_VERSION) {
+            return Err(format!("version-mismatched: version {version}, this build reads {RECORD_VERSION}"));
+        }
+        if i64::from(crc32fast::hash(text.as_bytes())) != crc {
+            return Err("corrupt: the record fails its checksum".to_owned());
+        }
+        let record: CheckpointRecord =
+            serde_json::from_str(text).map_err(|error| format!("corrupt: {error} (session {id})"))?;
+        record.validate().map_err(|error| format!("corrupt: {error}"))?;
+        Ok(record)
+    }
+}
+
+impl CheckpointStore for SqliteCheckpointStore {
+    fn get(&self, id: &SessionId) -> session_projection_cache::Result<Option<CheckpointRecord>> {
+        let connection = self.connection.lock();
+        let row = connection
+            .prepare_cached("SELECT format, version, crc32, record FROM checkpoint_records WHERE id = ?1")
+            .and_then(|mut statement| {
+                statement
+                    .query_row([id.as_str()], |row| {
+                        Ok((
+                            row.get::<_, String>(0),
+                            row.get::<_, i64>(1),
+                            row.get::<_, i64>(2),
+                            row.get::<_, String>(3),
+                        ))
+                    })
+                    .optional()
+            })
+            .map_err(|error| cache_error(&self.shown, error))?;
+        drop(connection);
+        let Some((format, version, crc, text)) = row else { return Ok(None) };
+        let decoded = match (format, version, crc, text) {
+            (Ok(format), Ok(version), Ok(crc), Ok(text)) => Self::decode(id, &format, version, crc, &text),
+            _ => Err("corrupt: a column has the wrong type".to_owned()),
+        };
+        match decoded {
+            Ok(record) => Ok(Some(record)),
+            Err(detail) => {
+                tracing::warn!(
+                    session = %id,
+                    path = %self.shown.display(),
+                    "session projection cache: discarding the record of \"{id}\" ({detail}); the next write replaces it"
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    fn put(&self, id: &SessionId, record: &CheckpointRecord) -> session_projection_cache::Result<()> {
+        // Rows hold JSON values and every map is keyed by strings, so serialization cannot fail.
+        let text = serde_json::to_string(record).expect("a checkpoint record serializes to JSON");
+        let crc = i64::from(crc32fast::hash(text.as_bytes()));
+        let connection = self.connection.lock();
+        connection
+            .prepare_cached(
+                "INSERT INTO checkpoint_records (id, format, version, crc32, record) VALUES (?1, ?2, ?3, ?4, ?5) \
+                 ON CONFLICT(id) DO UPDATE SET format = excluded.format, version = excluded.version, \
+                 crc32 = excluded.crc32, record = excluded.record",
+            )
+            .and_then(|mut statement| {
+                statement.execute(rusqlite::params![id.as_str(), RECORD_FORMAT, RECORD_VERSION as i64, crc, text])
+            })
+            .map_err(|error| cache_error(&self.shown, error))?;
+        Ok(())
+    }
+
+    fn remove(&self, id: &SessionId) -> session_projection_cache::Result<bool> {
+        let connection = self.connection.lock();
+        let removed = connection
+            .prepare_cached("DELETE FROM checkpoint_records WHERE id = ?1")
+            .and_then(|mut statement| statement.execute([id.as_str()]))
+            .map_err(|error| cache_error(&self.shown, error))?;
+        Ok(removed > 0)
+    }
+}

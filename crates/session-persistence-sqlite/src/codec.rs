@@ -1,0 +1,412 @@
+//! The row encodings of the `events` table (reference 05 §5): `data` as TEXT or one zstd frame,
+//! the varint `source_event_seqs`, `surface_op` as JSON text, scalar rows (one event) and packed
+//! rows (a run of chunk deltas, `ignorable = 0`), and the reference's packing of a batch.
+//!
+//! Packed rows reuse the JSONL format's chunk rows (`session_persistence::format`): a SQLite row's
+//! `data` is exactly the `data` object of a JSONL row, so both stores expand runs with one decoder.
+
+use std::{borrow::Borrow, io::Read};
+
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use session_core::{MAX_EVENT_BYTES, SessionEvent, SurfaceOp, json::MAX_SAFE_INTEGER};
+use session_persistence::format::{ChunkKind, ChunkRow, MIN_RUN, Record, chunk_runs, decode_record};
+
+/// `data` of at least this many bytes is stored as a zstd BLOB when that is shorter.
+pub const COMPRESS_MIN_BYTES: usize = 4096;
+/// The zstd level of `data` BLOBs.
+pub const ZSTD_LEVEL: i32 = 3;
+/// The most members one packed row holds.
+pub const MAX_PACKED_MEMBERS: usize = 1024;
+/// The most UTF-8 bytes a packed row's `data` holds.
+pub const MAX_PACKED_DATA_BYTES: usize = 1 << 20;
+
+/// A `data` value as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Data {
+    Text(String),
+    /// One zstd frame of the UTF-8 text.
+    Blob(Vec<u8>),
+}
+
+impl rusqlite::ToSql for Data {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(match self {
+            Data::Text(text) => ToSqlOutput::Borrowed(ValueRef::Text(text.as_bytes())),
+            Data::Blob(blob) => ToSqlOutput::Borrowed(ValueRef::Blob(blob)),
+        })
+    }
+}
+
+/// §5.2: TEXT below 4 KiB; above, a zstd BLOB only when strictly shorter than the text.
+pub(crate) fn encode_data(text: String) -> Data {
+    if text.len() < COMPRESS_MIN_BYTES {
+        return Data::Text(text);
+    }
+    match zstd::bulk::compress(text.as_bytes(), ZSTD_LEVEL) {
+        Ok(blob) if blob.len() < text.len() => Data::Blob(blob),
+        _ => Data::Text(text),
+    }
+}
+
+/// The text of a stored `data` value: TEXT as is, a BLOB decompressed (at most `limit` bytes)
+/// and decoded as strict UTF-8.
+pub(crate) fn decode_data(data: Data, limit: usize) -> Result<String, String> {
+    match data {
+        Data::Text(text) => Ok(text),
+        Data::Blob(blob) => {
+            let decoder = zstd::stream::read::Decoder::new(blob.as_slice())
+                .map_err(|error| format!("stored data is not a zstd frame: {error}"))?;
+            let mut bytes = Vec::new();
+            decoder
+                .take((limit as u64).saturating_add(1))
+                .read_to_end(&mut bytes)
+                .map_err(|error| format!("stored data is not a valid zstd frame: {error}"))?;
+            if bytes.len() > limit {
+                return Err(format!("data exceeds {limit} UTF-8 bytes"));
+            }
+            String::from_utf8(bytes).map_err(|_| "stored data is not UTF-8".to_owned())
+        }
+    }
+}
+
+/// §5.5: the first value as an unsigned LEB128 varint, each later one as the ZigZag varint of
+/// its difference from the previous one. An empty list is an empty BLOB.
+pub(crate) fn encode_sources(sources: &[u64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(sources.len() + 1);
+    let mut previous: Option<u64> = None;
+    for &value in sources {
+        let coded = match previous {
+            None => value,
+            Some(previous) if value >= previous => 2 * (value - previous),
+            Some(previous) => 2 * (previous - value) - 1,
+        };
+        write_varint(coded, &mut out);
+        previous = Some(value);
+    }
+    out
+}
+
+fn write_varint(mut value: u64, out: &mut Vec<u8>) {
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+fn malformed_sources(why: &str) -> String {
+    format!("malformed source_event_seqs storage value: {why}")
+}
+
+/// Reads one strict varint at `*pos`: canonical, at most 9 bytes.
+fn read_varint(bytes: &[u8], pos: &mut usize) -> Result<u64, String> {
+    let mut value = 0u64;
+    for idx in 0.. {
+        if idx == 9 {
+            return Err(malformed_sources("varint is out of range"));
+        }
+        let Some(&byte) = bytes.get(*pos) else {
+            return Err(malformed_sources("truncated varint"));
+        };
+        *pos += 1;
+        value |= u64::from(byte & 0x7f) << (7 * idx);
+        if byte & 0x80 == 0 {
+            if idx > 0 && byte == 0 {
+                return Err(malformed_sources("non-canonical varint"));
+            }
+            return Ok(value);
+        }
+    }
+    unreachable!("the loop returns by its ninth byte")
+}
+
+/// Decodes a `source_event_seqs` BLOB strictly (§5.5).
+pub(crate) fn decode_sources(bytes: &[u8]) -> Result<Vec<u64>, String> {
+    let mut values = Vec::new();
+    let mut pos = 0;
+    let mut previous: Option<u64> = None;
+    while pos < bytes.len() {
+        let coded = read_varint(bytes, &mut pos)?;
+        let value = match previous {
+            None if coded > MAX_SAFE_INTEGER => return Err(malformed_sources("varint is out of range")),
+            None => coded,
+            Some(_) if coded > 2 * MAX_SAFE_INTEGER => return Err(malformed_sources("varint is out of range")),
+            Some(previous) if coded.is_multiple_of(2) => previous + coded / 2,
+            Some(previous) => previous
+                .checked_sub(coded.div_ceil(2))
+                .ok_or_else(|| malformed_sources("decoded seq is out of range"))?,
+        };
+        if value > MAX_SAFE_INTEGER {
+            return Err(malformed_sources("decoded seq is out of range"));
+        }
+        values.push(value);
+        previous = Some(value);
+    }
+    Ok(values)
+}
+
+/// `surface_op` as the reference writes it: `JSON.stringify(surfaceOp)`.
+pub(crate) fn encode_surface_op(op: SurfaceOp) -> String {
+    match op {
+        SurfaceOp::Append => "\"append\"".to_owned(),
+        SurfaceOp::Replace { start, end } => format!(r#"{{"op":"replace","start":{start},"end":{end}}}"#),
+    }
+}
+
+/// One row to insert.
+#[derive(Debug)]
+pub(crate) struct NewRow<'a> {
+    pub(crate) seq: u64,
+    pub(crate) kind: &'a str,
+    pub(crate) time: i64,
+    pub(crate) data: Data,
+    pub(crate) sources: Option<Vec<u8>>,
+    pub(crate) surface_op: Option<String>,
+    /// `Some(1)` for an ignorable event, `Some(0)` for a packed row, else `None`.
+    pub(crate) ignorable: Option<i64>,
+}
+
+/// A scalar row: one event (§5.3).
+pub(crate) fn scalar_row(event: &SessionEvent) -> NewRow<'_> {
+    NewRow {
+        seq: event.seq,
+        kind: event.kind.as_str(),
+        time: event.time,
+        data: encode_data(event.data.as_str().to_owned()),
+        sources: event.source_event_seqs.as_deref().map(encode_sources),
+        surface_op: event.surface_op.map(encode_surface_op),
+        ignorable: event.ignorable.then_some(1),
+    }
+}
+
+fn packed_data(row: &ChunkRow<'_>) -> String {
+    let mut out = Vec::new();
+    row.write_data_json(&mut out);
+    // Invariant: the row is written from JSON tokens and ASCII punctuation.
+    String::from_utf8(out).expect("a chunk row's JSON is UTF-8")
+}
+
+fn packed_row(row: &ChunkRow<'_>, data: String) -> NewRow<'static> {
+    NewRow {
+        seq: row.seq0,
+        kind: row.kind.tag(),
+        time: row.time0,
+        data: encode_data(data),
+        sources: None,
+        surface_op: None,
+        ignorable: Some(0),
+    }
+}
+
+/// The rows of one append batch, in seq order (§5.4 "Writing"): each run of at least three chunk
+/// deltas is cut greedily into packed rows of up to 1,024 members and 1 MiB of `data` (the
+/// largest member count that fits, found by bisection, when 1,024 do not); a member that cannot
+/// start a row of three goes out as a scalar row, as does a remainder shorter than three.
+pub(crate) fn pack_batch<E: Borrow<SessionEvent>>(events: &[E]) -> Vec<NewRow<'_>> {
+    let mut rows = Vec::with_capacity(events.len());
+    let mut cursor = 0;
+    for record in chunk_runs(events) {
+        match record {
+            Record::Event(event) => {
+                rows.push(scalar_row(event));
+                cursor += 1;
+            }
+            Record::Chunks(run) => {
+                let members = &events[cursor..cursor + run.members.len()];
+                cursor += run.members.len();
+                cut_run(&run, members, &mut rows);
+            }
+        }
+    }
+    rows
+}
+
+fn cut_run<'a, E: Borrow<SessionEvent>>(run: &ChunkRow<'_>, members: &'a [E], rows: &mut Vec<NewRow<'a>>) {
+    let n_members = run.members.len();
+    let fitting = |start: usize, len: usize| {
+        let data = packed_data(&run.slice(start, len));
+        (data.len() <= MAX_PACKED_DATA_BYTES).then_some(data)
+    };
+    let mut start = 0;
+    while n_members - start >= MIN_RUN {
+        let take = MAX_PACKED_MEMBERS.min(n_members - start);
+        if let Some(data) = fitting(start, take) {
+            rows.push(packed_row(&run.slice(start, take), data));
+            start += take;
+            continue;
+        }
+        let Some(mut best) = fitting(start, MIN_RUN) else {
+            rows.push(scalar_row(members[start].borrow()));
+            start += 1;
+            continue;
+        };
+        // `lo` members fit, `hi` do not.
+        let (mut lo, mut hi) = (MIN_RUN, take);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            match fitting(start, mid) {
+                Some(data) => (lo, best) = (mid, data),
+                None => hi = mid,
+            }
+        }
+        rows.push(packed_row(&run.slice(start, lo), best));
+        start += lo;
+    }
+    rows.extend(members[start..].iter().map(|event| scalar_row(event.borrow())));
+}
+
+/// One `events` row as read, its columns checked (§5.1).
+#[derive(Debug)]
+pub(crate) struct StoredRow {
+    pub(crate) seq: u64,
+    pub(crate) kind: String,
+    pub(crate) time: i64,
+    pub(crate) data: Data,
+    pub(crate) sources: Option<Vec<u8>>,
+    pub(crate) surface_op: Option<String>,
+    pub(crate) ignorable: Option<i64>,
+}
+
+/// The columns every row query selects, in [`StoredRow::read`]'s order.
+pub(crate) const ROW_COLUMNS: &str = "seq, type, time, data, source_event_seqs, surface_op, ignorable";
+
+fn safe_integer(value: ValueRef<'_>, column: &str) -> Result<i64, String> {
+    match value {
+        ValueRef::Integer(n) if n.unsigned_abs() <= MAX_SAFE_INTEGER => Ok(n),
+        _ => Err(format!("stored {column} must be a safe integer")),
+    }
+}
+
+fn text(value: ValueRef<'_>, column: &str) -> Result<String, String> {
+    match value {
+        ValueRef::Text(bytes) => {
+            String::from_utf8(bytes.to_vec()).map_err(|_| format!("stored {column} must be a string"))
+        }
+        _ => Err(format!("stored {column} must be a string")),
+    }
+}
+
+impl StoredRow {
+    /// Reads and checks the columns of [`ROW_COLUMNS`]. A failure is the reference's message,
+    /// fatal for the read whatever the row's place (§5.1).
+    pub(crate) fn read(row: &rusqlite::Row<'_>) -> Result<StoredRow, RowError> {
+        let get = |idx: usize| row.get_ref(idx).map_err(RowError::Sqlite);
+        let seq = safe_integer(get(0)?, "seq").map_err(RowError::Column)?;
+        let seq = u64::try_from(seq).map_err(|_| RowError::Column("stored seq must be non-negative".to_owned()))?;
+        let kind = text(get(1)?, "type").map_err(RowError::Column)?;
+        if kind.is_empty() {
+            return Err(RowError::Column("stored type must not be empty".to_owned()));
+        }
+        let time = safe_integer(get(2)?, "time").map_err(RowError::Column)?;
+        let data = match get(3)? {
+            ValueRef::Text(bytes) => match String::from_utf8(bytes.to_vec()) {
+                Ok(text) => Data::Text(text),
+                // Text that is not UTF-8 cannot be a JSON text: the row does not decode.
+                Err(error) => Data::Blob(error.into_bytes()),
+            },
+            ValueRef::Blob(bytes) => Data::Blob(bytes.to_vec()),
+            _ => return Err(RowError::Column("stored data must be a string or blob".to_owned())),
+        };
+        let sources = match get(4)? {
+            ValueRef::Null => None,
+            ValueRef::Blob(bytes) => Some(bytes.to_vec()),
+            _ => return Err(RowError::Column("stored source_event_seqs must be a blob or null".to_owned())),
+        };
+        let surface_op = match get(5)? {
+            ValueRef::Null => None,
+            other => Some(
+                text(other, "surface_op")
+                    .map_err(|_| RowError::Column("stored surface_op must be a string or null".to_owned()))?,
+            ),
+        };
+        let ignorable = match get(6)? {
+            ValueRef::Null => None,
+            ValueRef::Integer(flag @ (0 | 1)) => Some(flag),
+            _ => return Err(RowError::Column("stored event ignorable must be 0, 1, or null".to_owned())),
+        };
+        Ok(StoredRow { seq, kind, time, data, sources, surface_op, ignorable })
+    }
+
+    /// Whether this is a packed row: `ignorable = 0` is the discriminator.
+    pub(crate) fn is_packed(&self) -> bool {
+        self.ignorable == Some(0)
+    }
+
+    /// Decodes the row into its events, appended to `out` (§5.3, §5.4). On error `out` is
+    /// unchanged and the message says why (the scan turns it into torn or corrupt, §7).
+    pub(crate) fn decode(self, out: &mut Vec<SessionEvent>) -> Result<(), String> {
+        if self.is_packed() {
+            self.decode_packed(out)
+        } else {
+            out.push(self.decode_scalar()?);
+            Ok(())
+        }
+    }
+
+    fn decode_scalar(self) -> Result<SessionEvent, String> {
+        let sources = self.sources.as_deref().map(decode_sources).transpose()?;
+        let surface_op = match &self.surface_op {
+            None => None,
+            Some(text) => {
+                let value: serde_json::Value =
+                    serde_json::from_str(text).map_err(|error| format!("stored surface_op is not JSON: {error}"))?;
+                Some(SurfaceOp::from_json(&value).map_err(|why| format!("stored surface_op {why}"))?)
+            }
+        };
+        let data = decode_data(self.data, MAX_EVENT_BYTES)?;
+        let mut line = String::with_capacity(data.len() + self.kind.len() + 64);
+        line.push_str("{\"type\":");
+        // Invariant: serializing a string into a string cannot fail.
+        line.push_str(&serde_json::to_string(&self.kind).expect("a string serializes"));
+        line.push_str(&format!(",\"seq\":{},\"time\":{},\"data\":", self.seq, self.time));
+        line.push_str(&data);
+        line.push('}');
+        let mut event = SessionEvent::from_json_line(&line).map_err(|error| error.to_string())?;
+        event.source_event_seqs = sources.map(Vec::into_boxed_slice);
+        event.surface_op = surface_op;
+        event.ignorable = self.ignorable == Some(1);
+        Ok(event)
+    }
+
+    fn decode_packed(self, out: &mut Vec<SessionEvent>) -> Result<(), String> {
+        let malformed = |why: &str| format!("malformed {} storage row: {why}", self.kind);
+        let Some(kind) = ChunkKind::from_tag(&self.kind) else {
+            return Err(malformed("packed discriminator requires a chunk tag"));
+        };
+        if self.sources.is_some() || self.surface_op.is_some() {
+            return Err(malformed("packed surface fields must be null"));
+        }
+        let data = decode_data(self.data, MAX_PACKED_DATA_BYTES).map_err(|why| malformed(&why))?;
+        if data.len() > MAX_PACKED_DATA_BYTES {
+            return Err(malformed(&format!("data exceeds {MAX_PACKED_DATA_BYTES} UTF-8 bytes")));
+        }
+        let line = format!(r#"{{"type":"{}","seq0":{},"time0":{},"data":{data}}}"#, kind.tag(), self.seq, self.time);
+        let before = out.len();
+        decode_record(&line, out).map_err(|error| error.to_string())?;
+        let n_members = out.len() - before;
+        if !(MIN_RUN..=MAX_PACKED_MEMBERS).contains(&n_members) {
+            out.truncate(before);
+            let payload = if kind == ChunkKind::ToolCall { "args" } else { "texts" };
+            return Err(malformed(&format!("{payload} must contain {MIN_RUN}..{MAX_PACKED_MEMBERS} strings")));
+        }
+        Ok(())
+    }
+}
+
+/// Why a row could not be read at all.
+#[derive(Debug)]
+pub(crate) enum RowError {
+    /// A column has the wrong type or range (§5.1): fatal for the read.
+    Column(String),
+    Sqlite(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for RowError {
+    fn from(error: rusqlite::Error) -> RowError {
+        RowError::Sqlite(error)
+    }
+}

@@ -1,0 +1,141 @@
+//! The SQLite checkpoint store: the `CheckpointStore` contract (whole records replaced, damaged
+//! rows discarded, records independent), a foreign file refused, and the projection cache over
+//! a SQLite session store with its checkpoints beside it, reading its tail by seek.
+
+use std::{fs, os::unix::fs::PermissionsExt, sync::Arc};
+
+use serde_json::json;
+use session_core::{JsonData, ManualClock, SessionEvent, SessionHeader, SessionId};
+use session_persistence::{Coordinator, CoordinatorConfig, CountingBackend, SessionPersistence};
+use session_persistence_sqlite::{SqliteCheckpointStore, SqliteConfig, SqliteStore, Target};
+use session_projection::{ClientView, ProjectionRegistry, ProjectionUnit, UnitError};
+use session_projection_cache::{CacheConfig, CheckpointStore, ProjectionCache};
+use tokio_util::sync::CancellationToken;
+
+/// Counts `turn/end` events.
+struct Turns;
+
+impl ProjectionUnit for Turns {
+    type State = u64;
+
+    fn key(&self) -> &str {
+        "test/turns"
+    }
+
+    fn state_version(&self) -> u64 {
+        1
+    }
+
+    fn init(&self) -> u64 {
+        0
+    }
+
+    fn apply(&self, state: &u64, event: &SessionEvent) -> Result<Option<u64>, UnitError> {
+        Ok((event.kind == "turn/end").then_some(state + 1))
+    }
+}
+
+impl ClientView for Turns {
+    type View = u64;
+
+    fn view(&self, state: &u64) -> u64 {
+        *state
+    }
+}
+
+fn turn(seq0: u64) -> Vec<Arc<SessionEvent>> {
+    let data = |value| JsonData::from_value(&value).unwrap();
+    vec![
+        Arc::new(SessionEvent::new("turn/start", seq0, 1, data(json!({"turn": 1})))),
+        Arc::new(SessionEvent::new("turn/end", seq0 + 1, 2, data(json!({"turn": 1, "reason": {"kind": "completed"}})))),
+    ]
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+#[test]
+fn the_cache_keeps_its_records_beside_the_session_database_and_reads_tails_by_seek() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let id = SessionId::from("s-cached");
+    runtime().block_on(async {
+        let backend = Arc::new(CountingBackend::new(Arc::new(SqliteStore::open(SqliteConfig::file(&path)).unwrap())));
+        let coordinator = Arc::new(Coordinator::new(backend.clone(), CoordinatorConfig::default()).unwrap());
+        let cancel = CancellationToken::new();
+        coordinator.create(SessionHeader::new(id.clone(), 1), &cancel).await.unwrap();
+        for n in 0..50 {
+            coordinator.append(&id, turn(n * 2), &cancel).await.unwrap();
+        }
+        let records_path = SqliteCheckpointStore::beside(&path);
+        let records = Arc::new(SqliteCheckpointStore::open(&Target::File(records_path.clone())).unwrap());
+        let registry = ProjectionRegistry::new();
+        let _unit = registry.register(Turns).unwrap();
+        let cache = |records: Arc<SqliteCheckpointStore>| {
+            ProjectionCache::new(
+                registry.clone(),
+                coordinator.clone() as Arc<dyn SessionPersistence>,
+                records,
+                Arc::new(ManualClock::new(0)),
+                CacheConfig::new(100, 5_000).unwrap(),
+            )
+            .unwrap()
+        };
+        let snapshot = cache(records.clone()).cold_snapshot(&id, &cancel).await.unwrap();
+        assert_eq!((snapshot.as_of_seq, snapshot.values["test/turns"].clone()), (99, json!(50)));
+        assert!(records.get(&id).unwrap().is_some(), "the cold read wrote its record back");
+        for n in 50..60 {
+            coordinator.append(&id, turn(n * 2), &cancel).await.unwrap();
+        }
+        let reopened = Arc::new(SqliteCheckpointStore::open(&Target::File(records_path.clone())).unwrap());
+        let tail_cache = cache(reopened);
+        let snapshot = tail_cache.cold_snapshot(&id, &cancel).await.unwrap();
+        assert_eq!((snapshot.as_of_seq, snapshot.values["test/turns"].clone()), (119, json!(60)));
+        let stats = tail_cache.stats();
+        assert_eq!((stats.tail_reads, stats.full_reads), (1, 0), "the record's tail was read, not the log");
+        assert_eq!(fs::metadata(&records_path).unwrap().permissions().mode() & 0o777, 0o600);
+    });
+    // The session database still holds only the reference's schema objects.
+    drop(SqliteStore::open(SqliteConfig::file(&path)).unwrap());
+}
+
+#[test]
+fn records_are_replaced_whole_and_damaged_rows_are_discarded() {
+    for target in [Target::Memory, Target::File(tempfile::tempdir().unwrap().keep().join("cache.db"))] {
+        let records = SqliteCheckpointStore::open(&target).unwrap();
+        let record = |as_of_seq: i64| {
+            serde_json::from_value::<session_projection_cache::CheckpointRecord>(json!({
+                "identity": {"createdAt": 1, "cwd": null}, "asOfSeq": as_of_seq, "rows": {}, "failures": {}
+            }))
+            .unwrap()
+        };
+        let (a, b) = (SessionId::from("s-a"), SessionId::from("s-b"));
+        assert_eq!(records.get(&a).unwrap(), None);
+        records.put(&a, &record(3)).unwrap();
+        records.put(&b, &record(4)).unwrap();
+        records.put(&a, &record(5)).unwrap();
+        assert_eq!(records.get(&a).unwrap(), Some(record(5)));
+        assert_eq!(records.get(&b).unwrap(), Some(record(4)), "writing one record never touches another");
+        assert!(records.remove(&b).unwrap());
+        assert!(!records.remove(&b).unwrap());
+        if let Target::File(path) = &target {
+            let connection = rusqlite::Connection::open(path).unwrap();
+            connection.execute("UPDATE checkpoint_records SET crc32 = crc32 + 1", []).unwrap();
+            assert_eq!(records.get(&a).unwrap(), None, "a row failing its checksum is discarded");
+            records.put(&a, &record(6)).unwrap();
+            connection.execute("UPDATE checkpoint_records SET version = 99", []).unwrap();
+            assert_eq!(records.get(&a).unwrap(), None, "a row of another version is discarded");
+        }
+    }
+}
+
+#[test]
+fn a_foreign_database_is_never_taken_as_a_checkpoint_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let sessions = dir.path().join("sessions.db");
+    drop(SqliteStore::open(SqliteConfig::file(&sessions)).unwrap());
+    let error = SqliteCheckpointStore::open(&Target::File(sessions.clone())).unwrap_err();
+    assert!(error.to_string().contains("is not a projection cache database"), "{error}");
+    drop(SqliteStore::open(SqliteConfig::file(&sessions)).unwrap());
+}
