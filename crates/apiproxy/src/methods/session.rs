@@ -409,6 +409,23 @@ fn check_appendable(known: &KnownTypes, session: &SessionId, event: &NewEvent, s
     Ok(probe.data)
 }
 
+/// The live session a write-side call addresses: the caller's own (another owner's answers as an
+/// unknown id), through the subagent ownership fence.
+fn addressed_live(
+    shared: &Shared,
+    caller: &Caller,
+    id: &str,
+    parent_session_id: Option<&str>,
+) -> Result<Arc<Session>, RpcError> {
+    let session = shared
+        .store
+        .get(&SessionId::from(id))
+        .filter(|session| caller.sees(session.header()))
+        .ok_or_else(|| RpcError::session_not_attached(id))?;
+    fence(session.header(), parent_session_id)?;
+    Ok(session)
+}
+
 /// `session.append` → `{firstSeq, lastSeq, durableSeq}`: appends to a live session, in order,
 /// stopping at the first rejected event. With `durable: true` it answers only once everything
 /// appended so far is durable; `durableSeq` is the durable watermark either way.
@@ -418,13 +435,7 @@ pub(super) async fn append(
     request: AppendRequest,
     cancel: &CancellationToken,
 ) -> Result<Value, RpcError> {
-    let id = request.session_id.as_str();
-    let session = shared
-        .store
-        .get(&SessionId::from(id))
-        .filter(|session| caller.sees(session.header()))
-        .ok_or_else(|| RpcError::session_not_attached(id))?;
-    fence(session.header(), request.parent_session_id.as_deref())?;
+    let session = addressed_live(shared, caller, &request.session_id, request.parent_session_id.as_deref())?;
     let durable = request.durable;
     let (first, last) = append_batch(shared, &session, request)?;
     let durable_seq =
@@ -440,13 +451,7 @@ pub(super) async fn flush(
     request: ReleaseRequest,
     cancel: &CancellationToken,
 ) -> Result<Value, RpcError> {
-    let id = request.session_id.as_str();
-    let session = shared
-        .store
-        .get(&SessionId::from(id))
-        .filter(|session| caller.sees(session.header()))
-        .ok_or_else(|| RpcError::session_not_attached(id))?;
-    fence(session.header(), request.parent_session_id.as_deref())?;
+    let session = addressed_live(shared, caller, &request.session_id, request.parent_session_id.as_deref())?;
     Ok(json!({"durableSeq": make_durable(shared, &session, cancel).await?}))
 }
 
@@ -589,12 +594,7 @@ fn first_step_descriptor(
 pub(super) async fn release(shared: &Shared, caller: &Caller, request: ReleaseRequest) -> Result<Value, RpcError> {
     let id = request.session_id.as_str();
     let session_id = SessionId::from(id);
-    let session = shared
-        .store
-        .get(&session_id)
-        .filter(|session| caller.sees(session.header()))
-        .ok_or_else(|| RpcError::session_not_attached(id))?;
-    fence(session.header(), request.parent_session_id.as_deref())?;
+    let session = addressed_live(shared, caller, id, request.parent_session_id.as_deref())?;
     // Letting the id go is serialized with taking it (create, resume, fork, spawn).
     let _releasing = shared.id_locks.lock(&session_id).await;
     match shared.store.flush(&session_id).await {
