@@ -163,3 +163,19 @@ fn a_changed_schema_is_refused_before_a_write() {
     let error = store.append_batch(&SessionHeader::new(SessionId::from("s"), 1), &[event], false).unwrap_err();
     assert_eq!(error.to_string(), "session database schema changed before mutation (expected 18, got 19)");
 }
+
+#[test]
+fn a_reader_can_tell_whether_a_writer_has_the_database_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let writer = SqliteStore::open(SqliteConfig::file(&path)).unwrap();
+    let reader = SqliteStore::open_for_reading(&path).unwrap();
+    assert!(reader.is_read_only());
+    assert!(reader.writer_active().unwrap());
+    assert!(!writer.writer_active().unwrap(), "a writer does not count itself");
+    let second = SqliteStore::open(SqliteConfig::file(&path)).unwrap();
+    drop(writer);
+    assert!(reader.writer_active().unwrap(), "another writer still has it open");
+    drop(second);
+    assert!(!reader.writer_active().unwrap());
+}
