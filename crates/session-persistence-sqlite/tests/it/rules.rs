@@ -179,3 +179,27 @@ fn a_reader_can_tell_whether_a_writer_has_the_database_open() {
     drop(second);
     assert!(!reader.writer_active().unwrap());
 }
+
+#[test]
+fn an_immutable_read_is_refused_while_commits_wait_in_the_write_ahead_log() {
+    use std::sync::Arc;
+
+    use session_core::{JsonData, SessionEvent, SessionHeader, SessionId};
+    use session_persistence::Backend;
+    use session_persistence_sqlite::Access;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let writer = SqliteStore::open(SqliteConfig::file(&path)).unwrap();
+    let event = Arc::new(SessionEvent::new("turn/start", 0, 1, JsonData::from_text(r#"{"turn":1}"#).unwrap()));
+    writer.append_batch(&SessionHeader::new(SessionId::from("s"), 1), &[event], false).unwrap();
+    let immutable = SqliteConfig::file(&path).with_access(Access::Immutable);
+    let message = match SqliteStore::open(immutable.clone()) {
+        Err(PersistenceError::Refused { message, .. }) => message,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert!(message.contains("has a write-ahead log") && message.contains("-wal"), "{message}");
+    // Closing the last connection folds the log into the file; then an immutable read sees it all.
+    drop(writer);
+    let store = SqliteStore::open(immutable).unwrap();
+    assert_eq!(store.list(&tokio_util::sync::CancellationToken::new()).unwrap().headers.len(), 1);
+}
