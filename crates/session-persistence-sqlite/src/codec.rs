@@ -5,7 +5,7 @@
 //! Packed rows reuse the JSONL format's chunk rows (`session_persistence::format`): a SQLite row's
 //! `data` is exactly the `data` object of a JSONL row, so both stores expand runs with one decoder.
 
-use std::{borrow::Borrow, io::Read};
+use std::{borrow::Borrow, fmt::Write, io::Read};
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use session_core::{MAX_EVENT_BYTES, SessionEvent, SurfaceOp, json::MAX_SAFE_INTEGER};
@@ -347,6 +347,8 @@ impl StoredRow {
         }
     }
 
+    /// A scalar row as the event's canonical JSON line, decoded by the same strict (and fast)
+    /// path as a JSONL line, so message payloads are verified as they are decoded.
     fn decode_scalar(self) -> Result<SessionEvent, String> {
         let sources = self.sources.as_deref().map(decode_sources).transpose()?;
         let surface_op = match &self.surface_op {
@@ -362,14 +364,27 @@ impl StoredRow {
         line.push_str("{\"type\":");
         // Invariant: serializing a string into a string cannot fail.
         line.push_str(&serde_json::to_string(&self.kind).expect("a string serializes"));
-        line.push_str(&format!(",\"seq\":{},\"time\":{},\"data\":", self.seq, self.time));
+        let _ = write!(line, ",\"seq\":{},\"time\":{},\"data\":", self.seq, self.time);
         line.push_str(&data);
+        if let Some(sources) = &sources {
+            line.push_str(",\"sourceEventSeqs\":[");
+            for (idx, source) in sources.iter().enumerate() {
+                if idx > 0 {
+                    line.push(',');
+                }
+                let _ = write!(line, "{source}");
+            }
+            line.push(']');
+        }
+        if let Some(op) = surface_op {
+            line.push_str(",\"surfaceOp\":");
+            line.push_str(&encode_surface_op(op));
+        }
+        if self.ignorable == Some(1) {
+            line.push_str(",\"ignorable\":true");
+        }
         line.push('}');
-        let mut event = SessionEvent::from_json_line(&line).map_err(|error| error.to_string())?;
-        event.source_event_seqs = sources.map(Vec::into_boxed_slice);
-        event.surface_op = surface_op;
-        event.ignorable = self.ignorable == Some(1);
-        Ok(event)
+        SessionEvent::from_json_line(&line).map_err(|error| error.to_string())
     }
 
     fn decode_packed(self, out: &mut Vec<SessionEvent>) -> Result<(), String> {

@@ -163,3 +163,43 @@ fn a_changed_schema_is_refused_before_a_write() {
     let error = store.append_batch(&SessionHeader::new(SessionId::from("s"), 1), &[event], false).unwrap_err();
     assert_eq!(error.to_string(), "session database schema changed before mutation (expected 18, got 19)");
 }
+
+#[test]
+fn a_reader_can_tell_whether_a_writer_has_the_database_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let writer = SqliteStore::open(SqliteConfig::file(&path)).unwrap();
+    let reader = SqliteStore::open_for_reading(&path).unwrap();
+    assert!(reader.is_read_only());
+    assert!(reader.writer_active().unwrap());
+    assert!(!writer.writer_active().unwrap(), "a writer does not count itself");
+    let second = SqliteStore::open(SqliteConfig::file(&path)).unwrap();
+    drop(writer);
+    assert!(reader.writer_active().unwrap(), "another writer still has it open");
+    drop(second);
+    assert!(!reader.writer_active().unwrap());
+}
+
+#[test]
+fn an_immutable_read_is_refused_while_commits_wait_in_the_write_ahead_log() {
+    use std::sync::Arc;
+
+    use session_core::{JsonData, SessionEvent, SessionHeader, SessionId};
+    use session_persistence::Backend;
+    use session_persistence_sqlite::Access;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let writer = SqliteStore::open(SqliteConfig::file(&path)).unwrap();
+    let event = Arc::new(SessionEvent::new("turn/start", 0, 1, JsonData::from_text(r#"{"turn":1}"#).unwrap()));
+    writer.append_batch(&SessionHeader::new(SessionId::from("s"), 1), &[event], false).unwrap();
+    let immutable = SqliteConfig::file(&path).with_access(Access::Immutable);
+    let message = match SqliteStore::open(immutable.clone()) {
+        Err(PersistenceError::Refused { message, .. }) => message,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert!(message.contains("has a write-ahead log") && message.contains("-wal"), "{message}");
+    // Closing the last connection folds the log into the file; then an immutable read sees it all.
+    drop(writer);
+    let store = SqliteStore::open(immutable).unwrap();
+    assert_eq!(store.list(&tokio_util::sync::CancellationToken::new()).unwrap().headers.len(), 1);
+}

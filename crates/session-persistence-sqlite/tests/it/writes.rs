@@ -141,3 +141,67 @@ fn chunk_runs_are_packed_per_batch() {
     let written: Vec<SessionEvent> = first.iter().chain(&second).map(|event| SessionEvent::clone(event)).collect();
     assert_eq!(sink.events, written);
 }
+
+/// One generated event: a chunk delta of one of two blocks (so runs form and break), or another
+/// event with optional markers.
+fn generated(seq: u64, shape: (u8, String, Vec<u64>, bool, u8)) -> SessionEvent {
+    let (kind, text, sources, ignorable, time_step) = shape;
+    let time = 1_000 + seq as i64 * i64::from(time_step) - 50;
+    let mut event = match kind % 4 {
+        0 | 1 => {
+            let chunk = json!({"type": "text-delta", "index": kind % 2, "text": text});
+            SessionEvent::new(
+                "assistant/chunk",
+                seq,
+                time,
+                JsonData::from_value(&json!({"turn": 1, "step": 1, "chunk": chunk})).unwrap(),
+            )
+        }
+        2 => SessionEvent::new("host/note", seq, time, JsonData::from_value(&json!({"text": text})).unwrap()),
+        _ => {
+            let mut event =
+                SessionEvent::new("assistant/message", seq, time, JsonData::from_value(&json!({"t": text})).unwrap());
+            event.surface_op = Some(SurfaceOp::Append);
+            event.source_event_seqs = Some(sources.into_iter().map(|source| source % (seq + 1)).collect());
+            event
+        }
+    };
+    event.ignorable = ignorable && kind % 4 == 2;
+    event
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// decode(encode(batch)) == batch, whatever packs, compresses or carries markers.
+    #[test]
+    fn every_batch_reads_back_exactly(
+        batches in proptest::collection::vec(
+            proptest::collection::vec(
+                (0u8..8, "[a-z\"\\\\ é😀]{0,12}|x{4000,5000}", proptest::collection::vec(0u64..50, 0..4), proptest::bool::ANY, 0u8..3),
+                1..40,
+            ),
+            1..4,
+        )
+    ) {
+        let store = session_persistence_sqlite::SqliteStore::open(session_persistence_sqlite::SqliteConfig::memory()).unwrap();
+        let header = SessionHeader::new(SessionId::from("s-prop"), 1);
+        let mut written = Vec::new();
+        for (idx, batch) in batches.into_iter().enumerate() {
+            let mut events: Vec<Arc<SessionEvent>> = Vec::new();
+            for shape in batch {
+                let event = generated(written.len() as u64, shape);
+                written.push(event.clone());
+                events.push(Arc::new(event));
+            }
+            store.append_batch(&header, &events, idx > 0).unwrap();
+        }
+        let mut sink = CollectSink::default();
+        let outcome = store.scan(&SessionId::from("s-prop"), &CancellationToken::new(), &mut sink).unwrap().unwrap();
+        proptest::prop_assert_eq!(outcome.torn, None);
+        proptest::prop_assert_eq!(&sink.events, &written);
+        for (read, wrote) in sink.events.iter().zip(&written) {
+            proptest::prop_assert_eq!(read.data.as_str(), wrote.data.as_str());
+        }
+    }
+}
