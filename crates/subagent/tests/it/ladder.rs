@@ -194,7 +194,7 @@ fn damage(h: &Harness, session: &Session) {
 }
 
 async fn check(nodes: &[Node]) -> Result<(), TestCaseError> {
-    let h = Harness::new(Setup { compression: Compression::None, cache: true });
+    let h = Harness::new(Setup { compression: Compression::None, cache: true, sqlite: false });
     let sessions = build(&h, nodes);
     let no_cache = h.runtime_with_cache(None);
     for (parent, session) in sessions.iter().enumerate() {

@@ -21,9 +21,10 @@ use session_core::{
     SessionStore, SurfaceIntent, SurfaceOp, is_surface_eligible,
 };
 use session_persistence::{
-    Compression, Coordinator, CoordinatorConfig, Inspection, JsonlConfig, JsonlStore, Listing, PersistenceError,
-    SessionPersistence, StreamSink, StreamSummary, Streamed,
+    Backend, Compression, Coordinator, CoordinatorConfig, Inspection, JsonlConfig, JsonlStore, Listing,
+    PersistenceError, SessionPersistence, StreamSink, StreamSummary, Streamed,
 };
+use session_persistence_sqlite::{SqliteConfig, SqliteStore};
 use session_projection::{ClientView, ProjectionRegistry, ProjectionUnit, Snapshot, StoreAttachment, UnitError};
 use session_projection_cache::{CacheAttachment, CacheConfig, MemoryCheckpointStore, ProjectionCache};
 use subagent::{
@@ -38,21 +39,28 @@ use tokio_util::sync::CancellationToken;
 pub(crate) struct Setup {
     pub(crate) compression: Compression,
     pub(crate) cache: bool,
+    /// The logs live in a SQLite database (`session-persistence-sqlite`) instead of a JSONL
+    /// directory (`compression` is then unused).
+    pub(crate) sqlite: bool,
 }
 
 /// Raw and zstd, each with and without the projection cache.
 pub(crate) const MATRIX: [Setup; 4] = [
-    Setup { compression: Compression::None, cache: false },
-    Setup { compression: Compression::Zstd, cache: false },
-    Setup { compression: Compression::None, cache: true },
-    Setup { compression: Compression::Zstd, cache: true },
+    Setup { compression: Compression::None, cache: false, sqlite: false },
+    Setup { compression: Compression::Zstd, cache: false, sqlite: false },
+    Setup { compression: Compression::None, cache: true, sqlite: false },
+    Setup { compression: Compression::Zstd, cache: true, sqlite: false },
 ];
 
-pub(crate) const NO_CACHE: [Setup; 2] =
-    [Setup { compression: Compression::None, cache: false }, Setup { compression: Compression::Zstd, cache: false }];
+pub(crate) const NO_CACHE: [Setup; 2] = [
+    Setup { compression: Compression::None, cache: false, sqlite: false },
+    Setup { compression: Compression::Zstd, cache: false, sqlite: false },
+];
 
-pub(crate) const WITH_CACHE: [Setup; 2] =
-    [Setup { compression: Compression::None, cache: true }, Setup { compression: Compression::Zstd, cache: true }];
+pub(crate) const WITH_CACHE: [Setup; 2] = [
+    Setup { compression: Compression::None, cache: true, sqlite: false },
+    Setup { compression: Compression::Zstd, cache: true, sqlite: false },
+];
 
 pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
@@ -70,8 +78,16 @@ pub(crate) fn run_each<F: AsyncFnMut(&Harness)>(setups: &[Setup], mut test: F) {
     }
 }
 
-pub(crate) fn run<F: AsyncFnMut(&Harness)>(test: F) {
-    run_each(&MATRIX, test);
+/// The SQLite backend, without and with the projection cache.
+pub(crate) const SQLITE: [Setup; 2] = [
+    Setup { compression: Compression::None, cache: false, sqlite: true },
+    Setup { compression: Compression::None, cache: true, sqlite: true },
+];
+
+/// Runs `test` on every JSONL setup of [`MATRIX`] and on both [`SQLITE`] setups.
+pub(crate) fn run<F: AsyncFnMut(&Harness)>(mut test: F) {
+    run_each(&MATRIX, &mut test);
+    run_each(&SQLITE, test);
 }
 
 pub(crate) fn id(text: &str) -> SessionId {
@@ -108,10 +124,14 @@ impl Harness {
     pub(crate) fn over(setup: Setup, dir: tempfile::TempDir, root: PathBuf) -> Harness {
         let clock = Arc::new(ManualClock::new(1_000));
         let store = Arc::new(SessionStore::new(clock.clone()));
-        let jsonl = JsonlStore::open(JsonlConfig { root, compression: setup.compression, pack_chunks: true }).unwrap();
+        let backend: Arc<dyn Backend> = if setup.sqlite {
+            Arc::new(SqliteStore::open(SqliteConfig::file(root.with_extension("db"))).unwrap())
+        } else {
+            Arc::new(JsonlStore::open(JsonlConfig { root, compression: setup.compression, pack_chunks: true }).unwrap())
+        };
         let config =
             CoordinatorConfig { write_batch_max_delay: Duration::from_millis(5), ..CoordinatorConfig::default() };
-        let coordinator = Coordinator::new(Arc::new(jsonl), config).unwrap();
+        let coordinator = Coordinator::new(backend, config).unwrap();
         coordinator.attach(&store).unwrap();
         let registry = ProjectionRegistry::new();
         let cache = setup.cache.then(|| {
