@@ -1,5 +1,10 @@
 //! Project automation: `cargo xtask ci` and `cargo xtask bench`.
 //!
+//! `ci` runs, in order and stopping at the first failure: `cargo fmt --check`, clippy with
+//! warnings denied, the whole test suite (doctests included), every example of the `examples`
+//! package (found in `cargo metadata`, so a new `[[example]]` runs without editing this file),
+//! and `cargo doc` with rustdoc warnings denied.
+//!
 //! The checks that are not plain cargo commands (dependency edges, file headers, banned test
 //! attributes, lint inheritance) live in `tidy.rs` as ordinary `#[test]`s, so `cargo test` and CI
 //! run exactly the same thing.
@@ -21,8 +26,10 @@ const HELP: &str = "\
 Usage: cargo xtask <command>
 
 Commands:
-  ci                          cargo fmt --check, clippy -D warnings, then the whole test suite
-                              (which includes the tidy tests in xtask/src/tidy.rs)
+  ci                          cargo fmt --check, clippy -D warnings, the whole test suite
+                              (doctests and the tidy tests in xtask/src/tidy.rs included),
+                              every example of the `examples` package, then
+                              cargo doc --workspace --no-deps with rustdoc warnings denied
   bench [--list] [ARGS] [-- CRITERION_ARGS]
                               run the criterion benchmarks of the workspace; ARGS go to
                               `cargo bench` (e.g. -p session-persistence), CRITERION_ARGS to the
@@ -76,8 +83,54 @@ fn ci() -> anyhow::Result<()> {
     for step in steps {
         cargo_step(step)?;
     }
+    for example in examples(locked)? {
+        cargo_step(&[&["run", "--package", EXAMPLES_PACKAGE, "--example", &example], locked].concat())?;
+    }
+    // Broken intra-doc links, bare URLs and the like fail the build, as a warning does in clippy.
+    let mut rustdocflags = env::var_os("RUSTDOCFLAGS").unwrap_or_default();
+    if !rustdocflags.is_empty() {
+        rustdocflags.push(" ");
+    }
+    rustdocflags.push("-D warnings");
+    cargo_step_with_env(&[&["doc", "--workspace", "--no-deps"], locked].concat(), &[("RUSTDOCFLAGS", rustdocflags)])?;
     eprintln!("xtask ci: all checks passed in {:.1?}", started.elapsed());
     Ok(())
+}
+
+/// The package whose `[[example]]` targets `ci` runs.
+const EXAMPLES_PACKAGE: &str = "examples";
+
+/// The names of the example targets of [`EXAMPLES_PACKAGE`], as listed by
+/// `cargo metadata`. An examples package without examples is an error: CI would then prove
+/// nothing while looking green.
+fn examples(locked: &[&str]) -> anyhow::Result<Vec<String>> {
+    let output = Command::new(cargo())
+        .args([&["metadata", "--format-version", "1", "--no-deps"], locked].concat())
+        .current_dir(project_root())
+        .output()
+        .context("could not start `cargo metadata`")?;
+    if !output.status.success() {
+        bail!("`cargo metadata` failed ({}):\n{}", output.status, String::from_utf8_lossy(&output.stderr));
+    }
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&output.stdout).context("`cargo metadata` printed invalid JSON")?;
+    let package = metadata["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|package| package["name"] == EXAMPLES_PACKAGE)
+        .with_context(|| format!("the workspace has no package `{EXAMPLES_PACKAGE}`"))?;
+    let names: Vec<String> = package["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|target| target["kind"].as_array().is_some_and(|kinds| kinds.iter().any(|kind| kind == "example")))
+        .filter_map(|target| target["name"].as_str().map(str::to_owned))
+        .collect();
+    if names.is_empty() {
+        bail!("package `{EXAMPLES_PACKAGE}` has no example targets; `cargo xtask ci` expects at least one");
+    }
+    Ok(names)
 }
 
 fn bench(args: &[OsString]) -> anyhow::Result<()> {
@@ -119,19 +172,27 @@ fn bench(args: &[OsString]) -> anyhow::Result<()> {
 /// Runs `cargo <args>` from the workspace root with inherited stdio, printing the command and how
 /// long it took; a non-zero exit becomes an error that names the step.
 fn cargo_step<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> anyhow::Result<()> {
+    cargo_step_with_env(args, &[])
+}
+
+/// [`cargo_step`] with extra environment variables, which are shown with the command.
+fn cargo_step_with_env<S: AsRef<std::ffi::OsStr>>(args: &[S], envs: &[(&str, OsString)]) -> anyhow::Result<()> {
+    let shown_envs = envs.iter().map(|(name, value)| format!("{name}={value:?} ")).collect::<String>();
     let shown = args.iter().map(|arg| arg.as_ref().to_string_lossy()).collect::<Vec<_>>().join(" ");
-    eprintln!("\n$ cargo {shown}");
+    let shown = format!("{shown_envs}cargo {shown}");
+    eprintln!("\n$ {shown}");
     let started = Instant::now();
     let status = Command::new(cargo())
         .args(args)
+        .envs(envs.iter().map(|(name, value)| (name, value)))
         .current_dir(project_root())
         .status()
-        .with_context(|| format!("could not start `cargo {shown}`"))?;
+        .with_context(|| format!("could not start `{shown}`"))?;
     let elapsed = started.elapsed();
     if !status.success() {
-        bail!("step `cargo {shown}` failed ({status}) after {elapsed:.1?}; fix the errors above and rerun");
+        bail!("step `{shown}` failed ({status}) after {elapsed:.1?}; fix the errors above and rerun");
     }
-    eprintln!("ok: `cargo {shown}` ({elapsed:.1?})");
+    eprintln!("ok: `{shown}` ({elapsed:.1?})");
     Ok(())
 }
 

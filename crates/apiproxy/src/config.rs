@@ -37,6 +37,7 @@ pub struct ProxyConfig {
     /// whether it is blank, when no checkpoint says it is not (reference `coldBlankProbeMaxBytes`).
     /// 0 disables the probe: such a row is then listed as not blank.
     pub cold_blank_probe_max_bytes: u64,
+    /// Bearer tokens, owners and extra trusted hosts (default: no token, loopback only).
     pub access: AccessConfig,
 }
 
@@ -81,7 +82,9 @@ pub struct AccessConfig {
 /// A bearer token bound to one owner partition.
 #[derive(Clone, PartialEq, Eq)]
 pub struct OwnerToken {
+    /// The owner partition the token's requests act in; sessions they create carry it.
     pub owner: String,
+    /// The bearer token itself (never printed: `Debug` leaves it out). Must not be empty.
     pub token: String,
 }
 

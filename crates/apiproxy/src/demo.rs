@@ -20,11 +20,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{ApiProxy, error::ProxyError};
 
+/// The demo parent: one completed turn; the parent of every demo child and of the fork.
 pub const DEMO_PARENT: &str = "demo-parent";
+/// A continuable child with its descriptor and one completed turn; cold once seeded.
 pub const DEMO_CONTINUABLE: &str = "demo-child-continuable";
+/// A one-shot child with its descriptor and one completed turn; cold once seeded.
 pub const DEMO_ONE_SHOT: &str = "demo-child-oneshot";
+/// A continuable child that stays live and appends an event every two seconds.
 pub const DEMO_LIVE: &str = "demo-child-live";
+/// A one-shot child that ended its turn before its first step, so it has no descriptor: the
+/// catalog lists it with a `corrupt` diagnostic.
 pub const DEMO_SETTLED: &str = "demo-child-settled";
+/// An ordinary fork of the parent with a turn of its own; the subagent catalog does not list it.
 pub const DEMO_FORK: &str = "demo-fork";
 
 /// How often the live child appends an event.

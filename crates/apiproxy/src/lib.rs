@@ -10,6 +10,85 @@
 //!   verify (and repair) every log.
 //! - [`demo`] seeds the demo store of `apiproxy serve --demo`.
 //!
+//! # Example
+//!
+//! Call the gateway from Rust: assemble it over an in-memory store, serve it on an ephemeral
+//! loopback port, and create a session with one `POST /api/session.create`. Any HTTP/1.1 client
+//! does; this one is hyper's, which the crate already depends on.
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use apiproxy::{ApiProxy, ProjectionRegistry, ProxyConfig, ProxyParts, SessionStore, ops::SystemClock};
+//! use http_body_util::{BodyExt, Full};
+//! use hyper::{Request, StatusCode, body::Bytes};
+//! use hyper_util::rt::TokioIo;
+//! use serde_json::{Value, json};
+//! use session_core::SessionId;
+//! use session_persistence::{Coordinator, CoordinatorConfig, MemoryStore};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! tokio::runtime::Runtime::new()?.block_on(async {
+//!     // The parts: live sessions, their storage (attached by the caller, so live sessions are
+//!     // written behind), and a registry the gateway attaches itself.
+//!     let store = Arc::new(SessionStore::new(Arc::new(SystemClock)));
+//!     let persistence = Arc::new(Coordinator::new(Arc::new(MemoryStore::new()), CoordinatorConfig::default())?);
+//!     persistence.attach(&store)?;
+//!     let parts = ProxyParts { store, persistence: Some(persistence), registry: ProjectionRegistry::new(), cache: None };
+//!     let config = ProxyConfig { default_cwd: "/srv/work".to_owned(), ..ProxyConfig::default() };
+//!     let proxy = ApiProxy::new(parts, config)?;
+//!
+//!     // Loopback needs no token; port 0 picks a free port. `serve` runs until `shutdown` resolves.
+//!     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//!     let addr = listener.local_addr()?;
+//!     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//!     let server = tokio::spawn({
+//!         let proxy = proxy.clone();
+//!         async move {
+//!             proxy
+//!                 .serve(listener, async move {
+//!                     let _ = stopped.await;
+//!                 })
+//!                 .await
+//!         }
+//!     });
+//!
+//!     // A `client-request` envelope; the method is named in the path and in the envelope.
+//!     let request = json!({
+//!         "type": "client-request",
+//!         "rpcId": "rpc-1",
+//!         "method": "session.create",
+//!         "payload": {"sessionId": "s1"},
+//!     });
+//!     let stream = tokio::net::TcpStream::connect(addr).await?;
+//!     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+//!     tokio::spawn(connection);
+//!     let request = Request::post("/api/session.create")
+//!         .header("host", addr.to_string()) // the trust fence accepts loopback hosts only
+//!         .header("content-type", "application/json")
+//!         .body(Full::new(Bytes::from(request.to_string())))?;
+//!     let response = sender.send_request(request).await?;
+//!
+//!     // A business outcome, success or error, is HTTP 200 with a `server-response` envelope.
+//!     assert_eq!(response.status(), StatusCode::OK);
+//!     let body = response.into_body().collect().await?.to_bytes();
+//!     let envelope: Value = serde_json::from_slice(&body)?;
+//!     assert_eq!(envelope["type"], "server-response");
+//!     assert_eq!(envelope["rpcId"], "rpc-1");
+//!     assert_eq!(envelope["result"], json!({"ok": true, "value": {"sessionId": "s1"}}));
+//!
+//!     // The new session is live in the store the gateway was built over.
+//!     assert!(proxy.store().contains(&SessionId::from("s1")));
+//!
+//!     // Shut down: stop accepting, let open requests finish.
+//!     drop(sender);
+//!     let _ = stop.send(());
+//!     server.await??;
+//!     Ok(())
+//! })
+//! # }
+//! ```
+//!
 //! Where this differs from the reference (reference 04 §13):
 //! - Every session-scoped method and every pushed frame is filtered by the caller's owner; another
 //!   owner's session answers exactly like an unknown one. Forks and children inherit the owner.

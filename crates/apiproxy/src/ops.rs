@@ -19,7 +19,9 @@ use crate::error::ProxyError;
 /// Where a store lives and how it is encoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreOptions {
+    /// The store's root directory.
     pub dir: PathBuf,
+    /// The encoding of its logs (see [`detect_compression`]).
     pub compression: Compression,
 }
 
@@ -43,7 +45,10 @@ pub enum StoreLocation {
     Jsonl(StoreOptions),
     /// A SQLite session database (the reference's format); its projection checkpoints live in a
     /// second database beside it.
-    Sqlite { path: PathBuf },
+    Sqlite {
+        /// The session database file.
+        path: PathBuf,
+    },
 }
 
 /// The prefix of a `--store` argument that names a SQLite database.
@@ -248,19 +253,35 @@ pub enum LogStatus {
     /// The physical tail is not committed (a crash mid-write); a repair cuts it.
     Torn,
     /// The log ends inside a turn (a crash mid-turn); a repair appends the closers.
-    Interrupted { closers: u64 },
+    Interrupted {
+        /// How many closer events a repair would append.
+        closers: u64,
+    },
     /// The log ends inside a turn, or with a torn tail, while a writer holds the store: the turn
     /// may be live and the tail an append in flight, so neither can be judged. Not a defect.
     InUse,
     /// Committed bytes are damaged; nothing can repair it automatically.
-    Corrupt { message: String },
+    Corrupt {
+        /// What is damaged, and where.
+        message: String,
+    },
     /// Intact, but this build cannot read it (newer format, unknown event type, retired legacy
     /// vocabulary such as `mode/set`).
-    Unsupported { message: String },
+    Unsupported {
+        /// What this build does not read.
+        message: String,
+    },
     /// The log could not be read at all (I/O).
-    Unreadable { message: String },
+    Unreadable {
+        /// The I/O error.
+        message: String,
+    },
     /// Was torn or interrupted; `--repair` committed the repair.
-    Repaired { what: &'static str },
+    Repaired {
+        /// What the repair did: `cut the torn tail and closed the log`, or `closed the
+        /// interrupted turn`.
+        what: &'static str,
+    },
 }
 
 impl LogStatus {
@@ -288,10 +309,13 @@ impl LogStatus {
 /// One log's verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogReport {
+    /// The log's id as its location names it.
     pub id: SessionId,
+    /// Where the log lives, when its backend has files to name (`None` for backends without).
     pub path: Option<PathBuf>,
     /// Events in the balanced view (0 when unreadable).
     pub n_events: u64,
+    /// The verdict.
     pub status: LogStatus,
 }
 

@@ -203,6 +203,7 @@ impl ApiProxy {
         &self.shared.registry
     }
 
+    /// The configuration the gateway was built with.
     pub fn config(&self) -> &ProxyConfig {
         &self.shared.config
     }

@@ -13,7 +13,10 @@ pub const LIST_METADATA_KEY: &str = "sessionListMetadata";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListMetadata {
+    /// `true` until the session's first `turn/start`, then `false` for good.
     pub blank: bool,
+    /// The `time` (Unix epoch milliseconds) of the latest `user/message` whose source is a
+    /// user; `None` (`null`) before one.
     pub last_prompt_at: Option<i64>,
 }
 

@@ -110,6 +110,7 @@ impl SqliteCheckpointStore {
         Ok(SqliteCheckpointStore { shown, connection: Mutex::new(connection) })
     }
 
+    /// The checkpoint database file (absolute), or `:memory:`.
     pub fn path(&self) -> &Path {
         &self.shown
     }

@@ -2,14 +2,15 @@
 //! the varint `source_event_seqs`, `surface_op` as JSON text, scalar rows (one event) and packed
 //! rows (a run of chunk deltas, `ignorable = 0`), and the reference's packing of a batch.
 //!
-//! Packed rows reuse the JSONL format's chunk rows (`session_persistence::format`): a SQLite row's
-//! `data` is exactly the `data` object of a JSONL row, so both stores expand runs with one decoder.
+//! Packed rows reuse the JSONL format's chunk-row codec ([`session_persistence::ChunkRow`] and
+//! its kin): a SQLite row's `data` is exactly the `data` object of a JSONL row, so both stores
+//! expand runs with one decoder.
 
 use std::{borrow::Borrow, fmt::Write, io::Read};
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use session_core::{MAX_EVENT_BYTES, SessionEvent, SurfaceOp, json::MAX_SAFE_INTEGER};
-use session_persistence::format::{ChunkKind, ChunkRow, MIN_RUN, Record, chunk_runs, decode_record};
+use session_persistence::{ChunkKind, ChunkRow, MIN_RUN, Record, chunk_runs, decode_record};
 
 /// `data` of at least this many bytes is stored as a zstd BLOB when that is shorter.
 pub const COMPRESS_MIN_BYTES: usize = 4096;

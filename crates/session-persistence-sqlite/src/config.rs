@@ -44,6 +44,7 @@ pub enum Access {
 }
 
 impl Access {
+    /// Whether writes are refused: `ReadOnly` and `Immutable`.
     pub fn is_read_only(self) -> bool {
         self != Access::ReadWrite
     }
@@ -52,10 +53,15 @@ impl Access {
 /// The journal modes the reference allows (`journalMode`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum JournalMode {
+    /// Write-ahead logging (the default): readers in other connections and processes run beside
+    /// the writer. Leaves `-wal` and `-shm` files beside the database.
     #[default]
     Wal,
+    /// A rollback journal deleted at the end of each transaction.
     Delete,
+    /// A rollback journal truncated to zero bytes at the end of each transaction.
     Truncate,
+    /// A rollback journal whose header is zeroed at the end of each transaction.
     Persist,
 }
 
@@ -74,7 +80,9 @@ impl JournalMode {
 /// How a [`SqliteStore`](crate::SqliteStore) opens its database.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SqliteConfig {
+    /// The database: a file or `:memory:`.
     pub target: Target,
+    /// Whether the store may write, and how it reads (default [`Access::ReadWrite`]).
     pub access: Access,
     /// The journal mode a writable store sets (the reference's default, `wal`).
     pub journal_mode: JournalMode,
@@ -107,6 +115,7 @@ impl SqliteConfig {
         SqliteConfig::new(Target::Memory)
     }
 
+    /// This configuration with `access` instead.
     pub fn with_access(self, access: Access) -> SqliteConfig {
         SqliteConfig { access, ..self }
     }

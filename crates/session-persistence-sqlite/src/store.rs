@@ -163,10 +163,12 @@ impl SqliteStore {
         &self.shown
     }
 
+    /// How the store was opened.
     pub fn access(&self) -> Access {
         self.config.access
     }
 
+    /// Whether the store refuses writes ([`Access::ReadOnly`] or [`Access::Immutable`]).
     pub fn is_read_only(&self) -> bool {
         self.config.access.is_read_only()
     }

@@ -16,10 +16,14 @@ use crate::error::{PersistenceError, Result};
 pub struct Revision(Arc<str>);
 
 impl Revision {
+    /// A revision from a backend's own token (a file's size and identity, a database's revision
+    /// counter). Two revisions are equal exactly when their tokens are, so a backend must give a
+    /// changed log a new token.
     pub fn new(token: impl AsRef<str>) -> Revision {
         Revision(Arc::from(token.as_ref()))
     }
 
+    /// The token as the backend wrote it, for messages and for a backend's own comparisons.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -34,7 +38,9 @@ impl fmt::Debug for Revision {
 /// A header as listed, with the revision of its log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredHeader {
+    /// The header as stored, validated.
     pub header: Arc<SessionHeader>,
+    /// The revision of the log this header was read from, at the time it was read.
     pub revision: Revision,
     /// The stored log's size in bytes, as stored (compressed for zstd), when the backend knows it
     /// without reading the log. Lets a caller decide whether a read is cheap.
@@ -52,6 +58,7 @@ pub struct LogFault {
     /// The log's header, when it was read and describes this very log (as for an id stored
     /// twice); `None` when it could not be read or names another log.
     pub header: Option<Arc<SessionHeader>>,
+    /// Why the log cannot be listed: typically `Corrupt`, `FormatUnsupported` or `Io`.
     pub error: PersistenceError,
 }
 
@@ -97,6 +104,8 @@ pub struct SurveyEntry {
     pub id: SessionId,
     /// The log file, for backends with files.
     pub path: Option<PathBuf>,
+    /// The header with its revision, or the error that keeps it from being read (the same
+    /// error a listing reports as the log's [`LogFault`]).
     pub header: Result<StoredHeader>,
 }
 
@@ -114,10 +123,14 @@ pub struct TornTail {
 /// What a scan found besides the events it streamed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScanOutcome {
+    /// The log's header, as also handed to [`ScanSink::header`].
     pub header: Arc<SessionHeader>,
+    /// The revision of the state that was scanned.
     pub revision: Revision,
     /// The number of events streamed: the valid stored prefix, packed rows expanded.
     pub n_events: u64,
+    /// The uncommitted tail after the valid prefix, if the scan found one; `None` for a log
+    /// that ends on a committed boundary.
     pub torn: Option<TornTail>,
     /// Bytes of decoded log text (decompressed for zstd), for throughput reporting.
     pub n_bytes: u64,
@@ -125,10 +138,14 @@ pub struct ScanOutcome {
 
 /// Receives a scan's output in order: the header once, then every event of the valid prefix.
 pub trait ScanSink {
+    /// Receives the log's header, once, before any event. Returning an error stops the scan with
+    /// that error (returning `Cancelled` is how a sink that needs only the header stops early).
     fn header(&mut self, _header: &Arc<SessionHeader>) -> Result<()> {
         Ok(())
     }
 
+    /// Receives the next event of the valid prefix; its `seq` is one more than the previous
+    /// event's. Returning an error stops the scan with that error.
     fn event(&mut self, event: Arc<SessionEvent>) -> Result<()>;
 
     /// The log changed on disk while it was being scanned, and the scan is about to start over
@@ -157,6 +174,7 @@ pub trait ScanSink {
 /// Collects a scan into memory.
 #[derive(Debug, Default)]
 pub struct CollectSink {
+    /// The events received so far, in seq order; emptied when a scan restarts.
     pub events: Vec<SessionEvent>,
 }
 

@@ -117,6 +117,11 @@ impl fmt::Debug for Coordinator {
 }
 
 impl Coordinator {
+    /// A coordinator over `backend`, with nothing cached and no session tracked yet: the first
+    /// call for an id reads its state from the backend.
+    ///
+    /// Fails with `InvalidInput` when `config` is out of range (an inspection cache of zero
+    /// entries, or a write-behind delay outside 1 ms to 2^31 − 1 ms); nothing is read or written.
     pub fn new(backend: Arc<dyn Backend>, config: CoordinatorConfig) -> Result<Coordinator> {
         config.validate()?;
         let cache = InspectCache::new(config.inspect_cache_entries, config.inspect_cache_bytes);
@@ -133,6 +138,9 @@ impl Coordinator {
         })
     }
 
+    /// The backend this coordinator drives. Calling it directly bypasses the per-id
+    /// serialization, validation and repair the coordinator adds; tests and operator tools use it
+    /// to look at stored state.
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.inner.backend
     }

@@ -28,6 +28,7 @@ pub struct CountingBackend {
 }
 
 impl CountingBackend {
+    /// Wraps `inner` with both counters at zero and appends not failing.
     pub fn new(inner: Arc<dyn Backend>) -> CountingBackend {
         CountingBackend {
             inner,

@@ -36,6 +36,7 @@ impl fmt::Debug for KeyedGuard<'_> {
 }
 
 impl KeyedLocks {
+    /// An empty registry.
     pub fn new() -> KeyedLocks {
         KeyedLocks::default()
     }

@@ -20,6 +20,10 @@ use crate::{
 /// Distinguishes stores so revisions never collide across them.
 static NEXT_STORE: AtomicU64 = AtomicU64::new(1);
 
+/// A [`Backend`] that keeps every log in process memory: appends are atomic and immediately
+/// visible, and nothing survives the process (there is no torn tail to repair, ever). Revisions
+/// name the store, so two stores in one process never share one. For tests, examples and hosts
+/// that want a session log without durability.
 #[derive(Debug)]
 pub struct MemoryStore {
     store_no: u64,
@@ -48,6 +52,7 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
+    /// An empty store.
     pub fn new() -> MemoryStore {
         MemoryStore { store_no: NEXT_STORE.fetch_add(1, Ordering::Relaxed), logs: Mutex::new(BTreeMap::new()) }
     }

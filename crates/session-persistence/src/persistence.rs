@@ -13,7 +13,10 @@ use crate::{
 /// An immutable view of one session's log.
 #[derive(Debug, Clone)]
 pub struct Inspection {
+    /// The session's header.
     pub header: Arc<SessionHeader>,
+    /// Every event in seq order (`events[i].seq == i`), closers included, already through the
+    /// read-side validation and the legacy import.
     pub events: Arc<[Arc<SessionEvent>]>,
     /// The stored revision the view was read at; `None` for a live snapshot.
     pub revision: Option<Revision>,
@@ -26,12 +29,15 @@ pub struct Inspection {
 /// What a streaming inspection delivered besides its events.
 #[derive(Debug, Clone)]
 pub struct StreamSummary {
+    /// The session's header, as handed to the sink.
     pub header: Arc<SessionHeader>,
     /// Events delivered, closers included.
     pub n_events: u64,
     /// Synthesized closers among them (0 for a live snapshot).
     pub n_closers: u64,
+    /// Whether the events came from a live session's snapshot rather than storage.
     pub live: bool,
+    /// The stored revision that was read; `None` for a live snapshot.
     pub revision: Option<Revision>,
 }
 

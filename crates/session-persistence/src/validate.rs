@@ -34,6 +34,7 @@ impl KnownTypes {
         KnownTypes(Arc::new(set))
     }
 
+    /// Whether `kind` is in the set (a read accepts such an event without `ignorable: true`).
     pub fn contains(&self, kind: &str) -> bool {
         self.0.contains(kind)
     }

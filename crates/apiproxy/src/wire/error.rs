@@ -51,8 +51,13 @@ pub const CLOSED_ERROR_CODES: [&str; 39] = [
 /// One payload problem reported under `bad-request`: `{code, path, message}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Issue {
+    /// A machine-readable issue code: `invalid_type`, `too_small`, `too_big`, `invalid_literal`,
+    /// `invalid_enum_value` or `custom`.
     pub code: &'static str,
+    /// Where in the request the problem is, from the payload's root (empty for the payload
+    /// itself).
     pub path: Vec<PathSegment>,
+    /// What is wrong, for people.
     pub message: String,
 }
 
@@ -60,7 +65,9 @@ pub struct Issue {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum PathSegment {
+    /// An object key; serialized as a JSON string.
     Key(String),
+    /// A 0-based array index; serialized as a JSON number.
     Index(usize),
 }
 
@@ -77,6 +84,7 @@ impl From<usize> for PathSegment {
 }
 
 impl Issue {
+    /// An issue at `path`.
     pub fn new(code: &'static str, path: Vec<PathSegment>, message: impl Into<String>) -> Issue {
         Issue { code, path, message: message.into() }
     }
@@ -91,12 +99,16 @@ impl Issue {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DiagnosticReason {
+    /// A settled child without a usable identity (no descriptor, or a malformed one).
     Corrupt,
+    /// A child whose descriptor is of a version this build does not read.
     Unsupported,
+    /// A child whose stored log cannot be read.
     Unavailable,
 }
 
 impl DiagnosticReason {
+    /// The reason as it appears on the wire: `corrupt`, `unsupported` or `unavailable`.
     pub fn as_str(self) -> &'static str {
         match self {
             DiagnosticReason::Corrupt => "corrupt",
@@ -109,18 +121,86 @@ impl DiagnosticReason {
 /// The code-specific part of an [`RpcError`], with the reference's detail fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ErrorKind {
-    BadRequest { issues: Vec<Issue> },
+    /// `bad-request`: the envelope or payload is malformed, a value is over its size bound, or
+    /// `session.append` rejected an event.
+    BadRequest {
+        /// Every problem found, each with its path.
+        issues: Vec<Issue>,
+    },
+    /// `cancelled`: the request was cancelled (its client went away) during a read.
     Cancelled,
-    SessionNotFound { session_id: String },
-    SessionConflict { session_id: String, requested_cwd: String, existing_cwd: Option<String> },
-    WorkspaceNotFound { workspace_id: String },
-    AgentPresetConflict { session_id: String, requested_preset: String, existing_preset: Option<String> },
-    AgentBusy { reason: String },
-    ForkUnavailable { session_id: String },
-    SubagentParentUnavailable { parent_session_id: String },
-    SubagentNotFound { parent_session_id: String, child_session_id: String },
-    SubagentCatalogDiagnostic { parent_session_id: String, child_session_id: String, reason: DiagnosticReason },
-    SubagentUnauthorized { child_session_id: String },
+    /// `session-not-found`: unknown, cold without a cwd, or another owner's session (which
+    /// answers exactly like an unknown one).
+    SessionNotFound {
+        /// The id the request named.
+        session_id: String,
+    },
+    /// `session-conflict`: `session.create` with another cwd than the session's, or
+    /// `subagent.spawn` with a taken child id.
+    SessionConflict {
+        /// The session that exists already.
+        session_id: String,
+        /// The cwd the request asked for.
+        requested_cwd: String,
+        /// The session's cwd, when it has one.
+        existing_cwd: Option<String>,
+    },
+    /// `workspace-not-found`: `session.create` named a workspace (this gateway has none).
+    WorkspaceNotFound {
+        /// The workspace id the request named.
+        workspace_id: String,
+    },
+    /// `agent-preset-conflict`: `session.create` with another agent preset than the session's.
+    AgentPresetConflict {
+        /// The session that exists already.
+        session_id: String,
+        /// The preset the request asked for.
+        requested_preset: String,
+        /// The session's preset, when it has one.
+        existing_preset: Option<String>,
+    },
+    /// `agent-busy`: the subagent ownership fence, or `session.append` with a stale
+    /// `expectedSeq`.
+    AgentBusy {
+        /// Why the agent cannot take the request.
+        reason: String,
+    },
+    /// `fork-unavailable`: `session.fork` where no completed turn ends at or after the requested
+    /// point (forks are cut at a `turn/end`).
+    ForkUnavailable {
+        /// The session asked to fork.
+        session_id: String,
+    },
+    /// `subagent-parent-unavailable`: `subagent.spawn` under a parent that is not live (or not
+    /// the caller's).
+    SubagentParentUnavailable {
+        /// The parent the request named.
+        parent_session_id: String,
+    },
+    /// `subagent-not-found`: the child is not a direct child of the parent in the asked mode.
+    SubagentNotFound {
+        /// The parent the request named.
+        parent_session_id: String,
+        /// The child the request named.
+        child_session_id: String,
+    },
+    /// `subagent-catalog-diagnostic`: the child's catalog row is a diagnostic, so its history is
+    /// not served.
+    SubagentCatalogDiagnostic {
+        /// The parent the request named.
+        parent_session_id: String,
+        /// The child whose row is a diagnostic.
+        child_session_id: String,
+        /// The diagnostic's reason.
+        reason: DiagnosticReason,
+    },
+    /// `subagent-unauthorized`: the child's parent changed while its history was read.
+    SubagentUnauthorized {
+        /// The child whose history was read.
+        child_session_id: String,
+    },
+    /// `internal`: everything else. The message never carries backend error text; the cause
+    /// is logged.
     Internal,
 }
 
@@ -194,27 +274,34 @@ impl ErrorKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{} ({})", message, kind.code())]
 pub struct RpcError {
+    /// The code and its detail fields.
     pub kind: ErrorKind,
+    /// The human-readable message, in the reference's wording where it has one.
     pub message: String,
 }
 
 impl RpcError {
+    /// An error of `kind` with `message`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> RpcError {
         RpcError { kind, message: message.into() }
     }
 
+    /// The wire code, one of [`CLOSED_ERROR_CODES`].
     pub fn code(&self) -> &'static str {
         self.kind.code()
     }
 
+    /// `bad-request` with its issues.
     pub fn bad_request(message: impl Into<String>, issues: Vec<Issue>) -> RpcError {
         RpcError::new(ErrorKind::BadRequest { issues }, message)
     }
 
+    /// `internal`. `message` goes to the client: it must not carry backend error text.
     pub fn internal(message: impl Into<String>) -> RpcError {
         RpcError::new(ErrorKind::Internal, message)
     }
 
+    /// `cancelled`.
     pub fn cancelled(message: impl Into<String>) -> RpcError {
         RpcError::new(ErrorKind::Cancelled, message)
     }

@@ -21,20 +21,32 @@ pub const INVALID_REQUEST_RPC_ID: &str = "invalid-request";
 /// Every method this gateway serves, by wire name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Method {
+    /// `host.describe`: the gateway's version, cwd and the caller's tier.
     HostDescribe,
+    /// `session.list`: a row per live or stored session the caller sees.
     SessionList,
+    /// `session.history`: one page of a session's events, paged by messages.
     SessionHistory,
+    /// `session.create`: create a live session, or adopt or resume one by id.
     SessionCreate,
+    /// `session.fork`: a new live session seeded with a prefix of another, cut at a `turn/end`.
     SessionFork,
+    /// `session.append` (this gateway's own): append events to a live session.
     SessionAppend,
+    /// `session.release` (this gateway's own): make a live session durable and detach it.
     SessionRelease,
+    /// `session.flush` (this gateway's own): wait until a live session's events are durable.
     SessionFlush,
+    /// `subagent.list`: the catalog of a parent's direct children.
     SubagentList,
+    /// `subagent.history`: a page of a catalogued child's events.
     SubagentHistory,
+    /// `subagent.spawn` (this gateway's own): create a live child of a live parent.
     SubagentSpawn,
 }
 
 impl Method {
+    /// Every method, in the order `docs/wire.md` lists them.
     pub const ALL: [Method; 11] = [
         Method::HostDescribe,
         Method::SessionList,
@@ -49,6 +61,7 @@ impl Method {
         Method::SubagentSpawn,
     ];
 
+    /// The wire name, as in `POST /api/<name>` and the envelope's `method`.
     pub fn as_str(self) -> &'static str {
         match self {
             Method::HostDescribe => "host.describe",
@@ -65,6 +78,7 @@ impl Method {
         }
     }
 
+    /// The method whose wire name is `name`; `None` for a method this gateway does not serve.
     pub fn from_name(name: &str) -> Option<Method> {
         Method::ALL.into_iter().find(|method| method.as_str() == name)
     }
@@ -73,8 +87,11 @@ impl Method {
 /// A parsed `client-request` envelope.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClientRequest {
+    /// The caller's id for the call, echoed in the `server-response`.
     pub rpc_id: String,
+    /// The method name as sent (not yet checked against [`Method`]).
     pub method: String,
+    /// The payload; `null` when the envelope has none.
     pub payload: Value,
 }
 
@@ -144,7 +161,10 @@ pub fn respond_receipt(body: &Value) -> Value {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProjectionsBlock {
+    /// The seq of the last event folded into `values`; -1 for a session with no event.
     pub as_of_seq: i64,
+    /// Each served unit's client value by unit key (`null` is a value); a unit that failed on
+    /// the log is left out.
     pub values: Map<String, Value>,
 }
 
@@ -152,18 +172,30 @@ pub struct ProjectionsBlock {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionSummary {
+    /// The session's id.
     pub session_id: String,
+    /// Unix epoch milliseconds: the later of the header's `createdAt` and the last human
+    /// `user/message`; rows are sorted by it, newest first.
     pub updated_at: i64,
+    /// Whether the session is live and inside an open turn.
     pub running: bool,
+    /// Whether the session has not started a turn yet (a cold row that cannot tell cheaply is
+    /// listed as not blank).
     pub blank: bool,
+    /// The header's `parentSession`: the session this one was forked or spawned from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent_session_id: Option<String>,
+    /// `"subagent"` for a subagent child, absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub origin: Option<&'static str>,
+    /// The header's `cwd`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// The header's `agentPreset`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_preset: Option<String>,
+    /// The projection values: live ones, or a checkpoint's for a cold row; absent when a cold
+    /// row has no usable checkpoint.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub projections: Option<ProjectionsBlock>,
 }
@@ -189,6 +221,7 @@ impl SessionSummary {
 /// and clients render their generic card.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HistoryEntry {
+    /// The stored event envelope, as the log holds it.
     pub event: Arc<SessionEvent>,
 }
 
@@ -196,8 +229,12 @@ pub struct HistoryEntry {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HistoryPage {
+    /// A contiguous range of the log, in seq order, starting at a message boundary.
     pub events: Vec<HistoryEntry>,
+    /// Whether older events exist (the page starts after seq 0); ask with `beforeSeq` = the
+    /// first seq of this page.
     pub has_more: bool,
+    /// The projection values at the page's end; only on the tail page (no `beforeSeq`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub projections: Option<ProjectionsBlock>,
 }
@@ -206,17 +243,26 @@ pub struct HistoryPage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum SubagentListEntry {
+    /// `kind: "child"`: a child with a usable identity.
     #[serde(rename_all = "camelCase")]
     Child {
+        /// The child session's id.
         id: String,
+        /// `continuable` or `one-shot`, from its descriptor.
         mode: &'static str,
+        /// The descriptor's label, when it has one.
         #[serde(skip_serializing_if = "Option::is_none")]
         label: Option<String>,
+        /// `running` while the child is live and inside an open turn, else `inactive`.
         activity: &'static str,
+        /// Whether the child has subagent children of its own.
         has_children: bool,
     },
+    /// `kind: "diagnostic"`: a child the catalog cannot classify.
     Diagnostic {
+        /// The child session's id.
         id: String,
+        /// Why it cannot be classified.
         reason: DiagnosticReason,
     },
 }
@@ -225,14 +271,18 @@ pub enum SubagentListEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SubagentCatalog {
+    /// One row per direct child the caller sees, by `createdAt` then id.
     pub entries: Vec<SubagentListEntry>,
+    /// Whether the parent is live.
     pub parent_available: bool,
 }
 
 /// A pushed frame: its type and its payload JSON (which carries the same `type`).
 #[derive(Debug, Clone)]
 pub struct Frame {
+    /// The frame type, such as `session/event`; also the `method` of its `server-request`.
     pub kind: &'static str,
+    /// The payload object, serialized once and shared by every connection it is sent to.
     pub payload: Box<RawValue>,
 }
 

@@ -21,11 +21,15 @@ pub const MAX_EVENT_TYPE_BYTES: usize = 128;
 /// A subagent's mode (reference 03 §2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SubagentMode {
+    /// `one-shot`: the child runs one delegated task; its descriptor is written before its first
+    /// step.
     OneShot,
+    /// `continuable`: the child can be resumed with more work; its descriptor is in its seed.
     Continuable,
 }
 
 impl SubagentMode {
+    /// The mode's wire name: `one-shot` or `continuable`.
     pub fn as_str(self) -> &'static str {
         match self {
             SubagentMode::OneShot => "one-shot",
@@ -37,41 +41,57 @@ impl SubagentMode {
 /// `session.history`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistoryRequest {
+    /// The session to read.
     pub session_id: String,
+    /// Page the events before this seq (absent: the tail page).
     pub before_seq: Option<u64>,
+    /// How many messages the page holds at most (at least 1; absent: 50).
     pub max_messages: Option<u64>,
 }
 
 /// `session.create`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateRequest {
+    /// The id to create, adopt or resume; absent: the gateway mints `session-<uuid>`.
     pub session_id: Option<String>,
+    /// An absolute working directory; absent: the gateway's default cwd.
     pub cwd: Option<String>,
+    /// A workspace; this gateway has none, so any value is `workspace-not-found`.
     pub workspace_id: Option<String>,
+    /// The agent preset recorded in the header, as given.
     pub agent_preset: Option<String>,
 }
 
 /// `session.fork`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ForkRequest {
+    /// The session to fork.
     pub session_id: String,
+    /// Fork at the first `turn/end` at or after this seq; absent: at the last `turn/end`.
     pub at_seq: Option<u64>,
 }
 
 /// One event of a `session.append`, before the session stamps its seq and time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {
+    /// The event type (`type` on the wire), which must be in the session vocabulary.
     pub kind: String,
+    /// The payload.
     pub data: Value,
+    /// `surfaceOp` with its `sourceEventSeqs`, when the event is a surface message.
     pub surface: Option<SurfaceIntent>,
 }
 
 /// `session.append`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AppendRequest {
+    /// The live session to append to.
     pub session_id: String,
+    /// 1 to [`MAX_APPEND_EVENTS`] events, appended in order.
     pub events: Vec<NewEvent>,
+    /// The seq the first event must get, or the call is refused (`agent-busy`).
     pub expected_seq: Option<u64>,
+    /// For a subagent child: its parent, which a child's driver must name.
     pub parent_session_id: Option<String>,
     /// Answer only once everything appended so far (this batch included) is durable.
     pub durable: bool,
@@ -80,33 +100,46 @@ pub struct AppendRequest {
 /// `session.release`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReleaseRequest {
+    /// The live session.
     pub session_id: String,
+    /// For a subagent child: its parent, which a child's driver must name.
     pub parent_session_id: Option<String>,
 }
 
 /// `subagent.list`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubagentListRequest {
+    /// The parent whose direct children are listed.
     pub parent_session_id: String,
 }
 
 /// `subagent.history`: a subagent address plus the paging fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubagentHistoryRequest {
+    /// The parent the child must be catalogued under.
     pub parent_session_id: String,
+    /// The child to read.
     pub child_session_id: String,
+    /// The mode the child's catalog row must have.
     pub mode: SubagentMode,
+    /// As [`HistoryRequest::before_seq`].
     pub before_seq: Option<u64>,
+    /// As [`HistoryRequest::max_messages`].
     pub max_messages: Option<u64>,
 }
 
 /// `subagent.spawn`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubagentSpawnRequest {
+    /// The live parent.
     pub parent_session_id: String,
+    /// The child's id; absent: the session store mints one.
     pub child_session_id: Option<String>,
+    /// The child's mode.
     pub mode: SubagentMode,
+    /// The descriptor's label; required for a continuable child.
     pub label: Option<String>,
+    /// The descriptor's provider; absent: `apiproxy`.
     pub provider: Option<String>,
     /// Seed the child with the parent's log through its last `turn/end`.
     pub fork: bool,
@@ -400,6 +433,8 @@ fn kind(value: &Value) -> &'static str {
 }
 
 impl HistoryRequest {
+    /// Validates a `session.history` payload. The whole payload is checked: the error holds every
+    /// issue found, each with its path, for one `bad-request`.
     pub fn parse(payload: &Value) -> Result<HistoryRequest, Vec<Issue>> {
         let mut fields = Fields::of(payload)?;
         let session_id = fields.lookup_id("sessionId");
@@ -411,6 +446,8 @@ impl HistoryRequest {
 }
 
 impl CreateRequest {
+    /// Validates a `session.create` payload. The whole payload is checked: the error holds every
+    /// issue found, each with its path, for one `bad-request`.
     pub fn parse(payload: &Value) -> Result<CreateRequest, Vec<Issue>> {
         let mut fields = Fields::of(payload)?;
         let session_id = fields.optional_new_id("sessionId");
@@ -432,6 +469,8 @@ impl CreateRequest {
 }
 
 impl ForkRequest {
+    /// Validates a `session.fork` payload. The whole payload is checked: the error holds every
+    /// issue found, each with its path, for one `bad-request`.
     pub fn parse(payload: &Value) -> Result<ForkRequest, Vec<Issue>> {
         let mut fields = Fields::of(payload)?;
         let session_id = fields.lookup_id("sessionId");
@@ -441,6 +480,8 @@ impl ForkRequest {
 }
 
 impl AppendRequest {
+    /// Validates a `session.append` payload. The whole payload is checked: the error holds every
+    /// issue found, each with its path, for one `bad-request`.
     pub fn parse(payload: &Value) -> Result<AppendRequest, Vec<Issue>> {
         let mut fields = Fields::of(payload)?;
         let session_id = fields.lookup_id("sessionId");
@@ -460,6 +501,8 @@ impl AppendRequest {
 }
 
 impl ReleaseRequest {
+    /// Validates a `session.release` (and `session.flush`, which takes the same fields) payload. The whole payload is checked: the error holds every
+    /// issue found, each with its path, for one `bad-request`.
     pub fn parse(payload: &Value) -> Result<ReleaseRequest, Vec<Issue>> {
         let mut fields = Fields::of(payload)?;
         let session_id = fields.lookup_id("sessionId");
@@ -469,6 +512,8 @@ impl ReleaseRequest {
 }
 
 impl SubagentListRequest {
+    /// Validates a `subagent.list` payload. The whole payload is checked: the error holds every
+    /// issue found, each with its path, for one `bad-request`.
     pub fn parse(payload: &Value) -> Result<SubagentListRequest, Vec<Issue>> {
         let mut fields = Fields::of(payload)?;
         let parent_session_id = fields.lookup_id("parentSessionId");
@@ -477,6 +522,8 @@ impl SubagentListRequest {
 }
 
 impl SubagentHistoryRequest {
+    /// Validates a `subagent.history` payload. The whole payload is checked: the error holds every
+    /// issue found, each with its path, for one `bad-request`.
     pub fn parse(payload: &Value) -> Result<SubagentHistoryRequest, Vec<Issue>> {
         let mut fields = Fields::of(payload)?;
         let parent_session_id = fields.lookup_id("parentSessionId");
@@ -496,6 +543,8 @@ impl SubagentHistoryRequest {
 }
 
 impl SubagentSpawnRequest {
+    /// Validates a `subagent.spawn` payload. The whole payload is checked: the error holds every
+    /// issue found, each with its path, for one `bad-request`.
     pub fn parse(payload: &Value) -> Result<SubagentSpawnRequest, Vec<Issue>> {
         let mut fields = Fields::of(payload)?;
         let parent_session_id = fields.lookup_id("parentSessionId");

@@ -34,8 +34,12 @@ const CHUNK_EVENT: &str = "assistant/chunk";
 /// Which delta a row packs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ChunkKind {
+    /// `text-delta` chunks; the row's payload is `texts`.
     Text,
+    /// `reasoning-delta` chunks; the row's payload is `texts`.
     Reasoning,
+    /// `tool-call-delta` chunks of one call; the row's payload is `args`, plus the call's `id`
+    /// and, when every member has one, its `name`.
     ToolCall,
 }
 
@@ -49,6 +53,8 @@ impl ChunkKind {
         }
     }
 
+    /// The kind whose [`tag`](ChunkKind::tag) is `tag`; `None` for any other string (an event
+    /// type, say).
     pub fn from_tag(tag: &str) -> Option<ChunkKind> {
         match tag {
             "text-chunks" => Some(ChunkKind::Text),
@@ -78,17 +84,23 @@ impl ChunkKind {
 /// One packed run. Member `k` has seq `seq0 + k` and time `time0 + dt[0] + … + dt[k-1]`.
 #[derive(Debug, Clone)]
 pub struct ChunkRow<'a> {
+    /// Which delta the members are.
     pub kind: ChunkKind,
+    /// The first member's `seq`.
     pub seq0: u64,
+    /// The first member's `time` (milliseconds since the Unix epoch, as in the events).
     pub time0: i64,
     /// `turn`, `step` and `index` as the raw JSON numbers of the member events.
     pub turn: &'a RawValue,
+    /// The members' `step`, a raw JSON number.
     pub step: &'a RawValue,
+    /// The members' chunk `index`, a raw JSON number.
     pub index: &'a RawValue,
     /// Time gaps between consecutive members; one fewer than the members, possibly negative.
     pub dt: Vec<i64>,
     /// Tool-call rows only: the call id and, when every member carries one, the tool name.
     pub id: Option<&'a RawValue>,
+    /// Tool-call rows only: the tool name, a raw JSON string, when every member carries one.
     pub name: Option<&'a RawValue>,
     /// Each member's text or arguments fragment, as a raw JSON string.
     pub members: Vec<&'a RawValue>,
@@ -97,7 +109,9 @@ pub struct ChunkRow<'a> {
 /// One storage line: an event written verbatim, or a packed run.
 #[derive(Debug, Clone)]
 pub enum Record<'a> {
+    /// An event stored as its own line, exactly as it serializes.
     Event(&'a SessionEvent),
+    /// A run of at least [`MIN_RUN`] chunk events stored as one row.
     Chunks(ChunkRow<'a>),
 }
 
@@ -266,9 +280,13 @@ pub(crate) fn pack_chunk_runs_within<E: Borrow<SessionEvent>>(events: &[E], max_
     )
 }
 
-/// The runs [`pack_chunk_runs`] would pack, each whole: no run is cut by a member count or a
-/// size, so a caller with its own row limits (the SQLite store's) cuts them itself. Runs shorter
-/// than [`MIN_RUN`] and every other event pass through verbatim, in order.
+/// The runs of chunk deltas in `events`, each packed whole into one [`ChunkRow`]: a run of at
+/// least [`MIN_RUN`] consecutive deltas of one block (same kind, turn, step, index and, for tool
+/// calls, call id and name) with consecutive seqs. Shorter runs and every other event pass
+/// through verbatim as [`Record::Event`], in order.
+///
+/// Unlike the JSONL writer's packing, no run is cut by a member count or a size, so a backend
+/// with row limits of its own (the SQLite store's) cuts each row with [`ChunkRow::slice`].
 pub fn chunk_runs<E: Borrow<SessionEvent>>(events: &[E]) -> Vec<Record<'_>> {
     pack_runs(events, RunLimits { max_members: usize::MAX, max_payload_bytes: usize::MAX, max_row_bytes: usize::MAX })
 }
@@ -348,6 +366,7 @@ impl RecordError {
         RecordError { message: format!("malformed {} storage row: {why}", kind.tag()) }
     }
 
+    /// The message, as the reference words it for a malformed row.
     pub fn message(&self) -> &str {
         &self.message
     }

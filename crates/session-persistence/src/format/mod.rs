@@ -67,6 +67,7 @@ impl Compression {
         }
     }
 
+    /// The other encoding: the one a log in the wrong encoding for this store has.
     pub fn opposite(self) -> Compression {
         match self {
             Compression::Zstd => Compression::None,

@@ -40,6 +40,7 @@ pub trait ByteSource: Sync {
     /// Reads at `offset` into `buf`, returning how many bytes were read (0 at the end).
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
 
+    /// Whether the source holds no byte at all (an empty file).
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -73,9 +74,11 @@ impl ByteSource for Vec<u8> {
 /// The result of a scan besides the streamed events.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogScan {
+    /// The log's header.
     pub header: Arc<SessionHeader>,
     /// Events streamed: the valid prefix, recovered events of a torn zstd frame included.
     pub n_events: u64,
+    /// The uncommitted tail, if the log has one.
     pub torn: Option<TornTail>,
     /// Bytes of log text decoded (decompressed for zstd), header included.
     pub n_bytes: u64,

@@ -33,6 +33,8 @@ impl std::fmt::Debug for FrameEncoder {
 }
 
 impl FrameEncoder {
+    /// An encoder at zstd's default level with content checksums on. Fails only if zstd cannot
+    /// allocate its context.
     pub fn new() -> io::Result<FrameEncoder> {
         let mut compressor = zstd::bulk::Compressor::new(zstd::DEFAULT_COMPRESSION_LEVEL)?;
         compressor.set_parameter(CParameter::ChecksumFlag(true))?;

@@ -24,6 +24,7 @@ pub struct HeaderCacheStats {
     pub hits: u64,
     /// Headers read from their file.
     pub misses: u64,
+    /// Headers held in the cache now, one per log file seen by a listing.
     pub entries: usize,
     /// Scans offered a listed header whose file kept its identity; a scan uses it only if the
     /// log still starts with the header's stored bytes.
@@ -82,6 +83,8 @@ pub(super) enum Listed {
 }
 
 impl JsonlStore {
+    /// The header cache's counters since the store was opened; tests and benchmarks use them to
+    /// prove that a second listing reads no header file.
     pub fn header_cache_stats(&self) -> HeaderCacheStats {
         HeaderCacheStats {
             hits: self.header_hits.load(Ordering::Relaxed),

@@ -157,14 +157,19 @@ impl JsonlStore {
         }
     }
 
+    /// The store's root directory, made absolute at open.
     pub fn root(&self) -> &Path {
         &self.root
     }
 
+    /// The encoding this handle reads and writes; a log in the other encoding is reported as a
+    /// fault, not read.
     pub fn compression(&self) -> Compression {
         self.compression
     }
 
+    /// Whether this handle was opened with [`JsonlStore::open_read_only`] (it holds no lock,
+    /// and every write fails).
     pub fn is_read_only(&self) -> bool {
         self.lock.is_none()
     }
