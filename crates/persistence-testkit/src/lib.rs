@@ -54,6 +54,8 @@ mod coordinator;
 mod legacy;
 mod persistence;
 mod runner;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 

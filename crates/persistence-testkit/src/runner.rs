@@ -8,6 +8,7 @@ use std::{
     future::Future,
     panic::{self, AssertUnwindSafe},
     pin::Pin,
+    sync::Once,
 };
 
 use crate::{CheckpointPlace, Place};
@@ -122,13 +123,35 @@ impl<S: ?Sized + 'static> Suite<S> {
     }
 }
 
+thread_local! {
+    /// Where the last panic on this thread happened, recorded by the hook [`record_panic_locations`]
+    /// installs.
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Installs, once per process, a panic hook that records where each panic happened (for the
+/// report) and then runs the hook that was installed before it, so panics print as they did.
+fn record_panic_locations() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let previous = panic::take_hook();
+        panic::set_hook(Box::new(move |info| {
+            let location = info.location().map(|location| format!("{}:{}", location.file(), location.line()));
+            LAST_PANIC.with(|last| *last.borrow_mut() = location);
+            previous(info);
+        }));
+    });
+}
+
 fn run_case<S: ?Sized + 'static>(case: &Case<S>, place: Box<S>) -> CaseReport {
+    record_panic_locations();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a Tokio runtime for the case starts");
     let cx = Cx { place: &*place, notes: RefCell::new(Vec::new()) };
+    LAST_PANIC.with(|last| last.borrow_mut().take());
     let result = panic::catch_unwind(AssertUnwindSafe(|| runtime.block_on((case.run)(&cx))));
     let outcome = match result {
         Ok(()) => {
@@ -139,7 +162,8 @@ fn run_case<S: ?Sized + 'static>(case: &Case<S>, place: Box<S>) -> CaseReport {
             // A failed case may leave a blocking task waiting on something that will never come:
             // let it go rather than wait for it.
             runtime.shutdown_background();
-            Outcome::Failed { message: panic_message(payload.as_ref()) }
+            let location = LAST_PANIC.with(|last| last.borrow_mut().take());
+            Outcome::Failed { message: panic_message(payload.as_ref()), location }
         }
     };
     drop(place);
@@ -171,6 +195,9 @@ pub enum Outcome {
     Failed {
         /// The panic's message.
         message: String,
+        /// Where the case panicked (`file:line`), when the panic happened on the case's own
+        /// thread; a panic in a task the case spawned reaches it as a panic where it was awaited.
+        location: Option<String>,
     },
 }
 
@@ -191,12 +218,16 @@ impl CaseReport {
 }
 
 impl fmt::Display for CaseReport {
-    /// `ok <case>` (with what it skipped in parentheses) or `FAILED <case>: <message>`.
+    /// `ok <case>` (with what it skipped in parentheses) or `FAILED <case> (at <file:line>):
+    /// <message>`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.outcome {
             Outcome::Passed { notes } if notes.is_empty() => write!(f, "ok {}", self.name),
             Outcome::Passed { notes } => write!(f, "ok {} ({})", self.name, notes.join("; ")),
-            Outcome::Failed { message } => write!(f, "FAILED {}: {message}", self.name),
+            Outcome::Failed { message, location: None } => write!(f, "FAILED {}: {message}", self.name),
+            Outcome::Failed { message, location: Some(location) } => {
+                write!(f, "FAILED {} (at {location}): {message}", self.name)
+            }
         }
     }
 }
