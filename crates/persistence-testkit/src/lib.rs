@@ -80,8 +80,9 @@ pub trait Place {
 
     /// The stored bytes of `header`'s log, for a backend that keeps each log as a file of its own:
     /// the legacy-log cases check that no read, repair or adoption rewrites a stored byte (a
-    /// repair may only append). `None`, the default, skips those checks and the report says so;
-    /// the same cases still compare the stored events through [`Backend::scan`].
+    /// repair may only append). It is called while a backend over the place is open, so it must
+    /// read without taking the backend's lock. `None`, the default, skips those checks and the
+    /// report says so; the same cases still compare the stored events through [`Backend::scan`].
     fn log_bytes(&self, header: &SessionHeader) -> Option<Vec<u8>> {
         let _ = header;
         None
