@@ -80,7 +80,7 @@ fn dependency_edges_match_architecture_md() {
 }
 
 /// Test-only crates: other crates may reach them through `[dev-dependencies]` only.
-const TEST_ONLY: &[&str] = &["projection-testkit"];
+const TEST_ONLY: &[&str] = &["projection-testkit", "persistence-testkit"];
 
 #[test]
 fn test_only_crates_are_dev_dependencies_only() {

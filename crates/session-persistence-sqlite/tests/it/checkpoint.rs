@@ -1,6 +1,6 @@
-//! The SQLite checkpoint store: the `CheckpointStore` contract (whole records replaced, damaged
-//! rows discarded, records independent), a foreign file refused, and the projection cache over
-//! a SQLite session store with its checkpoints beside it, reading its tail by seek.
+//! The SQLite checkpoint store beyond the test kit's checkpoint-store contract (which `contract`
+//! runs): a foreign file refused, and the projection cache over a SQLite session store with its
+//! checkpoints beside it, reading its tail by seek.
 
 use std::{fs, os::unix::fs::PermissionsExt, sync::Arc};
 
@@ -98,36 +98,6 @@ fn the_cache_keeps_its_records_beside_the_session_database_and_reads_tails_by_se
     });
     // The session database still holds only the reference's schema objects.
     drop(SqliteStore::open(SqliteConfig::file(&path)).unwrap());
-}
-
-#[test]
-fn records_are_replaced_whole_and_damaged_rows_are_discarded() {
-    for target in [Target::Memory, Target::File(tempfile::tempdir().unwrap().keep().join("cache.db"))] {
-        let records = SqliteCheckpointStore::open(&target).unwrap();
-        let record = |as_of_seq: i64| {
-            serde_json::from_value::<session_projection_cache::CheckpointRecord>(json!({
-                "identity": {"createdAt": 1, "cwd": null}, "asOfSeq": as_of_seq, "rows": {}, "failures": {}
-            }))
-            .unwrap()
-        };
-        let (a, b) = (SessionId::from("s-a"), SessionId::from("s-b"));
-        assert_eq!(records.get(&a).unwrap(), None);
-        records.put(&a, &record(3)).unwrap();
-        records.put(&b, &record(4)).unwrap();
-        records.put(&a, &record(5)).unwrap();
-        assert_eq!(records.get(&a).unwrap(), Some(record(5)));
-        assert_eq!(records.get(&b).unwrap(), Some(record(4)), "writing one record never touches another");
-        assert!(records.remove(&b).unwrap());
-        assert!(!records.remove(&b).unwrap());
-        if let Target::File(path) = &target {
-            let connection = rusqlite::Connection::open(path).unwrap();
-            connection.execute("UPDATE checkpoint_records SET crc32 = crc32 + 1", []).unwrap();
-            assert_eq!(records.get(&a).unwrap(), None, "a row failing its checksum is discarded");
-            records.put(&a, &record(6)).unwrap();
-            connection.execute("UPDATE checkpoint_records SET version = 99", []).unwrap();
-            assert_eq!(records.get(&a).unwrap(), None, "a row of another version is discarded");
-        }
-    }
 }
 
 #[test]

@@ -1,11 +1,10 @@
 //! Integration tests of the SQLite store: the reference's database read back with its own
-//! answers, the copied persistence contract, torn and corrupt rows, racing writers, file rules,
+//! answers, the backend test kit's contracts, torn and corrupt rows, racing writers, file rules,
 //! and the checkpoint store.
 
 mod checkpoint;
 mod contract;
 mod fixture;
-mod mechanics;
 mod rows;
 mod rules;
 mod writes;
@@ -18,7 +17,6 @@ use std::{
 };
 
 use session_core::{SessionEvent, SessionId, SurfaceOp};
-use session_persistence::Backend;
 use session_persistence_sqlite::{SqliteConfig, SqliteStore};
 
 /// The database the reference wrote, with its answers. Never opened in place: tests copy it.
@@ -46,14 +44,6 @@ pub(crate) fn fixture_copy() -> (tempfile::TempDir, PathBuf) {
 
 pub(crate) fn open(path: &Path) -> SqliteStore {
     SqliteStore::open(SqliteConfig::file(path)).expect("the store opens")
-}
-
-/// A fresh SQLite file store and an in-memory one, each with the guard that keeps its files.
-pub(crate) fn sqlite_backends() -> Vec<(Option<tempfile::TempDir>, Arc<dyn Backend>)> {
-    let dir = tempfile::tempdir().unwrap();
-    let file: Arc<dyn Backend> = Arc::new(open(&dir.path().join("sessions.db")));
-    let memory: Arc<dyn Backend> = Arc::new(SqliteStore::open(SqliteConfig::memory()).unwrap());
-    vec![(Some(dir), file), (None, memory)]
 }
 
 pub(crate) fn id(text: &str) -> SessionId {

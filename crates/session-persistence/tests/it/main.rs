@@ -2,7 +2,6 @@
 
 mod bounds;
 mod contract;
-mod coordinator;
 mod damage;
 mod golden;
 mod layout;

@@ -1,0 +1,185 @@
+//! The checkpoint-store contract: what every `CheckpointStore` does with the projection cache's
+//! records (round trip, whole-record replace, absent ids, removal, reopening, independence of
+//! records) and what a damaged record does (absent, never an error, healed by the next write).
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use session_core::SessionId;
+use session_projection_cache::{CheckpointRecord, CheckpointStore};
+
+use crate::{
+    CheckpointPlace, Damage,
+    runner::{Case, cases},
+};
+
+/// A checkpoint case's context: its place.
+type Cx<'a> = crate::runner::Cx<'a, dyn CheckpointPlace>;
+
+impl Cx<'_> {
+    fn open(&self) -> Arc<dyn CheckpointStore> {
+        self.place.open()
+    }
+}
+
+pub(crate) fn cases() -> Vec<Case<dyn CheckpointPlace>> {
+    cases![
+        records_round_trip,
+        a_put_replaces_the_whole_record,
+        absent_ids_read_as_none_and_remove_as_false,
+        removing_a_record_leaves_the_others,
+        records_survive_reopening,
+        records_keep_every_field,
+        a_damaged_record_reads_as_absent_and_the_next_put_replaces_it,
+    ]
+}
+
+fn record_of(value: Value) -> CheckpointRecord {
+    let record: CheckpointRecord = serde_json::from_value(value).expect("the kit's records are well formed");
+    record.validate().expect("the kit's records are valid");
+    record
+}
+
+/// A small record cut at `seq`, with one row.
+fn record(seq: i64) -> CheckpointRecord {
+    record_of(json!({
+        "identity": {"createdAt": 1, "cwd": null}, "asOfSeq": seq,
+        "rows": {"test/marks": {"ver": 1, "seq": seq, "val": {"marks": ["a"]}}}, "failures": {}
+    }))
+}
+
+async fn records_round_trip(h: &Cx<'_>) {
+    let store = h.open();
+    let (a, b) = (SessionId::from("a"), SessionId::from("odd/id ~ é"));
+    store.put(&a, &record(1)).unwrap();
+    store.put(&b, &record(2)).unwrap();
+    store.put(&a, &record(3)).unwrap();
+    assert_eq!(store.get(&a).unwrap(), Some(record(3)));
+    assert_eq!(store.get(&b).unwrap(), Some(record(2)), "writing one record never touches another");
+    assert_eq!(store.get(&SessionId::from("c")).unwrap(), None);
+}
+
+async fn a_put_replaces_the_whole_record(h: &Cx<'_>) {
+    let store = h.open();
+    let id = SessionId::from("s-replace");
+    let first = record_of(json!({
+        "identity": {"createdAt": 7, "cwd": "/work/one"}, "asOfSeq": 9,
+        "rows": {
+            "test/marks": {"ver": 1, "seq": 9, "val": {"marks": ["a", "b"]}},
+            "test/count": {"ver": 2, "seq": 8, "val": 3},
+        },
+        "failures": {"test/broken": {"ver": 1, "seq": 4, "panicked": true, "message": "boom"}}
+    }));
+    let second = record_of(json!({
+        "identity": {"createdAt": 7, "cwd": "/work/one"}, "asOfSeq": 12,
+        "rows": {"test/sum": {"ver": 1, "seq": 12, "val": {"sum": 10}}}, "failures": {}
+    }));
+    store.put(&id, &first).unwrap();
+    assert_eq!(store.get(&id).unwrap(), Some(first));
+    store.put(&id, &second).unwrap();
+    assert_eq!(store.get(&id).unwrap(), Some(second), "no row or failure of the replaced record remains");
+}
+
+async fn absent_ids_read_as_none_and_remove_as_false(h: &Cx<'_>) {
+    let store = h.open();
+    let id = SessionId::from("s-absent");
+    assert_eq!(store.get(&id).unwrap(), None);
+    assert!(!store.remove(&id).unwrap(), "removing an absent record reports there was none");
+    store.put(&id, &record(1)).unwrap();
+    assert!(store.remove(&id).unwrap());
+    assert_eq!(store.get(&id).unwrap(), None);
+    assert!(!store.remove(&id).unwrap());
+}
+
+async fn removing_a_record_leaves_the_others(h: &Cx<'_>) {
+    let store = h.open();
+    let (a, b) = (SessionId::from("s-a"), SessionId::from("s-b"));
+    store.put(&a, &record(3)).unwrap();
+    store.put(&b, &record(4)).unwrap();
+    assert!(store.remove(&a).unwrap());
+    assert!(!store.remove(&a).unwrap());
+    assert_eq!(store.get(&a).unwrap(), None);
+    assert_eq!(store.get(&b).unwrap(), Some(record(4)));
+    store.put(&a, &record(5)).unwrap();
+    assert_eq!(store.get(&a).unwrap(), Some(record(5)), "a removed id can be written again");
+}
+
+async fn records_survive_reopening(h: &Cx<'_>) {
+    let store = h.open();
+    let (kept, removed) = (SessionId::from("s-kept"), SessionId::from("s-removed"));
+    store.put(&kept, &record(1)).unwrap();
+    store.put(&removed, &record(2)).unwrap();
+    store.put(&kept, &record(3)).unwrap();
+    assert!(store.remove(&removed).unwrap());
+    drop(store);
+    let reopened = h.open();
+    assert_eq!(reopened.get(&kept).unwrap(), Some(record(3)), "a put is durable before it returns");
+    assert_eq!(reopened.get(&removed).unwrap(), None, "so is a remove");
+}
+
+async fn records_keep_every_field(h: &Cx<'_>) {
+    let store = h.open();
+    let id = SessionId::from("s-fields");
+    let full = record_of(json!({
+        "identity": {"createdAt": 9_007_199_254_740_991u64, "cwd": "/wörk/\"quoted\"/😀"},
+        "asOfSeq": 9_007_199_254_740_991u64,
+        "rows": {
+            "test/empty": {"ver": 0, "seq": -1, "val": null},
+            "test/nested": {"ver": 9_007_199_254_740_991u64, "seq": 5, "val": {
+                "list": [1, -2, "three", false, null, {"deep": ["\u{0001}", "é"]}],
+                "text": "line\nbreak\ttab",
+            }},
+            "unicode/ключ": {"ver": 1, "seq": 0, "val": "значение"},
+        },
+        "failures": {
+            "test/err": {"ver": 3, "seq": 2, "panicked": false, "message": "a unit error"},
+            "test/panic": {"ver": 1, "seq": 0, "panicked": true, "message": "panicked at 'boom' 😀"},
+        }
+    }));
+    store.put(&id, &full).unwrap();
+    assert_eq!(store.get(&id).unwrap(), Some(full.clone()));
+    let bare = record_of(json!({"identity": {"createdAt": 0}, "asOfSeq": -1, "rows": {}}));
+    store.put(&id, &bare).unwrap();
+    assert_eq!(store.get(&id).unwrap(), Some(bare), "an empty log's record, without cwd or failures");
+    drop(store);
+    let reopened = h.open();
+    reopened.put(&id, &full).unwrap();
+    drop(reopened);
+    assert_eq!(h.open().get(&id).unwrap(), Some(full), "every field survives reopening");
+}
+
+async fn a_damaged_record_reads_as_absent_and_the_next_put_replaces_it(h: &Cx<'_>) {
+    let store = h.open();
+    let (id, other) = (SessionId::from("s"), SessionId::from("t"));
+    store.put(&id, &record(1)).unwrap();
+    store.put(&other, &record(5)).unwrap();
+    let damages = [
+        Damage::Truncated,
+        Damage::FlippedBit,
+        Damage::NewerVersion,
+        Damage::Garbage,
+        Damage::AnotherSessionsRecord { of: other.clone() },
+    ];
+    let mut skipped = Vec::new();
+    for damage in &damages {
+        if !h.place.damage(&id, damage) {
+            skipped.push(match damage {
+                Damage::AnotherSessionsRecord { .. } => "AnotherSessionsRecord".to_owned(),
+                other => format!("{other:?}"),
+            });
+            continue;
+        }
+        assert_eq!(store.get(&id).unwrap(), None, "{damage:?}: a damaged record is absent, not an error");
+        let reopened = h.open();
+        assert_eq!(reopened.get(&id).unwrap(), None, "{damage:?}: the store still opens, without the record");
+        drop(reopened);
+        assert_eq!(store.get(&other).unwrap(), Some(record(5)), "{damage:?}: the other record is untouched");
+        store.put(&id, &record(1)).unwrap();
+        assert_eq!(store.get(&id).unwrap(), Some(record(1)), "{damage:?}: the next write replaces it");
+    }
+    if skipped.len() == damages.len() {
+        h.note("skipped: the place damages no stored record");
+    } else if !skipped.is_empty() {
+        h.note(format!("skipped the damages the place cannot make: {}", skipped.join(", ")));
+    }
+}
