@@ -20,6 +20,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use session_core::SessionStore;
 use session_persistence::Coordinator;
 use session_persistence::{Compression, SessionPersistence};
+use session_persistence_postgres::{SCHEMA_VERSION, SetupOutcome};
 use session_projection::ProjectionRegistry;
 use session_projection_cache::{BackfillOptions, CacheConfig, CacheError, ProjectionCache};
 
@@ -53,8 +54,10 @@ impl From<Encoding> for Compression {
 
 #[derive(Debug, clap::Args)]
 struct StoreArgs {
-    /// The store: a JSONL store directory, or `sqlite:PATH` for a SQLite session database (the
-    /// reference's format; projection checkpoints go to `PATH.projection-cache`).
+    /// The store: a JSONL store directory, `sqlite:PATH` for a SQLite session database (the
+    /// reference's format; projection checkpoints go to `PATH.projection-cache`), or
+    /// `postgres://user@host:port/database[?schema=NAME]` for a PostgreSQL store that many
+    /// gateways share (checkpoints in the same schema; `serve` and `setup` create the schema).
     #[arg(long, default_value = "./.sessions")]
     store: String,
     /// The encoding of a JSONL store (one store holds one encoding). Without it, an existing
@@ -115,6 +118,12 @@ enum Command {
         /// Commit repairs: cut torn tails and close interrupted turns.
         #[arg(long)]
         repair: bool,
+    },
+    /// Create or migrate the schema of a PostgreSQL store (`serve` does the same at start); a
+    /// schema of a newer version is refused. Other stores need no setup.
+    Setup {
+        #[command(flatten)]
+        store: StoreArgs,
     },
     /// Manage the projection checkpoint cache of a store.
     Cache {
@@ -352,6 +361,19 @@ async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Verify { store, repair } => verify(store.options()?, repair).await,
+        Command::Setup { store } => {
+            let location = store.options()?;
+            let shown = location.path().display().to_string();
+            match ops::setup_location(&location)? {
+                Some(SetupOutcome::Created) => println!("{shown}: created the schema (version {SCHEMA_VERSION})"),
+                Some(SetupOutcome::Migrated { from }) => {
+                    println!("{shown}: migrated the schema from version {from} to {SCHEMA_VERSION}")
+                }
+                Some(SetupOutcome::Current) => println!("{shown}: the schema is current (version {SCHEMA_VERSION})"),
+                None => println!("{shown}: this kind of store needs no setup"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Cache { command: CacheCommand::Warm { store } } => warm(store.options()?).await,
     }
 }

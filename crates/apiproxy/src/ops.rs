@@ -1,6 +1,6 @@
-//! Store operations behind the operator CLI: open a store (a JSONL directory, or a SQLite database
-//! named `sqlite:PATH`), list and show sessions, list subagents, and verify (optionally repair)
-//! every log.
+//! Store operations behind the operator CLI: open a store (a JSONL directory, a SQLite database
+//! named `sqlite:PATH`, or a PostgreSQL schema named by a `postgres://` URL), list and show
+//! sessions, list subagents, and verify (optionally repair) every log.
 
 use std::{path::PathBuf, sync::Arc};
 
@@ -10,6 +10,7 @@ use session_persistence::{
     Compression, Coordinator, CoordinatorConfig, Inspection, JsonlConfig, JsonlStore, Listing, PersistenceError,
     ScanSink, SessionPersistence, StoreEncoding, inspect_into,
 };
+use session_persistence_postgres::{PgCheckpointStore, PgConfig, PgStore, SetupOutcome, is_postgres_url};
 use session_persistence_sqlite::{SqliteCheckpointStore, SqliteConfig, SqliteStore};
 use session_projection::ProjectionRegistry;
 use tokio_util::sync::CancellationToken;
@@ -49,16 +50,54 @@ pub enum StoreLocation {
         /// The session database file.
         path: PathBuf,
     },
+    /// A schema of a PostgreSQL database, shared by any number of gateways and hosts; its
+    /// projection checkpoints live in the same schema.
+    Postgres(Box<PgLocation>),
+}
+
+/// A PostgreSQL store: its settings, and the URL as messages show it (never the password).
+#[derive(Debug, Clone)]
+pub struct PgLocation {
+    /// The connection and store settings.
+    pub config: PgConfig,
+    shown: PathBuf,
+}
+
+impl PartialEq for PgLocation {
+    fn eq(&self, other: &PgLocation) -> bool {
+        self.shown == other.shown
+    }
+}
+
+impl Eq for PgLocation {}
+
+impl PgLocation {
+    /// The location of the store `config` names.
+    pub fn new(config: PgConfig) -> PgLocation {
+        PgLocation { shown: PathBuf::from(config.shown()), config }
+    }
+}
+
+/// Runs blocking work that must not run on an async worker thread (a PostgreSQL store blocks on
+/// a runtime of its own) on a thread of its own, and waits for it.
+fn off_runtime<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| match scope.spawn(work).join() {
+        Ok(value) => value,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
 }
 
 /// The prefix of a `--store` argument that names a SQLite database.
 pub const SQLITE_PREFIX: &str = "sqlite:";
 
 impl StoreLocation {
-    /// Reads a `--store` argument: `sqlite:PATH` is a SQLite database file, anything else a JSONL
-    /// store directory with `compression`, or, without one, the encoding its logs use (see
-    /// [`detect_compression`]).
+    /// Reads a `--store` argument: a `postgres://` (or `postgresql://`) URL is a PostgreSQL
+    /// store, `sqlite:PATH` a SQLite database file, anything else a JSONL store directory with
+    /// `compression`, or, without one, the encoding its logs use (see [`detect_compression`]).
     pub fn parse(text: &str, compression: Option<Compression>) -> Result<StoreLocation, ProxyError> {
+        if is_postgres_url(text) {
+            return Ok(StoreLocation::Postgres(Box::new(PgLocation::new(PgConfig::from_url(text)?))));
+        }
         match text.strip_prefix(SQLITE_PREFIX) {
             Some(path) => Ok(StoreLocation::Sqlite { path: PathBuf::from(path) }),
             None => {
@@ -72,11 +111,12 @@ impl StoreLocation {
         }
     }
 
-    /// The directory or file, for messages.
+    /// The directory or file (for PostgreSQL, the URL without its password), for messages.
     pub fn path(&self) -> &std::path::Path {
         match self {
             StoreLocation::Jsonl(options) => &options.dir,
             StoreLocation::Sqlite { path } => path,
+            StoreLocation::Postgres(location) => &location.shown,
         }
     }
 }
@@ -91,6 +131,28 @@ pub fn open_location_writable(location: &StoreLocation) -> Result<Arc<Coordinato
     match location {
         StoreLocation::Jsonl(options) => open_writable(options),
         StoreLocation::Sqlite { path } => backend_coordinator(Arc::new(SqliteStore::open(SqliteConfig::file(path))?)),
+        StoreLocation::Postgres(location) => {
+            let (store, outcome) = off_runtime(|| PgStore::setup(&location.config))?;
+            match outcome {
+                SetupOutcome::Created => {
+                    tracing::info!(store = %location.shown.display(), "created the session store schema")
+                }
+                SetupOutcome::Migrated { from } => {
+                    tracing::info!(store = %location.shown.display(), from, "migrated the session store schema")
+                }
+                SetupOutcome::Current => {}
+            }
+            backend_coordinator(Arc::new(store))
+        }
+    }
+}
+
+/// The explicit setup step of a store: creates (or migrates) a PostgreSQL store's schema and
+/// says what it did; other stores need none (`None`).
+pub fn setup_location(location: &StoreLocation) -> Result<Option<SetupOutcome>, ProxyError> {
+    match location {
+        StoreLocation::Postgres(location) => Ok(Some(off_runtime(|| PgStore::setup(&location.config))?.1)),
+        StoreLocation::Jsonl(_) | StoreLocation::Sqlite { .. } => Ok(None),
     }
 }
 
@@ -105,6 +167,9 @@ pub fn open_location_read_only(location: &StoreLocation) -> Result<Arc<Coordinat
             }
             backend_coordinator(Arc::new(SqliteStore::open_for_reading(path)?))
         }
+        StoreLocation::Postgres(location) => {
+            backend_coordinator(Arc::new(off_runtime(|| PgStore::open(&location.config))?))
+        }
     }
 }
 
@@ -113,12 +178,15 @@ pub fn location_writer_active(location: &StoreLocation) -> Result<bool, ProxyErr
     match location {
         StoreLocation::Jsonl(options) => writer_active(options),
         StoreLocation::Sqlite { path } => Ok(SqliteStore::open_for_reading(path)?.writer_active()?),
+        // Any number of gateways and hosts may write a shared database at any time.
+        StoreLocation::Postgres(_) => Ok(true),
     }
 }
 
 /// The projection cache's checkpoint store of a store: `.projection-cache/` inside a JSONL
 /// directory, a `.projection-cache` database beside a SQLite one (never inside the session
-/// database, which must hold the reference's schema only). Blocks: run it on the blocking pool.
+/// database, which must hold the reference's schema only), the `checkpoints` table of a
+/// PostgreSQL store's schema. Blocks: run it on the blocking pool.
 pub fn open_checkpoints(
     location: &StoreLocation,
 ) -> Result<Arc<dyn session_projection_cache::CheckpointStore>, session_projection_cache::CacheError> {
@@ -129,6 +197,11 @@ pub fn open_checkpoints(
         StoreLocation::Sqlite { path } => {
             let records = SqliteCheckpointStore::beside(path);
             Ok(Arc::new(SqliteCheckpointStore::open(&session_persistence_sqlite::Target::File(records))?))
+        }
+        StoreLocation::Postgres(location) => {
+            let store = off_runtime(|| PgStore::open(&location.config))
+                .map_err(|error| session_projection_cache::CacheError::Storage { message: error.to_string() })?;
+            Ok(Arc::new(PgCheckpointStore::new(Arc::new(store))))
         }
     }
 }

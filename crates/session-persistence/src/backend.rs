@@ -97,6 +97,112 @@ impl Listing {
     }
 }
 
+impl Listing {
+    /// The part of this listing that a listing of `parent`'s children needs (what
+    /// [`Backend::list_children`] answers): `parent` itself, every session whose
+    /// `parentSession` is `parent`, and every session whose parent is one of those (so a caller
+    /// can tell which children have children of their own). Faults are kept when their header
+    /// still names such a session; the rest name no parent, so no catalog lists them.
+    pub fn family_of(self, parent: &SessionId) -> Listing {
+        let children: std::collections::HashSet<SessionId> = self
+            .headers
+            .iter()
+            .map(|stored| &stored.header)
+            .chain(self.faults.iter().filter_map(|fault| fault.header.as_ref()))
+            .filter(|header| header.parent_session.as_ref() == Some(parent))
+            .map(|header| header.id.clone())
+            .collect();
+        let in_family = |header: &SessionHeader| {
+            &header.id == parent
+                || header.parent_session.as_ref().is_some_and(|up| up == parent || children.contains(up))
+        };
+        Listing {
+            headers: self.headers.into_iter().filter(|stored| in_family(&stored.header)).collect(),
+            faults: self.faults.into_iter().filter(|fault| fault.header.as_deref().is_some_and(&in_family)).collect(),
+        }
+    }
+}
+
+/// A place in the newest-first order of sessions that paged listings use: by `createdAt`
+/// descending, then by id ascending. A page starts after its key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PageKey {
+    /// The session's `createdAt` (Unix epoch ms): newer first.
+    pub created_at: u64,
+    /// The session's id: ties on `createdAt` go in ascending byte order.
+    pub id: SessionId,
+}
+
+impl PageKey {
+    /// The place of the session `header` describes.
+    pub fn of(header: &SessionHeader) -> PageKey {
+        PageKey { created_at: header.created_at, id: header.id.clone() }
+    }
+}
+
+impl Ord for PageKey {
+    /// Page order: newest first, ties by id.
+    fn cmp(&self, other: &PageKey) -> std::cmp::Ordering {
+        other.created_at.cmp(&self.created_at).then_with(|| self.id.cmp(&other.id))
+    }
+}
+
+impl PartialOrd for PageKey {
+    fn partial_cmp(&self, other: &PageKey) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// What page of the stored sessions to list ([`Backend::list_page`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PageRequest {
+    /// Start after this key; `None` for the first page.
+    pub after: Option<PageKey>,
+    /// The most headers the page holds.
+    pub limit: usize,
+    /// Only sessions of this owner; `None` for every session.
+    pub owner: Option<String>,
+    /// Only sessions with a `cwd`.
+    pub require_cwd: bool,
+}
+
+impl PageRequest {
+    /// Whether `header` passes the request's filters (not its position).
+    pub fn admits(&self, header: &SessionHeader) -> bool {
+        (self.owner.is_none() || header.owner == self.owner) && (!self.require_cwd || header.cwd.is_some())
+    }
+}
+
+/// One page of stored headers, in page order ([`PageKey`]).
+#[derive(Debug, Default, PartialEq)]
+pub struct HeaderPage {
+    /// The page's listable headers, in page order.
+    pub headers: Vec<StoredHeader>,
+    /// Logs met in the page's range that cannot be listed (a backend without an order for
+    /// them reports none here; [`Backend::list`] still reports every one).
+    pub faults: Vec<LogFault>,
+    /// The key to ask the next page after, when more sessions may follow.
+    pub next: Option<PageKey>,
+}
+
+impl HeaderPage {
+    /// The page `request` asks for, cut from a whole listing (the default of
+    /// [`Backend::list_page`]): costs the listing, not the page.
+    pub fn from_listing(listing: Listing, request: &PageRequest) -> HeaderPage {
+        let mut headers: Vec<StoredHeader> = listing
+            .headers
+            .into_iter()
+            .filter(|stored| request.admits(&stored.header))
+            .filter(|stored| request.after.as_ref().is_none_or(|after| PageKey::of(&stored.header) > *after))
+            .collect();
+        headers.sort_by_key(|stored| PageKey::of(&stored.header));
+        let more = headers.len() > request.limit;
+        headers.truncate(request.limit);
+        let next = if more { headers.last().map(|stored| PageKey::of(&stored.header)) } else { None };
+        HeaderPage { headers, faults: Vec::new(), next }
+    }
+}
+
 /// One log found by [`Backend::survey`]: where it is, and its header or why that cannot be read.
 #[derive(Debug)]
 pub struct SurveyEntry {
@@ -263,6 +369,22 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// [`LogFault`]. Headers are read, logs are not. One damaged log never fails the listing:
     /// only a fault of the store as a whole (its root unreadable) or a cancellation does.
     fn list(&self, cancel: &CancellationToken) -> Result<Listing>;
+
+    /// The headers a listing of `parent`'s children needs, as [`Listing::family_of`] describes
+    /// them. The default filters [`list`](Self::list); a backend with an index on the parent
+    /// overrides it so the answer costs the family, not the store (it may then return, of each
+    /// child's own subagent children, only one per owner: enough for a listing scoped by owner to
+    /// tell which children have children).
+    fn list_children(&self, parent: &SessionId, cancel: &CancellationToken) -> Result<Listing> {
+        Ok(self.list(cancel)?.family_of(parent))
+    }
+
+    /// One page of the stored headers in newest-first order ([`PageKey`]). The default cuts it
+    /// from [`list`](Self::list); a backend with an index on the order overrides it so a page
+    /// costs the page.
+    fn list_page(&self, request: &PageRequest, cancel: &CancellationToken) -> Result<HeaderPage> {
+        Ok(HeaderPage::from_listing(self.list(cancel)?, request))
+    }
 
     /// Every log the backend holds, each with its header or the error that keeps it from being
     /// read: this is what an operator's `verify` walks. The default reports `list`'s headers

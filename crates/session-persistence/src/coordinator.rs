@@ -21,7 +21,7 @@ use session_core::{Session, SessionEvent, SessionHeader, SessionId, SessionStore
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    backend::{Backend, Listing, LogFault, Revision, ScanOutcome, ScanSink, StoredHeader},
+    backend::{Backend, HeaderPage, Listing, LogFault, PageRequest, Revision, ScanOutcome, ScanSink, StoredHeader},
     error::{PersistenceError, Result},
     keyed::{KeyedGuard, KeyedLocks, run_blocking, run_blocking_with},
     live::LiveWriter,
@@ -624,6 +624,25 @@ impl SessionPersistence for Coordinator {
         listed.sort();
         self.inner.report_faults(&listed.faults);
         Ok(listed)
+    }
+
+    async fn list_children(&self, parent: &SessionId, cancel: &CancellationToken) -> Result<Listing> {
+        check_cancel(cancel)?;
+        let (parent, token) = (parent.clone(), cancel.clone());
+        let mut listed = blocking(&self.inner.backend, move |backend| backend.list_children(&parent, &token)).await?;
+        check_cancel(cancel)?;
+        listed.sort();
+        self.inner.report_faults(&listed.faults);
+        Ok(listed)
+    }
+
+    async fn list_page(&self, request: &PageRequest, cancel: &CancellationToken) -> Result<HeaderPage> {
+        check_cancel(cancel)?;
+        let (request, token) = (request.clone(), cancel.clone());
+        let page = blocking(&self.inner.backend, move |backend| backend.list_page(&request, &token)).await?;
+        check_cancel(cancel)?;
+        self.inner.report_faults(&page.faults);
+        Ok(page)
     }
 
     async fn stored_header(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<StoredHeader>> {

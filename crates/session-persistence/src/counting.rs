@@ -13,7 +13,9 @@ use session_core::{SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    backend::{Backend, Listing, Revision, ScanOutcome, ScanSink, StoredHeader, SurveyEntry, TornTail},
+    backend::{
+        Backend, HeaderPage, Listing, PageRequest, Revision, ScanOutcome, ScanSink, StoredHeader, SurveyEntry, TornTail,
+    },
     error::{PersistenceError, Result},
 };
 
@@ -99,6 +101,14 @@ impl Backend for CountingBackend {
 
     fn list(&self, cancel: &CancellationToken) -> Result<Listing> {
         self.inner.list(cancel)
+    }
+
+    fn list_children(&self, parent: &SessionId, cancel: &CancellationToken) -> Result<Listing> {
+        self.inner.list_children(parent, cancel)
+    }
+
+    fn list_page(&self, request: &PageRequest, cancel: &CancellationToken) -> Result<HeaderPage> {
+        self.inner.list_page(request, cancel)
     }
 
     fn survey(&self, cancel: &CancellationToken) -> Result<Vec<SurveyEntry>> {

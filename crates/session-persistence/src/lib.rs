@@ -131,7 +131,8 @@ mod validate;
 
 pub use crate::{
     backend::{
-        Backend, CollectSink, Listing, LogFault, Revision, ScanOutcome, ScanSink, StoredHeader, SurveyEntry, TornTail,
+        Backend, CollectSink, HeaderPage, Listing, LogFault, PageKey, PageRequest, Revision, ScanOutcome, ScanSink,
+        StoredHeader, SurveyEntry, TornTail,
     },
     coordinator::{Coordinator, CoordinatorConfig},
     counting::CountingBackend,

@@ -6,7 +6,7 @@ use session_core::{SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    backend::{Listing, Revision, ScanSink, StoredHeader},
+    backend::{HeaderPage, Listing, PageRequest, Revision, ScanSink, StoredHeader},
     error::{PersistenceError, Result},
 };
 
@@ -72,6 +72,20 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
     /// be listed as its own [`LogFault`](crate::LogFault): one damaged log never fails the
     /// listing or hides another. Only a fault of the store as a whole, or a cancellation, fails it.
     async fn list_snapshots(&self, cancel: &CancellationToken) -> Result<Listing>;
+
+    /// What a listing of `parent`'s subagent children needs: `parent`, its children, and of each
+    /// child's own subagent children at least one per owner ([`Listing::family_of`]), with the faults whose header
+    /// names one of them. The default filters [`list_snapshots`](Self::list_snapshots); a
+    /// persistence over an indexed backend answers it for the cost of the family.
+    async fn list_children(&self, parent: &SessionId, cancel: &CancellationToken) -> Result<Listing> {
+        Ok(self.list_snapshots(cancel).await?.family_of(parent))
+    }
+
+    /// One page of the stored headers, newest first ([`PageRequest`], [`HeaderPage`]). The
+    /// default cuts it from [`list_snapshots`](Self::list_snapshots).
+    async fn list_page(&self, request: &PageRequest, cancel: &CancellationToken) -> Result<HeaderPage> {
+        Ok(HeaderPage::from_listing(self.list_snapshots(cancel).await?, request))
+    }
 
     /// The header of `id`'s stored log with its revision, read without reading the log's events
     /// (one small read at most). `Ok(None)` if nothing is stored under `id`. Lets a caller decide

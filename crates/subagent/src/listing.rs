@@ -125,7 +125,7 @@ impl<'a> Listing<'a> {
         cancel: &CancellationToken,
     ) -> Result<Vec<SubagentListEntry>, SubagentError> {
         check_cancel(cancel)?;
-        let corpus = self.corpus(cancel).await?;
+        let corpus = self.corpus(Some(parent), cancel).await?;
         if !self.parent_admitted(&corpus, parent) {
             return Ok(Vec::new());
         }
@@ -149,7 +149,7 @@ impl<'a> Listing<'a> {
         cancel: &CancellationToken,
     ) -> Result<Option<SubagentListEntry>, SubagentError> {
         check_cancel(cancel)?;
-        let corpus = self.corpus(cancel).await?;
+        let corpus = self.corpus(Some(parent), cancel).await?;
         if !self.parent_admitted(&corpus, parent) {
             return Ok(None);
         }
@@ -169,7 +169,7 @@ impl<'a> Listing<'a> {
         cancel: &CancellationToken,
     ) -> Result<Vec<SubagentDescendantListEntry>, SubagentError> {
         check_cancel(cancel)?;
-        let corpus = self.corpus(cancel).await?;
+        let corpus = self.corpus(None, cancel).await?;
         if !self.parent_admitted(&corpus, root) {
             return Ok(Vec::new());
         }
@@ -188,13 +188,23 @@ impl<'a> Listing<'a> {
 
     /// The live-preferred merge: persisted headers, overwritten wholesale by live sessions of the
     /// same id (no consistency check). Checkpoints (b) and (c) of reference 03 §5.9.
-    async fn corpus(&self, cancel: &CancellationToken) -> Result<Corpus, SubagentError> {
+    ///
+    /// With `family`, the persisted part is only what a listing of that parent's children needs
+    /// (`SessionPersistence::list_children`: the parent, its children, and enough of their
+    /// children to tell which have some), which an indexed backend answers for the cost of the
+    /// family; the rows are the same as over the whole store.
+    async fn corpus(&self, family: Option<&SessionId>, cancel: &CancellationToken) -> Result<Corpus, SubagentError> {
         let mut records = HashMap::new();
         if let Some(persistence) = self.persistence {
             let listed = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(SubagentError::ListingCancelled),
-                listed = persistence.list_snapshots(cancel) => listed,
+                listed = async {
+                    match family {
+                        Some(parent) => persistence.list_children(parent, cancel).await,
+                        None => persistence.list_snapshots(cancel).await,
+                    }
+                } => listed,
             };
             let listing = match listed {
                 Ok(listing) => listing,

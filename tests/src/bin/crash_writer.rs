@@ -1,17 +1,18 @@
-//! A child process for the crash test: appends batches to a JSONL store (or a SQLite database)
-//! forever, printing `ack <first_seq> <last_seq> <hash>` after each batch is durable, until it is
-//! killed.
+//! A child process for the crash test: appends batches to a JSONL store (or a SQLite database, or
+//! a PostgreSQL schema) forever, printing `ack <first_seq> <last_seq> <hash>` after each batch is
+//! durable, until it is killed.
 //!
-//! Usage: `crash_writer <root> <zstd|none|sqlite> <session-id> <seed>` (for `sqlite`, `root` is
-//! the database file).
+//! Usage: `crash_writer <root> <zstd|none|sqlite|postgres> <session-id> <seed>` (for `sqlite`,
+//! `root` is the database file; for `postgres`, the store's URL).
 
 use std::{io::Write, path::PathBuf, sync::Arc};
 
 use e2e::{crash, workload::Prng};
 use session_core::{SessionHeader, SessionId};
 use session_persistence::{
-    Backend, Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, SessionPersistence,
+    Backend, Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, PersistenceError, SessionPersistence,
 };
+use session_persistence_postgres::{PgConfig, PgStore};
 use session_persistence_sqlite::{SqliteConfig, SqliteStore};
 use tokio_util::sync::CancellationToken;
 
@@ -24,41 +25,61 @@ fn main() {
     let storage = compression.clone();
     let compression = if compression == "none" { Compression::None } else { Compression::Zstd };
     let seed: u64 = seed.parse().expect("seed is a number");
+    // Opened before the runtime starts: a PostgreSQL store blocks on a runtime of its own.
+    let store: Arc<dyn Backend> = match storage.as_str() {
+        "sqlite" => Arc::new(SqliteStore::open(SqliteConfig::file(root)).expect("open the database")),
+        "postgres" => {
+            let config = PgConfig::from_url(root).expect("a store URL");
+            Arc::new(PgStore::setup(&config).expect("set up the store").0)
+        }
+        _ => Arc::new(
+            JsonlStore::open(JsonlConfig { root: PathBuf::from(root), compression, pack_chunks: true })
+                .expect("open store"),
+        ),
+    };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     runtime.block_on(async move {
-        let store: Arc<dyn Backend> = if storage == "sqlite" {
-            Arc::new(SqliteStore::open(SqliteConfig::file(root)).expect("open the database"))
-        } else {
-            Arc::new(
-                JsonlStore::open(JsonlConfig { root: PathBuf::from(root), compression, pack_chunks: true })
-                    .expect("open store"),
-            )
-        };
-        let persistence = Coordinator::new(store, CoordinatorConfig::default()).expect("coordinator");
         let id = SessionId::from(id.as_str());
         let cancel = CancellationToken::new();
-        // Resume: a cold load repairs whatever the previous kill left behind.
-        let (mut next_seq, mut open_turn) = match persistence.load(&id, &cancel).await {
-            Ok(loaded) => (loaded.events.len() as u64, None),
-            Err(err) if err.is_not_found() => {
-                let mut header = SessionHeader::new(id.clone(), 1_000);
-                header.cwd = Some("/crash/test".into());
-                persistence.create(header, &cancel).await.expect("create");
-                (0, None)
-            }
-            Err(err) => panic!("resume failed: {err}"),
-        };
-        let mut turn_no = 1_000 + next_seq;
         let mut prng = Prng::new(seed);
         let mut stdout = std::io::stdout().lock();
-        loop {
-            let batch = crash::next_batch(&mut prng, next_seq, &mut open_turn, &mut turn_no);
-            let (first, last) = (batch[0].seq, batch[batch.len() - 1].seq);
-            let hash = crash::batch_hash(&batch);
-            persistence.append(&id, batch, &cancel).await.expect("append");
-            writeln!(stdout, "ack {first} {last} {hash}").expect("stdout");
-            stdout.flush().expect("stdout");
-            next_seq = last + 1;
+        // A PostgreSQL server may still commit what a killed writer sent last, after this writer
+        // resumed: its next write then meets the fence (`Conflict`), and it resumes again.
+        let mut conflicts = 0;
+        'resume: loop {
+            let persistence = Coordinator::new(store.clone(), CoordinatorConfig::default()).expect("coordinator");
+            // Resume: a cold load repairs whatever the previous kill left behind.
+            let (mut next_seq, mut open_turn) = match persistence.load(&id, &cancel).await {
+                Ok(loaded) => (loaded.events.len() as u64, None),
+                Err(err) if err.is_not_found() => {
+                    let mut header = SessionHeader::new(id.clone(), 1_000);
+                    header.cwd = Some("/crash/test".into());
+                    persistence.create(header, &cancel).await.expect("create");
+                    (0, None)
+                }
+                Err(PersistenceError::Conflict { .. }) if conflicts < 10 => {
+                    conflicts += 1;
+                    continue 'resume;
+                }
+                Err(err) => panic!("resume failed: {err}"),
+            };
+            let mut turn_no = 1_000 + next_seq;
+            loop {
+                let batch = crash::next_batch(&mut prng, next_seq, &mut open_turn, &mut turn_no);
+                let (first, last) = (batch[0].seq, batch[batch.len() - 1].seq);
+                let hash = crash::batch_hash(&batch);
+                match persistence.append(&id, batch, &cancel).await {
+                    Ok(()) => {}
+                    Err(PersistenceError::Conflict { .. }) if conflicts < 10 => {
+                        conflicts += 1;
+                        continue 'resume;
+                    }
+                    Err(err) => panic!("append: {err}"),
+                }
+                writeln!(stdout, "ack {first} {last} {hash}").expect("stdout");
+                stdout.flush().expect("stdout");
+                next_seq = last + 1;
+            }
         }
     });
 }

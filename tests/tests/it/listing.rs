@@ -1,6 +1,7 @@
-//! The listing cost model end to end, on a real JSONL store: a cold child costs exactly one log
-//! read per listing, a checkpoint-cache hit and a live child cost none, and every path (and the
-//! design note's "before" double read) finds the same identities.
+//! The listing cost model end to end, on a real JSONL store (and a PostgreSQL schema when
+//! `SESSION_PG_URL` names a server): a cold child costs exactly one log read per listing, a
+//! checkpoint-cache hit and a live child cost none, and every path (and the design note's
+//! "before" double read) finds the same identities.
 
 use e2e::fleet::{self, Fleet};
 use session_persistence::Compression;
@@ -56,4 +57,52 @@ fn every_rung_lists_the_same_children_at_its_documented_cost() {
         assert_eq!(labels(&rows), expected);
         assert_eq!(live.backend.scans(), before, "a live child reads no log");
     }
+}
+
+/// The same cost model on a PostgreSQL schema (when `SESSION_PG_URL` names a server): the family
+/// query hands the listing its candidates, a cold child costs one log read, a checkpoint hit none,
+/// and the rows equal the JSONL store's.
+#[test]
+fn the_listing_costs_the_same_on_postgres() {
+    use session_persistence_postgres::{PgConfig, PgStore};
+    let url = match std::env::var("SESSION_PG_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ if std::env::var_os("CI").is_some_and(|value| !value.is_empty() && value != "false" && value != "0") => {
+            panic!("SESSION_PG_URL is not set, and CI must run the PostgreSQL tests (.ci/run sets it)")
+        }
+        _ => {
+            eprintln!(
+                "SKIPPED: set SESSION_PG_URL=postgres://postgres@127.0.0.1:5432/test to run the PostgreSQL listing test"
+            );
+            return;
+        }
+    };
+    let schema = format!("listing_{}", std::process::id());
+    let config = PgConfig::from_url(&url).unwrap().with_schema(&schema).unwrap();
+    let store = std::sync::Arc::new(PgStore::setup(&config).unwrap().0);
+    /// Drops the schema however the test ends.
+    struct Cleanup(std::sync::Arc<PgStore>);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = self.0.drop_schema();
+        }
+    }
+    let _cleanup = Cleanup(store.clone());
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(fleet::write_fleet_into(store.clone(), N_CHILDREN, N_EVENTS));
+    let expected: Vec<Option<String>> = (0..N_CHILDREN).map(|idx| Some(format!("child task {idx}"))).collect();
+    let cold = Fleet::over(store);
+    let catalog = cold.runtime(None);
+    for _ in 0..2 {
+        let before = cold.backend.scans();
+        assert_eq!(labels(&runtime.block_on(fleet::list(&catalog))), expected);
+        assert_eq!(cold.backend.scans() - before, N_CHILDREN as u64, "one read per cold child per listing");
+    }
+    let (cache, report) = runtime.block_on(cold.backfilled_cache());
+    assert_eq!((report.warmed, report.failed), (N_CHILDREN + 1, 0), "{report:?}");
+    let cached = cold.runtime(Some(cache));
+    drop(catalog);
+    let before = cold.backend.scans();
+    assert_eq!(labels(&runtime.block_on(fleet::list(&cached))), expected);
+    assert_eq!(cold.backend.scans(), before, "a cache hit reads no log");
 }

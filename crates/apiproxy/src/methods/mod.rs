@@ -71,7 +71,10 @@ pub(crate) async fn dispatch(
     use crate::wire::payload::*;
     match method {
         Method::HostDescribe => Ok(host_describe(shared, caller)),
-        Method::SessionList => session::list(shared, caller, cancel).await,
+        Method::SessionList => match parse(method, ListPageRequest::parse(payload))? {
+            None => session::list(shared, caller, cancel).await,
+            Some(request) => session::list_page(shared, caller, request, cancel).await,
+        },
         Method::SessionHistory => {
             let request = parse(method, HistoryRequest::parse(payload))?;
             session::history(shared, caller, request, cancel).await

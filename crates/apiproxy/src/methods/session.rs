@@ -8,7 +8,7 @@ use session_core::{
     CreateOptions, HeaderField, HeaderMeta, JsonData, LegacyImport, Oversized, Session, SessionEvent, SessionHeader,
     SessionId, StoreError, TooLarge, messages,
 };
-use session_persistence::{KnownTypes, PersistenceError, StoredHeader, keyed::run_blocking};
+use session_persistence::{KnownTypes, PageKey, PageRequest, PersistenceError, StoredHeader, keyed::run_blocking};
 use session_projection::{ProjectionUnit, Snapshot};
 use tokio_util::sync::CancellationToken;
 
@@ -22,7 +22,8 @@ use crate::{
     wire::{
         ErrorKind, Issue, PathSegment, ProjectionsBlock, RpcError, SessionSummary,
         payload::{
-            AppendRequest, CreateRequest, ForkRequest, HistoryRequest, NewEvent, ReleaseRequest, too_large_issue,
+            AppendRequest, CreateRequest, ForkRequest, HistoryRequest, ListPageRequest, NewEvent, ReleaseRequest,
+            encode_cursor, too_large_issue,
         },
     },
 };
@@ -145,6 +146,85 @@ pub(super) async fn list(shared: &Shared, caller: &Caller, cancel: &Cancellation
     }
     rows.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.session_id.cmp(&b.session_id)));
     Ok(json!({"items": rows}))
+}
+
+/// `session.list` with a `limit` → `{items, nextCursor}`: one page, newest first by `createdAt`
+/// (ties by id), so a cursor's place never moves while sessions get new prompts. The stored part
+/// is one [`SessionPersistence::list_page`](session_persistence::SessionPersistence::list_page)
+/// call (an index scan on PostgreSQL), merged with the live sessions in the same range; rows are
+/// summarized as in the whole listing. `nextCursor` is `null` on the last page.
+pub(super) async fn list_page(
+    shared: &Shared,
+    caller: &Caller,
+    request: ListPageRequest,
+    cancel: &CancellationToken,
+) -> Result<Value, RpcError> {
+    let after = request.after;
+    let in_range = |key: &PageKey| after.as_ref().is_none_or(|after| key > after);
+    let mut live_ids = HashSet::new();
+    let mut live = Vec::new();
+    for session in shared.store.list() {
+        live_ids.insert(session.id().clone());
+        let key = PageKey::of(session.header());
+        if caller.sees(session.header()) && in_range(&key) {
+            live.push((key, session));
+        }
+    }
+    let mut cold = Vec::new();
+    // Where the stored part of this page ends when more stored sessions follow: live rows past
+    // it belong to a later page.
+    let mut stored_end = None;
+    if let Some(persistence) = &shared.persistence {
+        let page_request =
+            PageRequest { after: after.clone(), limit: request.limit, owner: caller.owner.clone(), require_cwd: true };
+        let page = match persistence.list_page(&page_request, cancel).await {
+            Ok(page) => page,
+            Err(PersistenceError::Cancelled) => return Err(RpcError::cancelled("session list was cancelled")),
+            Err(error) => {
+                tracing::error!(%error, "listing a page of persisted sessions failed");
+                return Err(RpcError::internal("session list unavailable: the session store could not be listed"));
+            }
+        };
+        stored_end = page.next;
+        cold = page
+            .headers
+            .into_iter()
+            .filter(|stored| !live_ids.contains(&stored.header.id) && caller.sees(&stored.header))
+            .collect();
+    }
+    live.retain(|(key, _)| stored_end.as_ref().is_none_or(|end| key <= end));
+    enum Candidate {
+        Live(Arc<Session>),
+        Cold(StoredHeader),
+    }
+    let mut candidates: Vec<(PageKey, Candidate)> = live
+        .into_iter()
+        .map(|(key, session)| (key, Candidate::Live(session)))
+        .chain(cold.into_iter().map(|stored| (PageKey::of(&stored.header), Candidate::Cold(stored))))
+        .collect();
+    candidates.sort_by(|a, b| a.0.cmp(&b.0));
+    let next = if candidates.len() > request.limit {
+        candidates.truncate(request.limit);
+        candidates.last().map(|(key, _)| key.clone())
+    } else {
+        stored_end
+    };
+    let cold_headers: Vec<StoredHeader> = candidates
+        .iter()
+        .filter_map(|(_, candidate)| match candidate {
+            Candidate::Cold(stored) => Some(stored.clone()),
+            Candidate::Live(_) => None,
+        })
+        .collect();
+    let mut snapshots = cached_snapshots(shared, &cold_headers).await.into_iter();
+    let mut rows = Vec::with_capacity(candidates.len());
+    for (_, candidate) in &candidates {
+        rows.push(match candidate {
+            Candidate::Live(session) => live_summary(shared, session),
+            Candidate::Cold(stored) => cold_summary(shared, stored, snapshots.next().flatten(), cancel).await,
+        });
+    }
+    Ok(json!({"items": rows, "nextCursor": next.as_ref().map(encode_cursor)}))
 }
 
 /// The checkpoint cache's stored snapshots of `cold`, in order, looked up in one hop to the

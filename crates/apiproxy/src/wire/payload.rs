@@ -38,6 +38,70 @@ impl SubagentMode {
     }
 }
 
+/// The most items one page of `session.list` holds.
+pub const MAX_LIST_LIMIT: u64 = 1000;
+
+/// A paged `session.list` (`{limit, cursor?}`): newest first by `createdAt`, starting after the
+/// cursor's place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPageRequest {
+    /// How many rows a page holds at most.
+    pub limit: usize,
+    /// The place the page starts after (the decoded `cursor`), or the newest session.
+    pub after: Option<session_persistence::PageKey>,
+}
+
+impl ListPageRequest {
+    /// `None` without a `limit`: the whole answer of the reference, which ignores every key,
+    /// `cursor` included. With a `limit` (1 to [`MAX_LIST_LIMIT`]), a `cursor` must be one this
+    /// gateway answered.
+    pub fn parse(payload: &Value) -> Result<Option<ListPageRequest>, Vec<Issue>> {
+        let Some(object) = payload.as_object().filter(|object| object.contains_key("limit")) else { return Ok(None) };
+        let mut fields = Fields { object, issues: Vec::new() };
+        let limit = fields.optional_integer("limit", 1);
+        if limit.is_some_and(|limit| limit > MAX_LIST_LIMIT) {
+            fields.issue("too_big", "limit", format!("must be less than or equal to {MAX_LIST_LIMIT}"));
+        }
+        let after = match fields.string_field("cursor", false) {
+            None => None,
+            Some(cursor) => {
+                let key = decode_cursor(cursor);
+                if key.is_none() {
+                    fields.issue("custom", "cursor", "not a cursor this gateway answered");
+                }
+                key
+            }
+        };
+        let request = limit.map(|limit| ListPageRequest { limit: limit as usize, after });
+        fields.finish(request)
+    }
+}
+
+/// The opaque `nextCursor` of a page that ends at `key`: `v1.` and the hex of
+/// `<createdAt>:<id>`. Clients only hand it back.
+pub fn encode_cursor(key: &session_persistence::PageKey) -> String {
+    let plain = format!("{}:{}", key.created_at, key.id);
+    let mut out = String::with_capacity(3 + 2 * plain.len());
+    out.push_str("v1.");
+    for byte in plain.bytes() {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    out
+}
+
+fn decode_cursor(cursor: &str) -> Option<session_persistence::PageKey> {
+    let hex = cursor.strip_prefix("v1.")?;
+    if !hex.len().is_multiple_of(2) || hex.len() > 4 * 1024 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> =
+        (0..hex.len()).step_by(2).map(|idx| u8::from_str_radix(hex.get(idx..idx + 2)?, 16).ok()).collect();
+    let plain = String::from_utf8(bytes?).ok()?;
+    let (created_at, id) = plain.split_once(':')?;
+    let created_at: u64 = created_at.parse().ok()?;
+    (!id.is_empty()).then(|| session_persistence::PageKey { created_at, id: session_core::SessionId::from(id) })
+}
+
 /// `session.history`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistoryRequest {

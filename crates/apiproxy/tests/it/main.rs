@@ -10,6 +10,7 @@ mod history;
 mod isolation;
 mod limits;
 mod owners;
+mod postgres_store;
 mod sessions;
 mod sqlite_store;
 mod streams;

@@ -207,3 +207,54 @@ async fn fork_boundaries() {
     assert_eq!(child.header().seed_length, Some(6));
     server.stop().await;
 }
+
+/// The ids of a `session.list` answer, in order.
+fn listed_ids(list: &Value) -> Vec<String> {
+    list["items"].as_array().unwrap().iter().map(|item| item["sessionId"].as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_list_pages_on_request_and_is_unchanged_without_a_limit() {
+    let server = Server::start().await;
+    for n in 0..7 {
+        let id = format!("p{n}");
+        server.ok(None, "session.create", json!({"sessionId": id, "cwd": "/w"})).await;
+        server.ok(None, "session.append", json!({"sessionId": id, "events": turn(1)})).await;
+        if n % 2 == 0 {
+            // Stored and no longer live: listed from storage.
+            server.ok(None, "session.release", json!({"sessionId": id})).await;
+        }
+    }
+    let whole = server.ok(None, "session.list", json!({"cursor": "anything"})).await;
+    assert!(whole.get("nextCursor").is_none(), "without a limit the answer is today's: {whole}");
+    let mut expected = listed_ids(&whole);
+    expected.sort();
+    for limit in [1, 3, 7, 50] {
+        let mut paged = Vec::new();
+        let mut payload = json!({"limit": limit});
+        loop {
+            let page = server.ok(None, "session.list", payload.clone()).await;
+            let ids = listed_ids(&page);
+            assert!(ids.len() <= limit, "{page}");
+            paged.extend(ids);
+            match page["nextCursor"].as_str() {
+                Some(cursor) => payload = json!({"limit": limit, "cursor": cursor}),
+                None => {
+                    assert_eq!(page["nextCursor"], Value::Null, "{page}");
+                    break;
+                }
+            }
+        }
+        // One createdAt for all (a manual clock): the page order is by id.
+        assert_eq!(paged, expected, "limit {limit}");
+    }
+    for bad in [
+        json!({"limit": 0}),
+        json!({"limit": 1001}),
+        json!({"limit": 2, "cursor": "v1.zz"}),
+        json!({"limit": 2, "cursor": 7}),
+    ] {
+        let error = server.err(None, "session.list", bad.clone(), "bad-request").await;
+        assert!(error["message"].as_str().unwrap().contains("session.list"), "{bad}: {error}");
+    }
+}

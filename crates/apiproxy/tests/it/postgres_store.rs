@@ -1,0 +1,194 @@
+//! The `apiproxy` binary over a PostgreSQL store (`--store postgres://…`): two gateways on one
+//! schema, as two hosts would run them. A session created through one is listed, paged, read and
+//! resumed through the other; a child spawned through one appears in the other's
+//! `subagent.list`; when both write one session, the stale writer gets the conflict and the log
+//! never interleaves. The CLI reads the same schema.
+//!
+//! Needs `SESSION_PG_URL` (see `crates/session-persistence-postgres/tests/it/main.rs`): without it
+//! the test says it was skipped, and fails under CI.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    process::{Child, Command, Output, Stdio},
+};
+
+use serde_json::{Value, json};
+use session_persistence_postgres::{PgConfig, PgStore};
+
+use crate::support::turn;
+
+fn server_url() -> Option<String> {
+    match std::env::var("SESSION_PG_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("CI").is_some_and(|value| !value.is_empty() && value != "false" && value != "0") => {
+            panic!("SESSION_PG_URL is not set, and CI must run the PostgreSQL tests (.ci/run sets it)")
+        }
+        _ => {
+            eprintln!(
+                "SKIPPED: a PostgreSQL test did not run because SESSION_PG_URL is not set; run with \
+                 SESSION_PG_URL=postgres://postgres@127.0.0.1:5432/test to enable it"
+            );
+            None
+        }
+    }
+}
+
+/// A gateway process on `127.0.0.1:0`, killed on drop.
+struct Gateway {
+    child: Child,
+    addr: String,
+}
+
+impl Gateway {
+    fn start(store: &str) -> Gateway {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_apiproxy"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
+            .env_remove("APIPROXY_LOG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let addr = line
+            .strip_prefix("apiproxy listening on http://")
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        Gateway { child, addr }
+    }
+
+    /// The `result` of one call.
+    fn call(&self, method: &str, payload: Value) -> Value {
+        let body = json!({"type": "client-request", "rpcId": "1", "method": method, "payload": payload}).to_string();
+        let mut stream = std::net::TcpStream::connect(&self.addr).unwrap();
+        write!(
+            stream,
+            "POST /api/{method} HTTP/1.1\r\nHost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+             connection: close\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        let (_, body) = response.split_once("\r\n\r\n").unwrap();
+        let envelope: Value = serde_json::from_str(body).unwrap();
+        envelope["result"].clone()
+    }
+
+    fn ok(&self, method: &str, payload: Value) -> Value {
+        let result = self.call(method, payload);
+        assert_eq!(result["ok"], true, "{method}: {result}");
+        result["value"].clone()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn apiproxy(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_apiproxy")).args(args).env_remove("APIPROXY_LOG").output().unwrap()
+}
+
+/// Drops the test's schema when the test ends, however it ends.
+struct DropSchema(PgConfig);
+
+impl Drop for DropSchema {
+    fn drop(&mut self) {
+        if let Ok(store) = PgStore::open(&self.0) {
+            let _ = store.drop_schema();
+        }
+    }
+}
+
+fn ids(items: &Value) -> Vec<String> {
+    items.as_array().unwrap().iter().map(|item| item["sessionId"].as_str().unwrap().to_owned()).collect()
+}
+
+#[test]
+fn two_gateways_share_one_postgres_store() {
+    let Some(base) = server_url() else { return };
+    let schema =
+        format!("gw_{}_{}", std::process::id(), std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos() % 1_000_000_007);
+    let store = format!("{base}{}schema={schema}", if base.contains('?') { '&' } else { '?' });
+    let output = apiproxy(&["setup", "--store", &store]);
+    assert!(output.status.success(), "{output:?}");
+    let _cleanup = DropSchema(PgConfig::from_url(&store).unwrap());
+    assert!(String::from_utf8_lossy(&output.stdout).contains("created the schema (version 1)"), "{output:?}");
+    let (one, two) = (Gateway::start(&store), Gateway::start(&store));
+
+    // Created and written through one, listed, paged and read through the other.
+    one.ok("session.create", json!({"sessionId": "shared", "cwd": "/srv/work"}));
+    one.ok("session.append", json!({"sessionId": "shared", "events": turn(1)}));
+    one.ok("session.flush", json!({"sessionId": "shared"}));
+    for n in 0..3 {
+        two.ok("session.create", json!({"sessionId": format!("other-{n}"), "cwd": "/srv/work"}));
+        two.ok("session.append", json!({"sessionId": format!("other-{n}"), "events": turn(1)}));
+        two.ok("session.flush", json!({"sessionId": format!("other-{n}")}));
+    }
+    let listed = two.ok("session.list", json!({}));
+    assert!(ids(&listed["items"]).contains(&"shared".to_owned()), "{listed}");
+    assert!(listed.get("nextCursor").is_none(), "an unpaged answer is unchanged: {listed}");
+    let mut paged = Vec::new();
+    let mut cursor = Value::Null;
+    loop {
+        let mut payload = json!({"limit": 2});
+        if !cursor.is_null() {
+            payload["cursor"] = cursor.clone();
+        }
+        let page = one.ok("session.list", payload);
+        assert!(page["items"].as_array().unwrap().len() <= 2);
+        paged.extend(ids(&page["items"]));
+        cursor = page["nextCursor"].clone();
+        if cursor.is_null() {
+            break;
+        }
+    }
+    paged.sort();
+    assert_eq!(paged, ["other-0", "other-1", "other-2", "shared"]);
+    let history = two.ok("session.history", json!({"sessionId": "shared"}));
+    assert_eq!(history["events"].as_array().unwrap().len(), 6, "{history}");
+
+    // A child spawned through one is in the other's catalog.
+    one.ok(
+        "subagent.spawn",
+        json!({"parentSessionId": "shared", "childSessionId": "kid", "mode": "continuable", "label": "look"}),
+    );
+    one.ok("session.flush", json!({"sessionId": "kid", "parentSessionId": "shared"}));
+    let catalog = two.ok("subagent.list", json!({"parentSessionId": "shared"}));
+    let entries = catalog["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{catalog}");
+    assert_eq!(entries[0]["id"], "kid", "{catalog}");
+
+    // Resumed through the other, which writes first: the first gateway is now a stale writer.
+    two.ok("session.create", json!({"sessionId": "shared"}));
+    two.ok("session.append", json!({"sessionId": "shared", "events": turn(2)}));
+    two.ok("session.flush", json!({"sessionId": "shared"}));
+    one.ok("session.append", json!({"sessionId": "shared", "events": turn(2)}));
+    let stale = one.call("session.flush", json!({"sessionId": "shared"}));
+    assert_eq!(stale["ok"], false, "the stale writer's flush fails: {stale}");
+
+    // The stored log is the second gateway's, whole: no gap, no interleaving.
+    drop((one, two));
+    let output = apiproxy(&["sessions", "show", "shared", "--json", "--store", &store]);
+    assert!(output.status.success(), "{output:?}");
+    let shown: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let events = shown["events"].as_array().unwrap();
+    // Turn 1, the resume's end-seed marker, then the second gateway's turn 2.
+    assert_eq!(events.len(), 13, "{shown}");
+    for (idx, event) in events.iter().enumerate() {
+        assert_eq!(event["seq"], idx as u64);
+    }
+    assert_eq!(events[6]["type"], "session/end-seed", "{shown}");
+    assert_eq!(events.iter().filter(|event| event["type"] == "turn/start").count(), 2, "{shown}");
+    let output = apiproxy(&["subagents", "list", "shared", "--json", "--store", &store]);
+    assert!(String::from_utf8_lossy(&output.stdout).contains("\"kid\""), "{output:?}");
+    let output = apiproxy(&["verify", "--store", &store]);
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stdout));
+}

@@ -1,0 +1,187 @@
+//! What to connect to and how: the URL (with this crate's `schema` parameter taken out), the pool
+//! size and the time bounds, and the URL as messages show it, without its password.
+
+use std::{fmt, str::FromStr, time::Duration};
+
+use session_persistence::{PersistenceError, Result};
+
+/// The schema a URL without a `schema` parameter uses.
+pub const DEFAULT_SCHEMA: &str = "public";
+
+/// How to reach a PostgreSQL session store. Built from a URL by [`PgConfig::from_url`].
+#[derive(Clone)]
+pub struct PgConfig {
+    /// The connection settings, password included: never shown.
+    pub(crate) connection: tokio_postgres::Config,
+    /// The schema that holds the store's tables (`schema=NAME` in the URL, else `public`).
+    pub schema: String,
+    /// The most connections the pool opens.
+    pub pool_size: usize,
+    /// How long opening a connection may take.
+    pub connect_timeout: Duration,
+    /// How long one query (or waiting for a pooled connection) may take; the server is told the
+    /// same bound as `statement_timeout`, so a query is never left running without one.
+    pub query_timeout: Duration,
+    /// The URL as messages show it: no password.
+    shown: String,
+}
+
+impl fmt::Debug for PgConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgConfig")
+            .field("url", &self.shown)
+            .field("schema", &self.schema)
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("query_timeout", &self.query_timeout)
+            .finish()
+    }
+}
+
+/// Whether `text` names a PostgreSQL store: a `postgres://` or `postgresql://` URL.
+pub fn is_postgres_url(text: &str) -> bool {
+    text.starts_with("postgres://") || text.starts_with("postgresql://")
+}
+
+/// Whether `name` is a schema name this crate accepts: a lowercase SQL identifier that needs no
+/// quoting (`[a-z_][a-z0-9_]*`, at most 63 bytes).
+pub fn is_valid_schema(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 63
+        && chars.next().is_some_and(|first| first.is_ascii_lowercase() || first == '_')
+        && chars.all(|rest| rest.is_ascii_lowercase() || rest.is_ascii_digit() || rest == '_')
+}
+
+impl PgConfig {
+    /// Parses `postgres://user[:password]@host[:port]/database[?schema=NAME&...]`. The `schema`
+    /// parameter is this crate's; every other parameter is libpq's, as `tokio-postgres` reads
+    /// them. A refusal never quotes the password.
+    pub fn from_url(url: &str) -> Result<PgConfig> {
+        if !is_postgres_url(url) {
+            return Err(PersistenceError::invalid_input(
+                "a PostgreSQL store is named by a postgres:// or postgresql:// URL",
+            ));
+        }
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut schema = DEFAULT_SCHEMA.to_owned();
+        let mut kept = Vec::new();
+        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+            match pair.strip_prefix("schema=") {
+                Some(name) => schema = name.to_owned(),
+                None => kept.push(pair),
+            }
+        }
+        if !is_valid_schema(&schema) {
+            return Err(PersistenceError::invalid_input(format!(
+                "schema {schema:?} is not a valid schema name: use lowercase letters, digits and _, starting with a \
+                 letter or _, at most 63 bytes"
+            )));
+        }
+        let rest = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
+        let connection = tokio_postgres::Config::from_str(&rest).map_err(|error| {
+            let password = password_in(url);
+            PersistenceError::invalid_input(format!(
+                "invalid PostgreSQL URL {}: {}",
+                redact_url(url),
+                scrub(&error.to_string(), password.as_deref())
+            ))
+        })?;
+        let mut config = PgConfig {
+            connection,
+            schema,
+            pool_size: 8,
+            connect_timeout: Duration::from_secs(10),
+            query_timeout: Duration::from_secs(60),
+            shown: String::new(),
+        };
+        config.shown = config.describe();
+        Ok(config)
+    }
+
+    /// The same store in another schema (each test uses its own).
+    pub fn with_schema(mut self, schema: &str) -> Result<PgConfig> {
+        if !is_valid_schema(schema) {
+            return Err(PersistenceError::invalid_input(format!("schema {schema:?} is not a valid schema name")));
+        }
+        self.schema = schema.to_owned();
+        self.shown = self.describe();
+        Ok(self)
+    }
+
+    /// The same settings with at most `pool_size` connections in the pool (at least 1).
+    pub fn with_pool_size(mut self, pool_size: usize) -> PgConfig {
+        self.pool_size = pool_size.max(1);
+        self
+    }
+
+    /// The same settings with `timeout` as the bound of every statement (its `statement_timeout`).
+    pub fn with_query_timeout(mut self, timeout: Duration) -> PgConfig {
+        self.query_timeout = timeout;
+        self
+    }
+
+    /// The same settings with `timeout` as the bound of opening a connection.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> PgConfig {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The store as messages show it: `postgres://user@host:port/database?schema=NAME`, never
+    /// the password.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// The password, to scrub it from any text a server or driver hands back.
+    pub(crate) fn password(&self) -> Option<String> {
+        self.connection.get_password().map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+    }
+
+    fn describe(&self) -> String {
+        use tokio_postgres::config::Host;
+        let connection = &self.connection;
+        let user = connection.get_user().map(|user| format!("{user}@")).unwrap_or_default();
+        let hosts: Vec<String> = connection
+            .get_hosts()
+            .iter()
+            .enumerate()
+            .map(|(idx, host)| {
+                let name = match host {
+                    Host::Tcp(name) => name.clone(),
+                    Host::Unix(path) => path.display().to_string(),
+                };
+                match connection.get_ports().get(idx).or(connection.get_ports().first()) {
+                    Some(port) => format!("{name}:{port}"),
+                    None => name,
+                }
+            })
+            .collect();
+        let database = connection.get_dbname().unwrap_or("");
+        format!("postgres://{user}{}/{database}?schema={}", hosts.join(","), self.schema)
+    }
+}
+
+/// The password of a URL, if it has one (between the first `:` and the `@` of the authority).
+fn password_in(url: &str) -> Option<String> {
+    let authority = url.split_once("://")?.1;
+    let authority = authority.split(['/', '?']).next()?;
+    let userinfo = authority.rsplit_once('@')?.0;
+    let password = userinfo.split_once(':')?.1;
+    (!password.is_empty()).then(|| password.to_owned())
+}
+
+/// `url` with its password replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    match password_in(url) {
+        Some(password) => url.replacen(&format!(":{password}@"), ":***@", 1),
+        None => url.to_owned(),
+    }
+}
+
+/// `text` with every occurrence of `password` replaced by `***`.
+pub(crate) fn scrub(text: &str, password: Option<&str>) -> String {
+    match password {
+        Some(password) if !password.is_empty() => text.replace(password, "***"),
+        _ => text.to_owned(),
+    }
+}

@@ -1,0 +1,35 @@
+//! A PostgreSQL backend for session logs, so many gateways and hosts share one session store,
+//! and a PostgreSQL checkpoint store for the projection cache.
+//!
+//! - [`PgStore`]: a [`session_persistence::Backend`] over one schema of one database. Each
+//!   event is stored as its canonical JSON line (`text`, zstd from 4 KiB when shorter), exactly
+//!   the bytes a JSONL log holds; appends and repairs are one transaction each, fenced on the
+//!   session row so a stale writer in any process gets a typed `Conflict`; reads seek by
+//!   `(session_id, seq)`; a parent's family and newest-first pages are index scans. The shared
+//!   `Coordinator` drives it.
+//! - [`PgCheckpointStore`]: a [`session_projection_cache::CheckpointStore`] in the same schema.
+//! - [`PgStore::setup`] is the explicit schema step (create or migrate; a newer version is
+//!   refused); [`PgStore::open`] requires a store set up at this build's version.
+//!
+//! The client is `tokio-postgres` with a `deadpool-postgres` pool, on a small runtime of the
+//! store's own: the backend is synchronous (the coordinator calls it on the blocking pool) and
+//! blocks on that runtime per call. Every query is bounded by [`PgConfig::query_timeout`]. No
+//! message carries the URL's password.
+//!
+//! Modules: `config` (URL, schema, bounds), `db` (runtime, pool, errors), `schema` (tables,
+//! version, setup), `codec` (an event's row), `store` (the backend), `checkpoint`.
+
+mod checkpoint;
+mod codec;
+mod config;
+mod db;
+mod schema;
+mod store;
+
+pub use crate::{
+    checkpoint::PgCheckpointStore,
+    codec::{COMPRESS_MIN_BYTES, ZSTD_LEVEL},
+    config::{DEFAULT_SCHEMA, PgConfig, is_postgres_url, is_valid_schema, redact_url},
+    schema::{SCHEMA_VERSION, SetupOutcome},
+    store::PgStore,
+};

@@ -1,0 +1,520 @@
+//! `PgStore`: the [`Backend`] over one PostgreSQL schema. Appends and repairs are one transaction
+//! each, fenced on the session row (`SELECT … FOR UPDATE`, then the batch must start at the
+//! stored `next_seq`); reads run in one repeatable-read snapshot and page through the events by
+//! `(session_id, seq)`, so a suffix costs the suffix; listings of one parent's family and pages
+//! of the newest-first order are index scans.
+
+use std::{fmt, path::PathBuf, sync::Arc};
+
+use session_core::{SessionEvent, SessionHeader, SessionId};
+use session_persistence::{
+    Backend, CorruptKind, HeaderPage, Listing, Location, LogFault, PageKey, PageRequest, PersistenceError, Result,
+    Revision, ScanOutcome, ScanSink, StoredHeader, TornTail, format::decode_header_line, format::encode_header_line,
+};
+use tokio_postgres::{IsolationLevel, Row, types::ToSql};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    codec::{self, EncodedEvent},
+    config::PgConfig,
+    db::{Client, Db, is_unique_violation, plain},
+    schema::{self, SetupOutcome, qualify},
+};
+
+/// How many event rows one query of a read fetches.
+const PAGE_ROWS: i64 = 1024;
+
+/// The PostgreSQL backend. See the module documentation.
+pub struct PgStore {
+    db: Db,
+    schema: String,
+    /// The random id of the store, part of every revision.
+    store_id: String,
+    sql: Sql,
+}
+
+impl fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgStore").field("url", &self.db.shown).field("store_id", &self.store_id).finish_non_exhaustive()
+    }
+}
+
+/// The statements, qualified with the schema once.
+struct Sql {
+    session: String,
+    events_from: String,
+    lock_session: String,
+    insert_session: String,
+    insert_events: String,
+    bump: String,
+    revision: String,
+    list: String,
+    family: String,
+}
+
+const HEADER_COLUMNS: &str = "id, header, incarnation, revision, n_bytes";
+
+impl Sql {
+    fn new(schema: &str) -> Sql {
+        let q = |sql: &str| qualify(sql, schema);
+        Sql {
+            session: q(&format!("SELECT {HEADER_COLUMNS}, next_seq FROM {{s}}.sessions WHERE id = $1")),
+            events_from: q("SELECT seq, record, record_zstd FROM {s}.events WHERE session_id = $1 AND seq >= $2 \
+                 ORDER BY seq LIMIT $3"),
+            lock_session: q("SELECT next_seq FROM {s}.sessions WHERE id = $1 FOR UPDATE"),
+            insert_session: q("INSERT INTO {s}.sessions (id, header, created_at, cwd, parent_session, origin, owner, \
+                 incarnation, revision, next_seq, n_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 0, 0) \
+                 ON CONFLICT (id) DO NOTHING"),
+            insert_events: q("INSERT INTO {s}.events (session_id, seq, type, time, record, record_zstd) \
+                 SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::bytea[])"),
+            bump: q("UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1, n_bytes = n_bytes + $3 \
+                 WHERE id = $1"),
+            revision: q("SELECT incarnation, revision FROM {s}.sessions WHERE id = $1"),
+            list: q(&format!("SELECT {HEADER_COLUMNS} FROM {{s}}.sessions ORDER BY id")),
+            family: q(&format!(
+                "(SELECT {HEADER_COLUMNS} FROM {{s}}.sessions WHERE id = $1 OR parent_session = $1) \
+                 UNION ALL \
+                 (SELECT DISTINCT ON (g.parent_session, g.owner) g.id, g.header, g.incarnation, g.revision, g.n_bytes \
+                  FROM {{s}}.sessions c JOIN {{s}}.sessions g ON g.parent_session = c.id AND g.origin = 'subagent' \
+                  WHERE c.parent_session = $1 ORDER BY g.parent_session, g.owner, g.id)"
+            )),
+        }
+    }
+}
+
+/// A `sessions` row as read: the decoded header, or why it does not decode.
+struct SessionRow {
+    id: SessionId,
+    header: Result<SessionHeader>,
+    incarnation: String,
+    revision: i64,
+    n_bytes: i64,
+}
+
+fn to_sql_seq(seq: u64) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
+}
+
+impl PgStore {
+    /// Creates the schema's tables if they are missing (or migrates an older version), then
+    /// opens the store: the explicit setup step a gateway runs on start. Refuses a schema of a
+    /// newer version. Blocks: async callers run it on the blocking pool.
+    pub fn setup(config: &PgConfig) -> Result<(PgStore, SetupOutcome)> {
+        let db = Db::new(config)?;
+        let schema = config.schema.clone();
+        let (store_id, outcome) = db.run(async |client| schema::setup(&db, client, &schema).await)?;
+        Ok((PgStore::with(db, schema, store_id), outcome))
+    }
+
+    /// Opens a store that is set up at this build's schema version; a missing store is refused
+    /// with the setup step to run. Blocks: async callers run it on the blocking pool.
+    pub fn open(config: &PgConfig) -> Result<PgStore> {
+        let db = Db::new(config)?;
+        let schema = config.schema.clone();
+        let store_id = db.run(async |client| schema::check(&db, client, &schema).await)?;
+        Ok(PgStore::with(db, schema, store_id))
+    }
+
+    fn with(db: Db, schema: String, store_id: String) -> PgStore {
+        let sql = Sql::new(&schema);
+        PgStore { db, schema, store_id, sql }
+    }
+
+    /// The store as messages name it (no password).
+    pub fn shown(&self) -> &str {
+        &self.db.shown
+    }
+
+    /// The PostgreSQL schema this store keeps its tables in.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// The store's identity, written once at setup: one value per store, whatever process opens it.
+    pub fn store_id(&self) -> &str {
+        &self.store_id
+    }
+
+    /// Runs `work` with a pooled connection (for this crate's checkpoint store).
+    pub(crate) fn db(&self) -> &Db {
+        &self.db
+    }
+
+    fn revision_of(&self, incarnation: &str, revision: i64) -> Revision {
+        Revision::new(format!("postgres:{}:{incarnation}:{revision}", self.store_id))
+    }
+
+    fn location(&self, id: &SessionId) -> PathBuf {
+        PathBuf::from(format!("{}#{}", self.db.shown, id))
+    }
+
+    fn session_row(&self, row: &Row) -> SessionRow {
+        let id = SessionId::from(row.get::<_, String>(0));
+        let line: String = row.get(1);
+        let header = decode_header_line(line.as_bytes(), &self.location(&id)).and_then(|header| {
+            if header.id != id {
+                return Err(PersistenceError::corrupt(
+                    CorruptKind::Identity,
+                    Location::Session { id: id.clone() },
+                    format!("the stored header names session {:?}, not {:?}", header.id.as_str(), id.as_str()),
+                ));
+            }
+            Ok(header)
+        });
+        SessionRow { id, header, incarnation: row.get(2), revision: row.get(3), n_bytes: row.get(4) }
+    }
+
+    fn stored(&self, row: SessionRow) -> std::result::Result<StoredHeader, Box<LogFault>> {
+        match row.header {
+            Ok(header) => Ok(StoredHeader {
+                revision: self.revision_of(&row.incarnation, row.revision),
+                header: Arc::new(header),
+                n_bytes: u64::try_from(row.n_bytes).ok(),
+            }),
+            Err(error) => Err(Box::new(LogFault { id: row.id, path: None, header: None, error })),
+        }
+    }
+
+    fn listing(&self, rows: Vec<Row>) -> Listing {
+        let mut listing = Listing::default();
+        for row in rows {
+            match self.stored(self.session_row(&row)) {
+                Ok(stored) => listing.headers.push(stored),
+                Err(fault) => listing.faults.push(*fault),
+            }
+        }
+        listing
+    }
+
+    /// Reads `id`'s header and its events from `from_seq` on in one snapshot, page by page.
+    fn read(
+        &self,
+        id: &SessionId,
+        from_seq: u64,
+        cancel: &CancellationToken,
+        sink: &mut dyn ScanSink,
+    ) -> Result<Option<ScanOutcome>> {
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        let db = &self.db;
+        db.run(async |client| {
+            let transaction = db
+                .timed(
+                    "starting a read",
+                    client.build_transaction().isolation_level(IsolationLevel::RepeatableRead).read_only(true).start(),
+                )
+                .await?;
+            let Some(row) =
+                db.timed("reading a session", transaction.query_opt(&self.sql.session, &[&id.as_str()])).await?
+            else {
+                return Ok(None);
+            };
+            let next_seq: i64 = row.get(5);
+            let session = self.session_row(&row);
+            let header = Arc::new(session.header?);
+            sink.header(&header)?;
+            let location = || Location::Session { id: id.clone() };
+            let statement = db.timed("preparing a read", transaction.prepare_cached(&self.sql.events_from)).await?;
+            let mut expected = from_seq;
+            let (mut n_events, mut n_bytes) = (0u64, 0u64);
+            loop {
+                if cancel.is_cancelled() {
+                    return Err(PersistenceError::Cancelled);
+                }
+                let rows = db
+                    .timed(
+                        "reading events",
+                        transaction.query(&statement, &[&id.as_str(), &to_sql_seq(expected), &PAGE_ROWS]),
+                    )
+                    .await?;
+                let n_rows = rows.len();
+                for row in rows {
+                    let seq: i64 = row.get(0);
+                    if seq != to_sql_seq(expected) {
+                        return Err(PersistenceError::corrupt(
+                            CorruptKind::SeqGap,
+                            location(),
+                            format!("corrupt session log: the event at seq {expected} is missing (next stored: {seq})"),
+                        ));
+                    }
+                    let text: Option<String> = row.get(1);
+                    n_bytes += text.as_ref().map_or(0, |text| text.len() as u64);
+                    let event = codec::decode(text, row.get(2)).map_err(|why| {
+                        PersistenceError::corrupt(
+                            CorruptKind::Record,
+                            location(),
+                            format!("corrupt session log: invalid committed row at seq {seq}: {why}"),
+                        )
+                    })?;
+                    if event.seq != expected {
+                        return Err(PersistenceError::corrupt(
+                            CorruptKind::Record,
+                            location(),
+                            format!("corrupt session log: the row at seq {seq} holds an event with seq {}", event.seq),
+                        ));
+                    }
+                    sink.event(Arc::new(event))?;
+                    expected += 1;
+                    n_events += 1;
+                }
+                if (n_rows as i64) < PAGE_ROWS {
+                    break;
+                }
+            }
+            if to_sql_seq(expected) < next_seq {
+                return Err(PersistenceError::corrupt(
+                    CorruptKind::SeqGap,
+                    location(),
+                    format!("corrupt session log: events end at seq {expected}, but the session row says {next_seq}"),
+                ));
+            }
+            db.timed("ending a read", transaction.commit()).await?;
+            Ok(Some(ScanOutcome {
+                revision: self.revision_of(&session.incarnation, session.revision),
+                header,
+                n_events,
+                torn: None,
+                n_bytes,
+            }))
+        })
+    }
+
+    /// Appends `events` in one transaction: the session row first when `materialize`, then the
+    /// fence (the row locked, the batch must start at its `next_seq`), the rows, the new
+    /// `next_seq` and revision.
+    fn write(&self, header: &SessionHeader, events: &[&SessionEvent], materialize: bool) -> Result<()> {
+        let Some(first) = events.first() else { return Ok(()) };
+        let id = &header.id;
+        let encoded: Vec<EncodedEvent> = events.iter().map(|event| codec::encode(event)).collect();
+        let last_seq = to_sql_seq(events[events.len() - 1].seq);
+        let n_bytes: i64 = encoded.iter().map(|event| event.n_bytes).sum();
+        let db = &self.db;
+        db.run(async |client: &mut Client| {
+            let transaction = db.timed("starting an append", client.transaction()).await?;
+            if materialize {
+                let line = encode_header_line(header);
+                let created_at = to_sql_seq(header.created_at);
+                let parent = header.parent_session.as_ref().map(SessionId::as_str);
+                let origin = header.origin.map(|_| "subagent");
+                let incarnation = uuid::Uuid::new_v4().to_string();
+                let params: [&(dyn ToSql + Sync); 8] =
+                    [&id.as_str(), &line, &created_at, &header.cwd, &parent, &origin, &header.owner, &incarnation];
+                db.timed("creating the session row", transaction.execute(&self.sql.insert_session, &params)).await?;
+            }
+            let Some(row) = db
+                .timed("locking the session row", transaction.query_opt(&self.sql.lock_session, &[&id.as_str()]))
+                .await?
+            else {
+                return Err(PersistenceError::Conflict {
+                    id: id.clone(),
+                    message: format!("session {id} has no stored session row to append to"),
+                });
+            };
+            let stored_next: i64 = row.get(0);
+            if stored_next != to_sql_seq(first.seq) {
+                return Err(PersistenceError::Conflict {
+                    id: id.clone(),
+                    message: format!(
+                        "session {id} append starts at seq {}, stored next seq is {stored_next}",
+                        first.seq
+                    ),
+                });
+            }
+            let seqs: Vec<i64> = encoded.iter().map(|event| event.seq).collect();
+            let kinds: Vec<&str> = encoded.iter().map(|event| event.kind.as_str()).collect();
+            let times: Vec<i64> = encoded.iter().map(|event| event.time).collect();
+            let texts: Vec<Option<&str>> = encoded.iter().map(|event| event.text.as_deref()).collect();
+            let frames: Vec<Option<&[u8]>> = encoded.iter().map(|event| event.zstd.as_deref()).collect();
+            let inserted = db
+                .timed_raw(
+                    "inserting events",
+                    transaction
+                        .execute(&self.sql.insert_events, &[&id.as_str(), &seqs, &kinds, &times, &texts, &frames]),
+                )
+                .await?;
+            match inserted {
+                Ok(_) => {}
+                Err(error) if is_unique_violation(&error) => {
+                    return Err(PersistenceError::Conflict {
+                        id: id.clone(),
+                        message: format!(
+                            "session {id} append starts at seq {}, and another writer stored it first",
+                            first.seq
+                        ),
+                    });
+                }
+                Err(error) => return Err(db.error(error)),
+            }
+            db.timed(
+                "moving the fence",
+                transaction.execute(&self.sql.bump, &[&id.as_str(), &(last_seq + 1), &n_bytes]),
+            )
+            .await?;
+            db.timed("committing an append", transaction.commit()).await?;
+            Ok(())
+        })
+    }
+
+    /// Drops the schema and everything in it. For tests and benchmarks that made their own.
+    pub fn drop_schema(&self) -> Result<()> {
+        let db = &self.db;
+        let sql = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema);
+        db.run(async |client| db.timed("dropping the schema", plain(client).batch_execute(&sql)).await)
+    }
+}
+
+impl Backend for PgStore {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn scan(&self, id: &SessionId, cancel: &CancellationToken, sink: &mut dyn ScanSink) -> Result<Option<ScanOutcome>> {
+        self.read(id, 0, cancel, sink)
+    }
+
+    /// A seek read: the rows from `(id, from_seq)` on, through the primary key.
+    fn scan_from(
+        &self,
+        id: &SessionId,
+        from_seq: u64,
+        cancel: &CancellationToken,
+        sink: &mut dyn ScanSink,
+    ) -> Result<Option<ScanOutcome>> {
+        self.read(id, from_seq, cancel, sink)
+    }
+
+    fn revision(&self, id: &SessionId) -> Result<Option<Revision>> {
+        let db = &self.db;
+        let row = db.run(async |client| {
+            db.timed("reading a revision", plain(client).query_opt(&self.sql.revision, &[&id.as_str()])).await
+        })?;
+        Ok(row.map(|row| self.revision_of(&row.get::<_, String>(0), row.get(1))))
+    }
+
+    fn header(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<StoredHeader>> {
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        let db = &self.db;
+        let row = db.run(async |client| {
+            db.timed("reading a session", plain(client).query_opt(&self.sql.session, &[&id.as_str()])).await
+        })?;
+        match row {
+            None => Ok(None),
+            Some(row) => self.stored(self.session_row(&row)).map(Some).map_err(|fault| fault.error),
+        }
+    }
+
+    /// One transaction: the session row with the first batch, the fence, the rows. A stale
+    /// writer (another process appended first) gets `Conflict` and stores nothing.
+    fn append_batch(&self, header: &SessionHeader, events: &[Arc<SessionEvent>], materialized: bool) -> Result<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        header.check_sizes()?;
+        for event in events {
+            event.check_size()?;
+        }
+        let events: Vec<&SessionEvent> = events.iter().map(|event| &**event).collect();
+        self.write(header, &events, !materialized)
+    }
+
+    /// Logs here are never torn (a transaction commits whole), so a repair appends the closers
+    /// as one fenced transaction.
+    fn commit_repair(&self, header: &SessionHeader, torn: Option<&TornTail>, closers: &[SessionEvent]) -> Result<()> {
+        if let Some(torn) = torn {
+            return Err(PersistenceError::invalid_input(format!(
+                "session {} has no torn tail in a PostgreSQL store (asked to cut at {})",
+                header.id, torn.truncate_to
+            )));
+        }
+        let closers: Vec<&SessionEvent> = closers.iter().collect();
+        self.write(header, &closers, false)
+    }
+
+    fn list(&self, cancel: &CancellationToken) -> Result<Listing> {
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        let db = &self.db;
+        let rows =
+            db.run(async |client| db.timed("listing sessions", plain(client).query(&self.sql.list, &[])).await)?;
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        let mut listing = self.listing(rows);
+        listing.sort();
+        Ok(listing)
+    }
+
+    /// `parent`, its children and, of each child's subagent children, one per owner, through the
+    /// parent index.
+    fn list_children(&self, parent: &SessionId, cancel: &CancellationToken) -> Result<Listing> {
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        let db = &self.db;
+        let rows = db.run(async |client| {
+            db.timed("listing a family", plain(client).query(&self.sql.family, &[&parent.as_str()])).await
+        })?;
+        let mut listing = self.listing(rows);
+        listing.sort();
+        Ok(listing)
+    }
+
+    /// One page through the `(created_at DESC, id)` index (or the owner's), starting after the
+    /// request's key: the range condition `created_at <= after` lets the scan start there.
+    fn list_page(&self, request: &PageRequest, cancel: &CancellationToken) -> Result<HeaderPage> {
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        let mut conditions = Vec::new();
+        let mut params: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
+        if let Some(owner) = &request.owner {
+            params.push(Box::new(owner.clone()));
+            conditions.push(format!("owner = ${}", params.len()));
+        }
+        if request.require_cwd {
+            conditions.push("cwd IS NOT NULL".to_owned());
+        }
+        if let Some(after) = &request.after {
+            params.push(Box::new(to_sql_seq(after.created_at)));
+            let created = params.len();
+            params.push(Box::new(after.id.as_str().to_owned()));
+            let id = params.len();
+            conditions.push(format!("created_at <= ${created} AND (created_at < ${created} OR id > ${id})"));
+        }
+        let limit = i64::try_from(request.limit).unwrap_or(i64::MAX - 1);
+        params.push(Box::new(limit.saturating_add(1)));
+        let where_clause =
+            if conditions.is_empty() { String::new() } else { format!("WHERE {}", conditions.join(" AND ")) };
+        let sql = qualify(
+            &format!(
+                "SELECT {HEADER_COLUMNS}, created_at FROM {{s}}.sessions {where_clause} ORDER BY created_at DESC, id \
+                 LIMIT ${}",
+                params.len()
+            ),
+            &self.schema,
+        );
+        let db = &self.db;
+        let rows = db.run(async |client| {
+            let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|param| &**param as &(dyn ToSql + Sync)).collect();
+            db.timed("listing a page", plain(client).query(&sql, &refs)).await
+        })?;
+        let more = rows.len() as i64 > limit;
+        let mut page = HeaderPage::default();
+        let mut last = None;
+        for row in rows.iter().take(request.limit) {
+            let session = self.session_row(row);
+            let created_at: i64 = row.get(5);
+            last = Some(PageKey { created_at: u64::try_from(created_at).unwrap_or(0), id: session.id.clone() });
+            match self.stored(session) {
+                Ok(stored) => page.headers.push(stored),
+                Err(fault) => page.faults.push(*fault),
+            }
+        }
+        page.next = if more { last } else { None };
+        Ok(page)
+    }
+}

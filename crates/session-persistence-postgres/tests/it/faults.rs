@@ -1,0 +1,143 @@
+//! Setup and faults: the explicit setup step (created, then current; a newer schema refused by
+//! setup and open alike; an unset schema refused by open), the password kept out of every
+//! message, a damaged row or a missing one read as `Corrupt`, a bad header row as its own
+//! listing fault, and a connection the server drops: a typed error, then recovery by itself.
+
+use std::{io, sync::Arc};
+
+use session_core::{JsonData, SessionEvent, SessionHeader, SessionId};
+use session_persistence::{Backend, CollectSink, CorruptKind, PersistenceError};
+use session_persistence_postgres::{PgConfig, PgStore, SetupOutcome, redact_url};
+use tokio_util::sync::CancellationToken;
+
+use crate::{TestSchema, server_url};
+
+fn header(id: &str) -> SessionHeader {
+    let mut header = SessionHeader::new(SessionId::from(id), 1_000);
+    header.cwd = Some("/w".to_owned());
+    header
+}
+
+fn events(range: std::ops::Range<u64>) -> Vec<Arc<SessionEvent>> {
+    range
+        .map(|seq| Arc::new(SessionEvent::new("test/n", seq, 1, JsonData::from_text(seq.to_string()).unwrap())))
+        .collect()
+}
+
+fn scan(store: &dyn Backend, id: &str) -> Result<usize, PersistenceError> {
+    let mut sink = CollectSink::default();
+    store.scan(&SessionId::from(id), &CancellationToken::new(), &mut sink)?;
+    Ok(sink.events.len())
+}
+
+#[test]
+fn setup_is_explicit_and_a_newer_schema_is_refused() {
+    let Some(schema) = TestSchema::bare() else { return };
+    let error = PgStore::open(&schema.config).unwrap_err();
+    assert!(matches!(&error, PersistenceError::Refused { .. }), "{error:?}");
+    assert!(error.to_string().contains("is not set up") && error.to_string().contains("apiproxy setup"), "{error}");
+    assert_eq!(PgStore::setup(&schema.config).unwrap().1, SetupOutcome::Created);
+    assert_eq!(PgStore::setup(&schema.config).unwrap().1, SetupOutcome::Current);
+    let store_id = PgStore::open(&schema.config).unwrap().store_id().to_owned();
+    assert_eq!(PgStore::open(&schema.config).unwrap().store_id(), store_id, "the id is the store's, not the opener's");
+    schema.sql("UPDATE {s}.store_meta SET schema_version = 7");
+    for error in [PgStore::open(&schema.config).unwrap_err(), PgStore::setup(&schema.config).unwrap_err()] {
+        assert!(
+            error.to_string().contains("has schema version 7, newer than this build's 1")
+                && error.to_string().contains("upgrade"),
+            "{error}"
+        );
+    }
+}
+
+#[test]
+fn the_password_never_appears_in_a_message() {
+    let url = "postgres://someone:pa55-w0rd-xyz@127.0.0.1:1/test?connect_timeout=2";
+    let config = PgConfig::from_url(url).unwrap();
+    assert_eq!(config.shown(), "postgres://someone@127.0.0.1:1/test?schema=public");
+    assert!(!format!("{config:?}").contains("pa55"));
+    assert_eq!(redact_url(url), "postgres://someone:***@127.0.0.1:1/test?connect_timeout=2");
+    // Nothing listens on port 1: the open fails, and says where without the password.
+    let error = PgStore::open(&config).unwrap_err();
+    assert!(!error.to_string().contains("pa55") && !format!("{error:?}").contains("pa55"), "{error:?}");
+    assert!(error.to_string().contains("postgres://someone@127.0.0.1:1/test"), "{error}");
+    let error = PgConfig::from_url("postgres://someone:pa55-w0rd-xyz@127.0.0.1:notaport/test").unwrap_err();
+    assert!(!error.to_string().contains("pa55"), "{error}");
+    let error = PgConfig::from_url("postgres://u:pa55-w0rd-xyz@h/d?schema=Bad-Name").unwrap_err();
+    assert!(!error.to_string().contains("pa55") && error.to_string().contains("schema"), "{error}");
+}
+
+#[test]
+fn damaged_and_missing_rows_are_corrupt_and_a_bad_header_is_its_own_fault() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = schema.open();
+    for id in ["a", "b", "c"] {
+        store.append_batch(&header(id), &events(0..5), false).unwrap();
+    }
+    schema.sql("UPDATE {s}.events SET record = '{\"type\":' WHERE session_id = 'a' AND seq = 2");
+    let error = scan(&store, "a").unwrap_err();
+    assert!(matches!(&error, PersistenceError::Corrupt { kind: CorruptKind::Record, .. }), "{error:?}");
+    schema.sql("DELETE FROM {s}.events WHERE session_id = 'b' AND seq = 4");
+    let error = scan(&store, "b").unwrap_err();
+    assert!(matches!(&error, PersistenceError::Corrupt { kind: CorruptKind::SeqGap, .. }), "{error:?}");
+    schema.sql("UPDATE {s}.sessions SET header = 'not json' WHERE id = 'c'");
+    let listing = store.list(&CancellationToken::new()).unwrap();
+    assert_eq!(listing.headers.iter().map(|stored| stored.header.id.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!(listing.faults.len(), 1);
+    assert_eq!(listing.faults[0].id.as_str(), "c");
+}
+
+#[test]
+fn a_dropped_connection_is_a_typed_error_and_the_store_recovers_by_itself() {
+    let Some(schema) = TestSchema::new() else { return };
+    let name = format!("pg-drop-{}", schema.config.schema);
+    let url = format!("{}?application_name={name}", server_url().unwrap());
+    let config = PgConfig::from_url(&url).unwrap().with_schema(&schema.config.schema).unwrap().with_pool_size(1);
+    let store = PgStore::open(&config).unwrap();
+    store.append_batch(&header("s"), &events(0..3), false).unwrap();
+    let killed = schema.value(&format!(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '{name}'"
+    ));
+    assert_eq!(killed.as_deref(), Some("1"));
+    // The pooled connection is gone: at most one call fails, as an I/O error, and no call hangs.
+    let mut outcomes = Vec::new();
+    for _ in 0..3 {
+        let outcome = scan(&store, "s");
+        let done = outcome.is_ok();
+        outcomes.push(outcome);
+        if done {
+            break;
+        }
+    }
+    let (failures, successes): (Vec<_>, Vec<_>) = outcomes.into_iter().partition(Result::is_err);
+    assert_eq!(successes.len(), 1, "the store reconnects by itself: {failures:?}");
+    assert!(failures.len() <= 1, "{failures:?}");
+    for failure in failures {
+        let PersistenceError::Io { source, .. } = failure.unwrap_err() else { panic!("not an I/O error") };
+        assert!(matches!(source.kind(), io::ErrorKind::ConnectionAborted | io::ErrorKind::Other), "{source}");
+    }
+    // Nothing acknowledged was lost, and appends go on.
+    store.append_batch(&header("s"), &events(3..5), true).unwrap();
+    assert_eq!(scan(&store, "s").unwrap(), 5);
+}
+
+#[test]
+fn a_server_that_never_answers_is_a_bounded_typed_error() {
+    // A listener that accepts connections and never says a word: the connection's startup waits
+    // for it, bounded by the connect timeout.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = std::thread::spawn(move || {
+        let (socket, _) = listener.accept().unwrap();
+        socket
+    });
+    let config = PgConfig::from_url(&format!("postgres://nobody:pa55-w0rd-xyz@127.0.0.1:{port}/test"))
+        .unwrap()
+        .with_connect_timeout(std::time::Duration::from_millis(300))
+        .with_query_timeout(std::time::Duration::from_millis(600));
+    let error = PgStore::open(&config).unwrap_err();
+    let PersistenceError::Io { source, .. } = &error else { panic!("not an I/O error: {error:?}") };
+    assert_eq!(source.kind(), io::ErrorKind::TimedOut, "{error}");
+    assert!(!error.to_string().contains("pa55"), "{error}");
+    drop(held.join().unwrap());
+}
