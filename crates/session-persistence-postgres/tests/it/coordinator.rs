@@ -1,0 +1,241 @@
+//! Coordinator mechanics that the contract suite does not see: write-behind batching, failure
+//! retention, and the inspection cache, observed through a `CountingBackend`. Copied from
+//! `crates/session-persistence/tests/it/coordinator.rs` with a PostgreSQL schema of each test's
+//! own in place of the memory store; the cases are the originals unchanged. They move to the
+//! shared test kit together with the originals.
+
+use std::{sync::Arc, time::Duration};
+
+use serde_json::json;
+use session_core::{CreateOptions, HeaderMeta, ManualClock, SessionEvent, SessionHeader, SessionId, SessionStore};
+use session_persistence::{Backend, Coordinator, CoordinatorConfig, CountingBackend, ReadThreads, SessionPersistence};
+use tokio_util::sync::CancellationToken;
+
+use crate::TestSchema;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+fn live_store(persistence: &Coordinator) -> Arc<SessionStore> {
+    let store = Arc::new(SessionStore::new(Arc::new(ManualClock::new(1_000))));
+    persistence.attach(&store).unwrap();
+    store
+}
+
+fn meta() -> HeaderMeta {
+    HeaderMeta { cwd: Some("/work".into()), ..HeaderMeta::default() }
+}
+
+#[test]
+fn events_inside_one_window_are_written_as_one_batch() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store: Arc<dyn Backend> = Arc::new(schema.open());
+    runtime().block_on(async {
+        let backend = Arc::new(CountingBackend::new(store));
+        let config =
+            CoordinatorConfig { write_batch_max_delay: Duration::from_millis(50), ..CoordinatorConfig::default() };
+        let persistence = Coordinator::new(backend.clone(), config).unwrap();
+        let store = live_store(&persistence);
+        let session =
+            store.create(Some(SessionId::from("s-batch")), CreateOptions { seed: None, meta: meta() }).unwrap();
+        for turn in 1..=10 {
+            session.append("turn/start", &json!({"turn": turn}), None).unwrap();
+            session.append("turn/end", &json!({"turn": turn, "reason": {"kind": "completed"}}), None).unwrap();
+        }
+        // Wait for the window to close on its own (bounded), then check it wrote once.
+        for _ in 0..400 {
+            if backend.appends() > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        persistence.flush(session.id(), &CancellationToken::new()).await.unwrap();
+        assert_eq!(backend.appends(), 1, "20 events in one window make one batch");
+        let read = persistence.read_from(session.id(), 0, &CancellationToken::new()).await.unwrap();
+        assert_eq!(read.events.len(), 20);
+    });
+}
+
+#[test]
+fn a_failed_write_keeps_the_batch_in_order_and_the_next_flush_writes_it() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store: Arc<dyn Backend> = Arc::new(schema.open());
+    runtime().block_on(async {
+        let backend = Arc::new(CountingBackend::new(store));
+        let persistence = Coordinator::new(backend.clone(), CoordinatorConfig::default()).unwrap();
+        let store = live_store(&persistence);
+        let session =
+            store.create(Some(SessionId::from("s-retry")), CreateOptions { seed: None, meta: meta() }).unwrap();
+        backend.fail_appends(true);
+        session.append("turn/start", &json!({"turn": 1}), None).unwrap();
+        let err = store.flush(session.id()).await.unwrap_err();
+        assert!(
+            err.to_string().contains("injected write failure") || format!("{err:?}").contains("injected"),
+            "{err:?}"
+        );
+        session.append("turn/end", &json!({"turn": 1, "reason": {"kind": "completed"}}), None).unwrap();
+        backend.fail_appends(false);
+        store.flush(session.id()).await.unwrap();
+        let read = persistence.read_from(session.id(), 0, &CancellationToken::new()).await.unwrap();
+        let kinds: Vec<&str> = read.events.iter().map(|event| event.kind.as_str()).collect();
+        assert_eq!(kinds, ["turn/start", "turn/end"]);
+    });
+}
+
+fn turn(seq0: u64) -> Vec<Arc<SessionEvent>> {
+    ["turn/start", "turn/end"]
+        .iter()
+        .enumerate()
+        .map(|(offset, kind)| {
+            let data = if *kind == "turn/start" {
+                json!({"turn": 1})
+            } else {
+                json!({"turn": 1, "reason": {"kind": "completed"}})
+            };
+            Arc::new(
+                serde_json::from_value(json!({"type": kind, "seq": seq0 + offset as u64, "time": 1, "data": data}))
+                    .unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn inspections_are_cached_until_the_log_changes() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store: Arc<dyn Backend> = Arc::new(schema.open());
+    runtime().block_on(async {
+        let backend = Arc::new(CountingBackend::new(store));
+        let persistence = Coordinator::new(backend.clone(), CoordinatorConfig::default()).unwrap();
+        let cancel = CancellationToken::new();
+        let id = SessionId::from("s-cache");
+        let mut header = SessionHeader::new(id.clone(), 1);
+        header.cwd = Some("/work".into());
+        persistence.create(header, &cancel).await.unwrap();
+        persistence.append(&id, turn(0), &cancel).await.unwrap();
+        let scans = || backend.scans();
+        let first = persistence.inspect(&id, &cancel).await.unwrap();
+        let after_first = scans();
+        let second = persistence.inspect(&id, &cancel).await.unwrap();
+        assert_eq!(scans(), after_first, "an unchanged log is served from the cache");
+        assert!(Arc::ptr_eq(&first.events, &second.events));
+        persistence.append(&id, turn(2), &cancel).await.unwrap();
+        let third = persistence.inspect(&id, &cancel).await.unwrap();
+        assert_eq!(scans(), after_first + 1, "an append invalidates the entry");
+        assert_eq!(third.events.len(), 4);
+        // Concurrent readers of one id share one read.
+        let before = scans();
+        persistence.append(&id, turn(4), &cancel).await.unwrap();
+        let reads = futures::future::join_all((0..4).map(|_| persistence.inspect(&id, &cancel))).await;
+        assert!(reads.iter().all(|read| read.as_ref().is_ok_and(|read| read.events.len() == 6)));
+        assert_eq!(scans(), before + 1);
+        assert_eq!(persistence.n_locked_ids(), 0, "per-id locks are dropped once unused");
+    });
+}
+
+#[test]
+fn the_inspection_cache_is_bounded_by_entries_and_bytes() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store: Arc<dyn Backend> = Arc::new(schema.open());
+    runtime().block_on(async {
+        let backend = Arc::new(CountingBackend::new(store));
+        let config = CoordinatorConfig {
+            inspect_cache_entries: 2,
+            inspect_cache_bytes: 1 << 20,
+            ..CoordinatorConfig::default()
+        };
+        let persistence = Coordinator::new(backend.clone(), config).unwrap();
+        let cancel = CancellationToken::new();
+        for n in 0..4 {
+            let id = SessionId::from(format!("s-{n}"));
+            persistence.create(SessionHeader::new(id.clone(), 1), &cancel).await.unwrap();
+            persistence.append(&id, turn(0), &cancel).await.unwrap();
+            persistence.inspect(&id, &cancel).await.unwrap();
+        }
+        assert_eq!(persistence.inspect_cache_usage().0, 2, "at most two entries");
+
+        let small = CoordinatorConfig { inspect_cache_bytes: 200, ..CoordinatorConfig::default() };
+        let persistence = Coordinator::new(backend.clone(), small).unwrap();
+        for n in 0..4 {
+            persistence.inspect(&SessionId::from(format!("s-{n}")), &cancel).await.unwrap();
+            let (_, bytes) = persistence.inspect_cache_usage();
+            assert!(bytes <= 200, "the byte bound holds: {bytes}");
+        }
+    });
+}
+
+#[test]
+fn invalid_configuration_is_rejected_with_the_reference_messages() {
+    let Some(schema) = TestSchema::new() else { return };
+    let backend: Arc<dyn Backend> = Arc::new(schema.open());
+    let zero = CoordinatorConfig { inspect_cache_entries: 0, ..CoordinatorConfig::default() };
+    assert_eq!(
+        Coordinator::new(backend.clone(), zero).unwrap_err().to_string(),
+        "preparedSessionCacheSize must be a positive safe integer"
+    );
+    let no_delay = CoordinatorConfig { write_batch_max_delay: Duration::ZERO, ..CoordinatorConfig::default() };
+    assert_eq!(
+        Coordinator::new(backend, no_delay).unwrap_err().to_string(),
+        "writeBatchMaxDelayMs must be an integer between 1 and 2147483647"
+    );
+}
+
+/// Long logs are validated on a second thread when reads may use helpers: results, errors and
+/// closers are the same as on one thread, including a defect deep in the log.
+#[test]
+fn long_logs_validate_the_same_on_the_relay_thread() {
+    for read_threads in [ReadThreads::Always, ReadThreads::Never, ReadThreads::Auto] {
+        long_logs_validate_the_same_with(read_threads);
+    }
+}
+
+fn long_logs_validate_the_same_with(read_threads: ReadThreads) {
+    let Some(schema) = TestSchema::new() else { return };
+    let store: Arc<dyn Backend> = Arc::new(schema.open());
+    runtime().block_on(async {
+        let backend = Arc::new(CountingBackend::new(store));
+        let config = CoordinatorConfig { read_threads, ..CoordinatorConfig::default() };
+        let persistence = Coordinator::new(backend.clone(), config).unwrap();
+        let cancel = CancellationToken::new();
+        let id = SessionId::from("s-long");
+        persistence.create(SessionHeader::new(id.clone(), 1), &cancel).await.unwrap();
+        for turn in 0..1_000u64 {
+            persistence.append(&id, self::turn(turn * 2), &cancel).await.unwrap();
+        }
+        let open: Arc<SessionEvent> = Arc::new(
+            serde_json::from_value(json!({"type": "turn/start", "seq": 2_000, "time": 5, "data": {"turn": 1}}))
+                .unwrap(),
+        );
+        persistence.append(&id, vec![open], &cancel).await.unwrap();
+        let inspected = persistence.inspect(&id, &cancel).await.unwrap();
+        assert_eq!(inspected.events.len(), 2_002);
+        assert_eq!(inspected.n_closers, 1);
+        assert!(inspected.events.iter().enumerate().all(|(idx, event)| event.seq == idx as u64));
+        let suffix = persistence.read_from(&id, 1_500, &cancel).await.unwrap();
+        assert_eq!(suffix.events.len(), 501);
+
+        // A defect at seq 1,500 of another long log: a message without an id.
+        let bad_id = SessionId::from("s-long-bad");
+        persistence.create(SessionHeader::new(bad_id.clone(), 1), &cancel).await.unwrap();
+        for turn in 0..750u64 {
+            persistence.append(&bad_id, self::turn(turn * 2), &cancel).await.unwrap();
+        }
+        let bad: Arc<SessionEvent> = Arc::new(
+            serde_json::from_value(json!({"type": "user/message", "seq": 1_500, "time": 5, "surfaceOp": "append",
+                "data": {"role": "user", "source": {"kind": "user"}, "content": [], "id": ""}}))
+            .unwrap(),
+        );
+        persistence.append(&bad_id, vec![bad], &cancel).await.unwrap();
+        for turn in 0..200u64 {
+            persistence.append(&bad_id, self::turn(1_501 + turn * 2), &cancel).await.unwrap();
+        }
+        let err = persistence.inspect(&bad_id, &cancel).await.unwrap_err();
+        assert!(err.to_string().contains("lacks an identified message"), "{err}");
+        let (sink, _) =
+            session_persistence::inspect_into(&persistence, &id, &cancel, session_persistence::CollectSink::default())
+                .await
+                .unwrap();
+        assert_eq!(sink.events.len(), 2_002);
+    });
+}
