@@ -44,7 +44,8 @@ fn main() {
         let mut prng = Prng::new(seed);
         let mut stdout = std::io::stdout().lock();
         // A PostgreSQL server may still commit what a killed writer sent last, after this writer
-        // resumed: its next write then meets the fence (`Conflict`), and it resumes again.
+        // resumed, and another writer may race this one: its next write then meets the fence
+        // (`Conflict`), and it resumes again (up to 100 times in a row).
         let mut conflicts = 0;
         'resume: loop {
             let persistence = Coordinator::new(store.clone(), CoordinatorConfig::default()).expect("coordinator");
@@ -57,7 +58,7 @@ fn main() {
                     persistence.create(header, &cancel).await.expect("create");
                     (0, None)
                 }
-                Err(PersistenceError::Conflict { .. }) if conflicts < 10 => {
+                Err(PersistenceError::Conflict { .. }) if conflicts < 100 => {
                     conflicts += 1;
                     continue 'resume;
                 }
@@ -69,8 +70,8 @@ fn main() {
                 let (first, last) = (batch[0].seq, batch[batch.len() - 1].seq);
                 let hash = crash::batch_hash(&batch);
                 match persistence.append(&id, batch, &cancel).await {
-                    Ok(()) => {}
-                    Err(PersistenceError::Conflict { .. }) if conflicts < 10 => {
+                    Ok(()) => conflicts = 0,
+                    Err(PersistenceError::Conflict { .. }) if conflicts < 100 => {
                         conflicts += 1;
                         continue 'resume;
                     }

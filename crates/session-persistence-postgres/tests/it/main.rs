@@ -1,6 +1,7 @@
 //! Integration tests of the PostgreSQL store, each in a schema of its own that is dropped after
-//! it (so they run in parallel on one server): the copied persistence contract, lossless rows,
-//! racing writers, schema versions, the family and page queries, faults, and the checkpoint store.
+//! it (so they run in parallel on one server): the copied persistence and coordinator contracts,
+//! lossless rows, racing writers, schema versions, the family and page queries, faults, and the
+//! checkpoint store.
 //!
 //! The server comes from `SESSION_PG_URL` (for example
 //! `postgres://postgres@127.0.0.1:5432/test`). Without it each test prints that it was skipped and
