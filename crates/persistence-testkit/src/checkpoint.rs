@@ -17,8 +17,36 @@ use crate::{
 type Cx<'a> = crate::runner::Cx<'a, dyn CheckpointPlace>;
 
 impl Cx<'_> {
+    /// The place's store, called off the case's async threads, as the projection
+    /// cache calls a store (on the blocking pool): a store may block on a runtime of its own.
     fn open(&self) -> Arc<dyn CheckpointStore> {
-        self.place.open()
+        Arc::new(OffRuntime(self.place.open()))
+    }
+}
+
+/// Runs `call` on a thread of its own and waits for it: outside any async context.
+fn off_runtime<T: Send>(call: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| match scope.spawn(call).join() {
+        Ok(value) => value,
+        Err(payload) => std::panic::resume_unwind(payload),
+    })
+}
+
+/// A checkpoint store whose every call runs off the caller's thread.
+#[derive(Debug)]
+struct OffRuntime(Arc<dyn CheckpointStore>);
+
+impl CheckpointStore for OffRuntime {
+    fn get(&self, id: &SessionId) -> session_projection_cache::Result<Option<CheckpointRecord>> {
+        off_runtime(|| self.0.get(id))
+    }
+
+    fn put(&self, id: &SessionId, record: &CheckpointRecord) -> session_projection_cache::Result<()> {
+        off_runtime(|| self.0.put(id, record))
+    }
+
+    fn remove(&self, id: &SessionId) -> session_projection_cache::Result<bool> {
+        off_runtime(|| self.0.remove(id))
     }
 }
 

@@ -27,15 +27,26 @@ pub(crate) fn cases() -> Vec<Case<dyn Place>> {
 
 /// Writes `events` as stored bytes, bypassing the append checks (a `steering/message` carries a
 /// surface marker no current event of its type may carry).
+/// The backend is called on a thread of its own, as the coordinator calls it (on the blocking
+/// pool): a backend may block on a runtime of its own.
 fn store_raw(persistence: &Coordinator, header: &SessionHeader, events: &[Arc<SessionEvent>]) {
-    persistence.backend().append_batch(header, events, false).unwrap();
+    let backend = persistence.backend();
+    std::thread::scope(|scope| scope.spawn(|| backend.append_batch(header, events, false).unwrap()).join().unwrap());
 }
 
 /// The events as stored, straight from the backend, without any import.
 fn stored(persistence: &Coordinator, id: &SessionId) -> Vec<SessionEvent> {
-    let mut sink = CollectSink::default();
-    persistence.backend().scan(id, &cancel(), &mut sink).unwrap().expect("the log is stored");
-    sink.events
+    let backend = persistence.backend();
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let mut sink = CollectSink::default();
+                backend.scan(id, &cancel(), &mut sink).unwrap().expect("the log is stored");
+                sink.events
+            })
+            .join()
+            .unwrap()
+    })
 }
 
 /// The stored bytes of a log, from the place's hook; `None` (and a note in the report) for a

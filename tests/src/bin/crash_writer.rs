@@ -55,8 +55,16 @@ fn main() {
                 Err(err) if err.is_not_found() => {
                     let mut header = SessionHeader::new(id.clone(), 1_000);
                     header.cwd = Some("/crash/test".into());
-                    persistence.create(header, &cancel).await.expect("create");
-                    (0, None)
+                    match persistence.create(header, &cancel).await {
+                        Ok(()) => (0, None),
+                        // Another writer created it first (two writers racing on a shared store):
+                        // resume what it wrote.
+                        Err(PersistenceError::Conflict { .. }) if conflicts < 100 => {
+                            conflicts += 1;
+                            continue 'resume;
+                        }
+                        Err(err) => panic!("create: {err}"),
+                    }
                 }
                 Err(PersistenceError::Conflict { .. }) if conflicts < 100 => {
                     conflicts += 1;
