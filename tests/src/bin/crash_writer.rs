@@ -16,6 +16,10 @@ use session_persistence_postgres::{PgConfig, PgStore};
 use session_persistence_sqlite::{SqliteConfig, SqliteStore};
 use tokio_util::sync::CancellationToken;
 
+/// How many conflicts in a row a writer resumes from before it gives up: a writer racing another
+/// on a busy machine may lose many rounds in a row, and each loss is a clean resume.
+const MAX_CONFLICTS: u32 = 100_000;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let [_, root, compression, id, seed] = &args[..] else {
@@ -59,14 +63,14 @@ fn main() {
                         Ok(()) => (0, None),
                         // Another writer created it first (two writers racing on a shared store):
                         // resume what it wrote.
-                        Err(PersistenceError::Conflict { .. }) if conflicts < 100 => {
+                        Err(PersistenceError::Conflict { .. }) if conflicts < MAX_CONFLICTS => {
                             conflicts += 1;
                             continue 'resume;
                         }
                         Err(err) => panic!("create: {err}"),
                     }
                 }
-                Err(PersistenceError::Conflict { .. }) if conflicts < 100 => {
+                Err(PersistenceError::Conflict { .. }) if conflicts < MAX_CONFLICTS => {
                     conflicts += 1;
                     continue 'resume;
                 }
@@ -79,7 +83,7 @@ fn main() {
                 let hash = crash::batch_hash(&batch);
                 match persistence.append(&id, batch, &cancel).await {
                     Ok(()) => conflicts = 0,
-                    Err(PersistenceError::Conflict { .. }) if conflicts < 100 => {
+                    Err(PersistenceError::Conflict { .. }) if conflicts < MAX_CONFLICTS => {
                         conflicts += 1;
                         continue 'resume;
                     }

@@ -251,9 +251,17 @@ fn two_writer_processes_racing_never_interleave_postgres() {
         .collect();
     drop(sender);
     let mut acks: Vec<(usize, Ack)> = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
     while acks.iter().filter(|(writer, _)| *writer == 0).count() < 15
         || acks.iter().filter(|(writer, _)| *writer == 1).count() < 15
     {
+        // A failure guard: a writer that died or stalled fails the test instead of hanging it.
+        assert!(std::time::Instant::now() < deadline, "the racing writers did not both acknowledge 15 batches in time");
+        for writer in &mut writers {
+            if let Some(status) = writer.try_wait().expect("poll a writer") {
+                panic!("a racing writer exited ({status}) with {} acks so far", acks.len());
+            }
+        }
         match receiver.recv_timeout(Duration::from_secs(20)) {
             Ok(ack) => acks.push(ack),
             Err(_) => panic!("a racing writer stopped acknowledging ({} acks so far)", acks.len()),
