@@ -150,6 +150,8 @@ impl JsonlStore {
     /// Publishes a new log holding the header and the first batch, atomically.
     fn materialize(&self, header: &SessionHeader, events: &[&SessionEvent], path: &Path) -> Result<()> {
         header.validate(&header.id).map_err(PersistenceError::invalid_header)?;
+        // Invariant: `log_path` builds `<root>/<project>/<segment>/<file name>`, so a log path has a
+        // session directory, a project directory above it, and a file name.
         let session_dir = path.parent().expect("a log path has a session directory");
         let project_dir = session_dir.parent().expect("a session directory has a project directory");
 
