@@ -1,9 +1,12 @@
 //! A child process for the crash test: appends batches to a JSONL store (or a SQLite database, or
 //! a PostgreSQL schema) forever, printing `ack <first_seq> <last_seq> <hash>` after each batch is
-//! durable, until it is killed.
+//! durable, until it is killed, and `conflict` each time a write meets another writer's fence and
+//! it resumes from the stored log.
 //!
-//! Usage: `crash_writer <root> <zstd|none|sqlite|postgres> <session-id> <seed>` (for `sqlite`,
-//! `root` is the database file; for `postgres`, the store's URL).
+//! Usage: `crash_writer <root> <zstd|none|sqlite|postgres> <session-id> <seed> [pace-ms]` (for
+//! `sqlite`, `root` is the database file; for `postgres`, the store's URL). With `pace-ms`, the
+//! writer waits a random 0..pace-ms between batches, as a host writing at a model's pace does, so
+//! a writer resuming from another's fence gets its turn; without it, it writes as fast as it can.
 
 use std::{io::Write, path::PathBuf, sync::Arc};
 
@@ -22,9 +25,15 @@ const MAX_CONFLICTS: u32 = 100_000;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let [_, root, compression, id, seed] = &args[..] else {
-        eprintln!("usage: crash_writer <root> <zstd|none> <session-id> <seed>");
-        std::process::exit(2);
+    let (root, compression, id, seed, pace) = match &args[..] {
+        [_, root, compression, id, seed] => (root, compression, id, seed, 0),
+        [_, root, compression, id, seed, pace] => {
+            (root, compression, id, seed, pace.parse().expect("pace is a number"))
+        }
+        _ => {
+            eprintln!("usage: crash_writer <root> <zstd|none|sqlite|postgres> <session-id> <seed> [pace-ms]");
+            std::process::exit(2);
+        }
     };
     let storage = compression.clone();
     let compression = if compression == "none" { Compression::None } else { Compression::Zstd };
@@ -46,6 +55,7 @@ fn main() {
         let id = SessionId::from(id.as_str());
         let cancel = CancellationToken::new();
         let mut prng = Prng::new(seed);
+        let mut pacing = Prng::new(seed ^ 0x9e37_79b9_7f4a_7c15);
         let mut stdout = std::io::stdout().lock();
         // A PostgreSQL server may still commit what a killed writer sent last, after this writer
         // resumed, and another writer may race this one: its next write then meets the fence
@@ -65,6 +75,7 @@ fn main() {
                         // resume what it wrote.
                         Err(PersistenceError::Conflict { .. }) if conflicts < MAX_CONFLICTS => {
                             conflicts += 1;
+                            report(&mut stdout, "conflict");
                             continue 'resume;
                         }
                         Err(err) => panic!("create: {err}"),
@@ -72,6 +83,7 @@ fn main() {
                 }
                 Err(PersistenceError::Conflict { .. }) if conflicts < MAX_CONFLICTS => {
                     conflicts += 1;
+                    report(&mut stdout, "conflict");
                     continue 'resume;
                 }
                 Err(err) => panic!("resume failed: {err}"),
@@ -85,14 +97,24 @@ fn main() {
                     Ok(()) => conflicts = 0,
                     Err(PersistenceError::Conflict { .. }) if conflicts < MAX_CONFLICTS => {
                         conflicts += 1;
+                        report(&mut stdout, "conflict");
                         continue 'resume;
                     }
                     Err(err) => panic!("append: {err}"),
                 }
-                writeln!(stdout, "ack {first} {last} {hash}").expect("stdout");
-                stdout.flush().expect("stdout");
+                report(&mut stdout, &format!("ack {first} {last} {hash}"));
                 next_seq = last + 1;
+                if pace > 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(pacing.below(pace))).await;
+                }
             }
         }
     });
+}
+
+/// One line to the parent; a parent that has gone away ends the writer quietly.
+fn report(stdout: &mut impl Write, line: &str) {
+    if writeln!(stdout, "{line}").and_then(|()| stdout.flush()).is_err() {
+        std::process::exit(0);
+    }
 }

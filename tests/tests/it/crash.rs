@@ -190,6 +190,18 @@ fn pg_url() -> Option<String> {
 /// Drops the crash test's schema (named by the store URL) when the test ends.
 struct DropSchema(Option<std::path::PathBuf>);
 
+/// Writer processes that are killed and reaped when the test ends, however it ends.
+struct KillOnDrop(Vec<std::process::Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 impl Drop for DropSchema {
     fn drop(&mut self) {
         if let Some(url) = &self.0
@@ -210,9 +222,9 @@ fn sigkill_never_loses_an_acknowledged_batch_sqlite() {
     crash_loop(Storage::Sqlite, "sqlite", 60, 13);
 }
 
-/// Two writer processes racing on one session of a PostgreSQL schema: each appends, and on the
-/// fence's conflict resumes from the stored log and goes on. Every batch either of them
-/// acknowledged is in the log, intact, at the seqs it was acknowledged at, and no seq was
+/// Two writer processes racing on one session of a PostgreSQL schema: each appends at a model's
+/// pace, and on the fence's conflict resumes from the stored log and goes on. Every batch either of
+/// them acknowledged is in the log, intact, at the seqs it was acknowledged at, and no seq was
 /// acknowledged twice: exactly one writer wins each race, and the log has no gap.
 #[test]
 fn two_writer_processes_racing_never_interleave_postgres() {
@@ -224,15 +236,17 @@ fn two_writer_processes_racing_never_interleave_postgres() {
     drop(PgStore::setup(&PgConfig::from_url(root.to_str().unwrap()).unwrap()).unwrap());
     let spawn = |seed: u64| {
         Command::new(env!("CARGO_BIN_EXE_crash_writer"))
-            .args([root.to_str().unwrap(), "postgres", "s-crash", &seed.to_string()])
+            .args([root.to_str().unwrap(), "postgres", "s-crash", &seed.to_string(), "8"])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn a writer")
     };
-    let mut writers = [spawn(101), spawn(202)];
+    // Dropped before the schema, so a failing test never leaves writers running against it.
+    let mut writers = KillOnDrop(vec![spawn(101), spawn(202)]);
     let (sender, receiver) = mpsc::channel();
     let readers: Vec<_> = writers
+        .0
         .iter_mut()
         .enumerate()
         .map(|(writer, child)| {
@@ -240,9 +254,12 @@ fn two_writer_processes_racing_never_interleave_postgres() {
             std::thread::spawn(move || {
                 for line in BufReader::new(stdout).lines() {
                     let Ok(line) = line else { break };
-                    if let Some(ack) = parse_ack(&line)
-                        && sender.send((writer, ack)).is_err()
-                    {
+                    let report = match parse_ack(&line) {
+                        Some(ack) => Some(ack),
+                        None if line == "conflict" => None,
+                        None => continue,
+                    };
+                    if sender.send((writer, report)).is_err() {
                         break;
                     }
                 }
@@ -251,30 +268,33 @@ fn two_writer_processes_racing_never_interleave_postgres() {
         .collect();
     drop(sender);
     let mut acks: Vec<(usize, Ack)> = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(180);
-    while acks.iter().filter(|(writer, _)| *writer == 0).count() < 15
-        || acks.iter().filter(|(writer, _)| *writer == 1).count() < 15
-    {
+    let mut conflicts = [0; 2];
+    let count = |acks: &[(usize, Ack)], which: usize| acks.iter().filter(|(writer, _)| *writer == which).count();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while count(&acks, 0) < 15 || count(&acks, 1) < 15 || conflicts.iter().sum::<u32>() == 0 {
         // A failure guard: a writer that died or stalled fails the test instead of hanging it.
-        assert!(std::time::Instant::now() < deadline, "the racing writers did not both acknowledge 15 batches in time");
-        for writer in &mut writers {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the racing writers did not both acknowledge 15 batches in time: {} and {} acks, {conflicts:?} conflicts",
+            count(&acks, 0),
+            count(&acks, 1),
+        );
+        for writer in &mut writers.0 {
             if let Some(status) = writer.try_wait().expect("poll a writer") {
                 panic!("a racing writer exited ({status}) with {} acks so far", acks.len());
             }
         }
         match receiver.recv_timeout(Duration::from_secs(20)) {
-            Ok(ack) => acks.push(ack),
-            Err(_) => panic!("a racing writer stopped acknowledging ({} acks so far)", acks.len()),
+            Ok((writer, Some(ack))) => acks.push((writer, ack)),
+            Ok((writer, None)) => conflicts[writer] += 1,
+            Err(_) => panic!("a racing writer stopped reporting ({} acks so far)", acks.len()),
         }
     }
-    for writer in &mut writers {
-        writer.kill().expect("SIGKILL a writer");
-        writer.wait().expect("reap a writer");
-    }
+    drop(writers);
     for reader in readers {
         reader.join().expect("reader thread");
     }
-    acks.extend(receiver.try_iter());
+    acks.extend(receiver.try_iter().filter_map(|(writer, report)| Some((writer, report?))));
     let mut claimed: Vec<(u64, u64)> = acks.iter().map(|(_, ack)| (ack.first, ack.last)).collect();
     claimed.sort();
     for pair in claimed.windows(2) {
@@ -283,5 +303,8 @@ fn two_writer_processes_racing_never_interleave_postgres() {
     let all: Vec<Ack> = acks.into_iter().map(|(_, ack)| ack).collect();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let n_events = check_store(&root, Storage::Postgres, &all, &runtime);
-    eprintln!("postgres race: {} acknowledged batches from two processes, {n_events} events", all.len());
+    eprintln!(
+        "postgres race: {} acknowledged batches from two processes, {conflicts:?} conflicts, {n_events} events",
+        all.len()
+    );
 }
