@@ -17,7 +17,9 @@
 //! message carries the URL's password.
 //!
 //! Modules: `config` (URL, schema, bounds), `db` (runtime, pool, errors), `schema` (tables,
-//! version, setup), `codec` (an event's row), `store` (the backend), `checkpoint`.
+//! version, setup), `codec` (an event's row), `store` (the backend), `checkpoint`, and the public
+//! [`testing`] (the test server from `SESSION_PG_URL` and scratch schemas, for a host's own tests
+//! against PostgreSQL).
 
 mod checkpoint;
 mod codec;
@@ -25,6 +27,7 @@ mod config;
 mod db;
 mod schema;
 mod store;
+pub mod testing;
 
 pub use crate::{
     checkpoint::PgCheckpointStore,

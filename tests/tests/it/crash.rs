@@ -16,7 +16,7 @@ use session_core::{SessionEvent, SessionId};
 use session_persistence::{
     Backend, Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, PersistenceError, SessionPersistence,
 };
-use session_persistence_postgres::{PgConfig, PgStore};
+use session_persistence_postgres::{PgConfig, PgStore, testing::ScratchSchema};
 use session_persistence_sqlite::{SqliteConfig, SqliteStore};
 use tokio_util::sync::CancellationToken;
 
@@ -134,16 +134,16 @@ fn check_store(root: &Path, storage: Storage, all_acks: &[Ack], runtime: &tokio:
 
 fn crash_loop(storage: Storage, label: &str, n_kills: u64, seed: u64) {
     let dir = tempfile::tempdir().unwrap();
+    // A PostgreSQL schema the first writer sets up, dropped however the test ends.
+    let mut schema = None;
     let root = match storage {
         Storage::Jsonl(_) => dir.path().join("store"),
         Storage::Sqlite => dir.path().join("db").join("sessions.db"),
         Storage::Postgres => {
-            let Some(url) = pg_url() else { return };
-            let schema = format!("crash_{}_{seed}", std::process::id());
-            std::path::PathBuf::from(format!("{url}{}schema={schema}", if url.contains('?') { '&' } else { '?' }))
+            let Some(scratch) = ScratchSchema::bare() else { return };
+            std::path::PathBuf::from(schema.insert(scratch).url())
         }
     };
-    let _drop_schema = DropSchema(matches!(storage, Storage::Postgres).then(|| root.clone()));
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut prng = Prng::new(seed);
     let mut all_acks: Vec<Ack> = Vec::new();
@@ -170,26 +170,6 @@ fn sigkill_never_loses_an_acknowledged_batch_raw() {
     crash_loop(Storage::Jsonl(Compression::None), "none", 60, 12);
 }
 
-/// The PostgreSQL test server; `None` (after saying so) without `SESSION_PG_URL`, a failure under CI.
-fn pg_url() -> Option<String> {
-    match std::env::var("SESSION_PG_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some_and(|value| !value.is_empty() && value != "false" && value != "0") => {
-            panic!("SESSION_PG_URL is not set, and CI must run the PostgreSQL tests (.ci/run sets it)")
-        }
-        _ => {
-            eprintln!(
-                "SKIPPED: the PostgreSQL crash test did not run because SESSION_PG_URL is not set; run with \
-                 SESSION_PG_URL=postgres://postgres@127.0.0.1:5432/test to enable it"
-            );
-            None
-        }
-    }
-}
-
-/// Drops the crash test's schema (named by the store URL) when the test ends.
-struct DropSchema(Option<std::path::PathBuf>);
-
 /// Writer processes that are killed and reaped when the test ends, however it ends.
 struct KillOnDrop(Vec<std::process::Child>);
 
@@ -198,16 +178,6 @@ impl Drop for KillOnDrop {
         for child in &mut self.0 {
             let _ = child.kill();
             let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for DropSchema {
-    fn drop(&mut self) {
-        if let Some(url) = &self.0
-            && let Ok(store) = PgStore::open(&PgConfig::from_url(url.to_str().unwrap()).unwrap())
-        {
-            let _ = store.drop_schema();
         }
     }
 }
@@ -228,12 +198,9 @@ fn sigkill_never_loses_an_acknowledged_batch_sqlite() {
 /// acknowledged twice: exactly one writer wins each race, and the log has no gap.
 #[test]
 fn two_writer_processes_racing_never_interleave_postgres() {
-    let Some(url) = pg_url() else { return };
-    let schema = format!("race_{}", std::process::id());
-    let root = std::path::PathBuf::from(format!("{url}{}schema={schema}", if url.contains('?') { '&' } else { '?' }));
-    let _drop_schema = DropSchema(Some(root.clone()));
-    // The schema is set up once before the race, so neither writer races the other's setup.
-    drop(PgStore::setup(&PgConfig::from_url(root.to_str().unwrap()).unwrap()).unwrap());
+    // Set up once before the race, so neither writer races the other's setup.
+    let Some(schema) = ScratchSchema::new() else { return };
+    let root = std::path::PathBuf::from(schema.url());
     let spawn = |seed: u64| {
         Command::new(env!("CARGO_BIN_EXE_crash_writer"))
             .args([root.to_str().unwrap(), "postgres", "s-crash", &seed.to_string(), "8"])

@@ -64,30 +64,9 @@ fn every_rung_lists_the_same_children_at_its_documented_cost() {
 /// and the rows equal the JSONL store's.
 #[test]
 fn the_listing_costs_the_same_on_postgres() {
-    use session_persistence_postgres::{PgConfig, PgStore};
-    let url = match std::env::var("SESSION_PG_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ if std::env::var_os("CI").is_some_and(|value| !value.is_empty() && value != "false" && value != "0") => {
-            panic!("SESSION_PG_URL is not set, and CI must run the PostgreSQL tests (.ci/run sets it)")
-        }
-        _ => {
-            eprintln!(
-                "SKIPPED: set SESSION_PG_URL=postgres://postgres@127.0.0.1:5432/test to run the PostgreSQL listing test"
-            );
-            return;
-        }
-    };
-    let schema = format!("listing_{}", std::process::id());
-    let config = PgConfig::from_url(&url).unwrap().with_schema(&schema).unwrap();
-    let store = std::sync::Arc::new(PgStore::setup(&config).unwrap().0);
-    /// Drops the schema however the test ends.
-    struct Cleanup(std::sync::Arc<PgStore>);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            let _ = self.0.drop_schema();
-        }
-    }
-    let _cleanup = Cleanup(store.clone());
+    use session_persistence_postgres::testing::ScratchSchema;
+    let Some(schema) = ScratchSchema::new() else { return };
+    let store = std::sync::Arc::new(schema.open());
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(fleet::write_fleet_into(store.clone(), N_CHILDREN, N_EVENTS));
     let expected: Vec<Option<String>> = (0..N_CHILDREN).map(|idx| Some(format!("child task {idx}"))).collect();

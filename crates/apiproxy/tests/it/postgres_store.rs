@@ -13,25 +13,9 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use session_persistence_postgres::{PgConfig, PgStore};
+use session_persistence_postgres::testing::{ScratchSchema, server_url};
 
 use crate::support::turn;
-
-fn server_url() -> Option<String> {
-    match std::env::var("SESSION_PG_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some_and(|value| !value.is_empty() && value != "false" && value != "0") => {
-            panic!("SESSION_PG_URL is not set, and CI must run the PostgreSQL tests (.ci/run sets it)")
-        }
-        _ => {
-            eprintln!(
-                "SKIPPED: a PostgreSQL test did not run because SESSION_PG_URL is not set; run with \
-                 SESSION_PG_URL=postgres://postgres@127.0.0.1:5432/test to enable it"
-            );
-            None
-        }
-    }
-}
 
 /// A gateway process on `127.0.0.1:0`, killed on drop.
 struct Gateway {
@@ -96,30 +80,17 @@ fn apiproxy(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_apiproxy")).args(args).env_remove("APIPROXY_LOG").output().unwrap()
 }
 
-/// Drops the test's schema when the test ends, however it ends.
-struct DropSchema(PgConfig);
-
-impl Drop for DropSchema {
-    fn drop(&mut self) {
-        if let Ok(store) = PgStore::open(&self.0) {
-            let _ = store.drop_schema();
-        }
-    }
-}
-
 fn ids(items: &Value) -> Vec<String> {
     items.as_array().unwrap().iter().map(|item| item["sessionId"].as_str().unwrap().to_owned()).collect()
 }
 
 #[test]
 fn two_gateways_share_one_postgres_store() {
-    let Some(base) = server_url() else { return };
-    let schema =
-        format!("gw_{}_{}", std::process::id(), std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos() % 1_000_000_007);
-    let store = format!("{base}{}schema={schema}", if base.contains('?') { '&' } else { '?' });
+    // Not set up: the CLI's `setup` creates it; dropped however the test ends.
+    let Some(schema) = ScratchSchema::bare() else { return };
+    let store = schema.url().to_owned();
     let output = apiproxy(&["setup", "--store", &store]);
     assert!(output.status.success(), "{output:?}");
-    let _cleanup = DropSchema(PgConfig::from_url(&store).unwrap());
     assert!(String::from_utf8_lossy(&output.stdout).contains("created the schema (version 1)"), "{output:?}");
     let (one, two) = (Gateway::start(&store), Gateway::start(&store));
 
@@ -195,7 +166,8 @@ fn two_gateways_share_one_postgres_store() {
 
 #[test]
 fn the_password_of_a_store_url_never_reaches_the_output_or_the_log() {
-    let Some(base) = server_url() else { return };
+    let Some(schema) = ScratchSchema::bare() else { return };
+    let base = server_url().expect("a scratch schema exists only with a server");
     // Trust authentication ignores the password, so the commands work and log at every level.
     let Some(rest) = base.strip_prefix("postgres://").and_then(|rest| rest.split_once('@')) else {
         eprintln!("SKIPPED: SESSION_PG_URL has no user@ to add a password to");
@@ -203,11 +175,12 @@ fn the_password_of_a_store_url_never_reaches_the_output_or_the_log() {
     };
     let (user, host) = rest;
     let user = user.split(':').next().unwrap();
-    let schema = format!("pw_{}", std::process::id());
     let secret = "s3cr3t-Pa55w0rd";
-    let store =
-        format!("postgres://{user}:{secret}@{host}{}schema={schema}", if host.contains('?') { '&' } else { '?' });
-    let _cleanup = DropSchema(PgConfig::from_url(&store).unwrap());
+    let store = format!(
+        "postgres://{user}:{secret}@{host}{}schema={}",
+        if host.contains('?') { '&' } else { '?' },
+        schema.name()
+    );
     for args in [
         vec!["setup", "--store", &store],
         vec!["sessions", "list", "--store", &store],

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use persistence_testkit::{CheckpointPlace, Place};
 use session_persistence::Backend;
-use session_persistence_postgres::{PgCheckpointStore, PgStore};
+use session_persistence_postgres::PgCheckpointStore;
 use session_projection_cache::CheckpointStore;
 
 use crate::{TestSchema, server_url};
@@ -21,21 +21,15 @@ impl Schema {
     }
 }
 
-/// Opens a store on a thread of its own: the kit opens places inside its runtime, and a store
-/// blocks on a runtime of its own while it connects.
-fn open_store(schema: &TestSchema) -> Arc<PgStore> {
-    std::thread::scope(|scope| Arc::new(scope.spawn(|| schema.open()).join().expect("the store opens")))
-}
-
 impl Place for Schema {
     fn open(&self) -> Arc<dyn Backend> {
-        open_store(&self.0)
+        Arc::new(self.0.open())
     }
 }
 
 impl CheckpointPlace for Schema {
     fn open(&self) -> Arc<dyn CheckpointStore> {
-        Arc::new(PgCheckpointStore::new(open_store(&self.0)))
+        Arc::new(PgCheckpointStore::new(Arc::new(self.0.open())))
     }
 }
 

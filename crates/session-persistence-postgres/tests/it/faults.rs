@@ -33,15 +33,15 @@ fn scan(store: &dyn Backend, id: &str) -> Result<usize, PersistenceError> {
 #[test]
 fn setup_is_explicit_and_a_newer_schema_is_refused() {
     let Some(schema) = TestSchema::bare() else { return };
-    let error = PgStore::open(&schema.config).unwrap_err();
+    let error = PgStore::open(schema.config()).unwrap_err();
     assert!(matches!(&error, PersistenceError::Refused { .. }), "{error:?}");
     assert!(error.to_string().contains("is not set up") && error.to_string().contains("apiproxy setup"), "{error}");
-    assert_eq!(PgStore::setup(&schema.config).unwrap().1, SetupOutcome::Created);
-    assert_eq!(PgStore::setup(&schema.config).unwrap().1, SetupOutcome::Current);
-    let store_id = PgStore::open(&schema.config).unwrap().store_id().to_owned();
-    assert_eq!(PgStore::open(&schema.config).unwrap().store_id(), store_id, "the id is the store's, not the opener's");
+    assert_eq!(PgStore::setup(schema.config()).unwrap().1, SetupOutcome::Created);
+    assert_eq!(PgStore::setup(schema.config()).unwrap().1, SetupOutcome::Current);
+    let store_id = PgStore::open(schema.config()).unwrap().store_id().to_owned();
+    assert_eq!(PgStore::open(schema.config()).unwrap().store_id(), store_id, "the id is the store's, not the opener's");
     schema.sql("UPDATE {s}.store_meta SET schema_version = 7");
-    for error in [PgStore::open(&schema.config).unwrap_err(), PgStore::setup(&schema.config).unwrap_err()] {
+    for error in [PgStore::open(schema.config()).unwrap_err(), PgStore::setup(schema.config()).unwrap_err()] {
         assert!(
             error.to_string().contains("has schema version 7, newer than this build's 1")
                 && error.to_string().contains("upgrade"),
@@ -90,9 +90,9 @@ fn damaged_and_missing_rows_are_corrupt_and_a_bad_header_is_its_own_fault() {
 #[test]
 fn a_dropped_connection_is_a_typed_error_and_the_store_recovers_by_itself() {
     let Some(schema) = TestSchema::new() else { return };
-    let name = format!("pg-drop-{}", schema.config.schema);
+    let name = format!("pg-drop-{}", schema.name());
     let url = format!("{}?application_name={name}", server_url().unwrap());
-    let config = PgConfig::from_url(&url).unwrap().with_schema(&schema.config.schema).unwrap().with_pool_size(1);
+    let config = PgConfig::from_url(&url).unwrap().with_schema(schema.name()).unwrap().with_pool_size(1);
     let store = PgStore::open(&config).unwrap();
     store.append_batch(&header("s"), &events(0..3), false).unwrap();
     let killed = schema.value(&format!(

@@ -11,7 +11,7 @@ use std::{fs, sync::Arc};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use session_core::{CreateOptions, Session, SessionId};
-use session_persistence::{Compression, SessionPersistence};
+use session_persistence::SessionPersistence;
 use subagent::{child_meta, fork_prefix};
 
 use crate::support::*;
@@ -194,7 +194,7 @@ fn damage(h: &Harness, session: &Session) {
 }
 
 async fn check(nodes: &[Node]) -> Result<(), TestCaseError> {
-    let h = Harness::new(Setup { compression: Compression::None, cache: true, sqlite: false });
+    let h = Harness::new(WITH_CACHE[0]);
     let sessions = build(&h, nodes);
     let no_cache = h.runtime_with_cache(None);
     for (parent, session) in sessions.iter().enumerate() {

@@ -1,0 +1,281 @@
+//! A server that restarts under a writer: a PostgreSQL cluster of the test's own (in a temp
+//! directory, on a port of its own, so the shared server is never touched) is stopped the way a
+//! crash stops it (`pg_ctl stop -m immediate`) while a store appends, then started again. While
+//! it is down every call fails as a typed I/O error within the configured bounds (none hangs);
+//! once it is back the same store, without reopening, reads and appends again; every batch it
+//! acknowledged is in the log, and a batch whose answer was lost is there whole or not at all.
+//!
+//! Needs the PostgreSQL server binaries (`initdb`, `pg_ctl`, found through `pg_config --bindir`
+//! or the `PATH`); without them the test says it was skipped, and fails under CI.
+
+use std::{
+    collections::BTreeMap,
+    net::TcpListener,
+    os::unix::fs::MetadataExt,
+    path::PathBuf,
+    process::Command,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use parking_lot::Mutex;
+use session_core::{JsonData, SessionEvent, SessionHeader, SessionId};
+use session_persistence::{Backend, CollectSink, PersistenceError};
+use session_persistence_postgres::{PgConfig, PgStore};
+use tokio_util::sync::CancellationToken;
+
+use crate::on_ci;
+
+/// A PostgreSQL cluster in a temp directory, stopped (immediately) and removed on drop.
+struct PrivateServer {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    port: u16,
+    /// Run the server tools as this user (`initdb` refuses to run as root).
+    as_user: Option<String>,
+}
+
+impl PrivateServer {
+    /// Creates and starts a cluster; `None` (after saying so) when the server binaries are not
+    /// installed outside CI.
+    fn start() -> Option<PrivateServer> {
+        let Some(bin) = server_bin_dir() else {
+            assert!(
+                !on_ci(),
+                "the PostgreSQL server binaries (initdb, pg_ctl) are not installed, and CI must run the restart test"
+            );
+            eprintln!("SKIPPED: the restart test needs the PostgreSQL server binaries (initdb, pg_ctl)");
+            return None;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let as_user = (std::fs::metadata(dir.path()).unwrap().uid() == 0).then(|| "postgres".to_owned());
+        if let Some(user) = &as_user {
+            let uid = command_output(Command::new("id").args(["-u", user])).trim().parse().expect("a uid");
+            std::os::unix::fs::chown(dir.path(), Some(uid), None).unwrap();
+        }
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let server = PrivateServer { dir, bin, port, as_user };
+        server.tool("initdb", &["-D", &server.data(), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"]);
+        server.up();
+        Some(server)
+    }
+
+    fn data(&self) -> String {
+        self.dir.path().join("data").to_str().unwrap().to_owned()
+    }
+
+    fn url(&self, schema: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres?schema={schema}", self.port)
+    }
+
+    /// Starts the server and waits until it accepts connections.
+    fn up(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c shared_buffers=16MB",
+            self.port,
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("server.log");
+        self.tool("pg_ctl", &["-D", &self.data(), "-l", log.to_str().unwrap(), "-o", &options, "-w", "start"]);
+    }
+
+    /// Stops the server as a crash would: no checkpoint, every backend killed mid-statement.
+    fn crash(&self) {
+        self.tool("pg_ctl", &["-D", &self.data(), "-m", "immediate", "-w", "stop"]);
+    }
+
+    fn tool(&self, name: &str, args: &[&str]) {
+        let tool = self.bin.join(name);
+        let mut command = match &self.as_user {
+            Some(user) => {
+                let mut command = Command::new("runuser");
+                command.args(["-u", user, "--"]).arg(&tool);
+                command
+            }
+            None => Command::new(&tool),
+        };
+        command_output(command.args(args).current_dir(self.dir.path()));
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        let _ = Command::new(self.bin.join("pg_ctl")).args(["-D", &self.data(), "-m", "immediate", "stop"]).output();
+        if self.as_user.is_some() {
+            let _ = Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(self.bin.join("pg_ctl"))
+                .args(["-D", &self.data(), "-m", "immediate", "stop"])
+                .output();
+        }
+    }
+}
+
+/// Where `initdb` and `pg_ctl` live: `pg_config --bindir`, else the `PATH`.
+fn server_bin_dir() -> Option<PathBuf> {
+    let from_config = Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map(|output| PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()));
+    let from_path = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path).find(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file())
+    });
+    from_config.filter(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file()).or(from_path)
+}
+
+fn command_output(command: &mut Command) -> String {
+    let output = command.output().unwrap_or_else(|error| panic!("{command:?}: {error}"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed ({}): {}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn header() -> SessionHeader {
+    let mut header = SessionHeader::new(SessionId::from("s-restart"), 1_000);
+    header.cwd = Some("/w".to_owned());
+    header
+}
+
+/// Batch `n`: three events at `first..first + 3`, each naming its batch.
+fn batch(n: u64, first: u64) -> Vec<Arc<SessionEvent>> {
+    (first..first + 3)
+        .map(|seq| {
+            let data = JsonData::from_text(format!(r#"{{"batch":{n},"seq":{seq}}}"#)).unwrap();
+            Arc::new(SessionEvent::new("test/batch", seq, 1, data))
+        })
+        .collect()
+}
+
+fn scan(store: &dyn Backend) -> Result<Vec<SessionEvent>, PersistenceError> {
+    let mut sink = CollectSink::default();
+    store.scan(&SessionId::from("s-restart"), &CancellationToken::new(), &mut sink)?;
+    Ok(sink.events)
+}
+
+/// What the writer saw.
+#[derive(Default)]
+struct Seen {
+    /// Acknowledged batches: number → first seq.
+    acked: BTreeMap<u64, u64>,
+    /// Batches whose append failed with a lost connection or a timeout: the commit may or may
+    /// not have happened.
+    unknown: Vec<u64>,
+    /// Every failure, as text, whether it is typed as the store's I/O error or a fence conflict
+    /// (a resumed writer whose lost batch did commit), and how long the call took.
+    failures: Vec<(String, bool, Duration)>,
+    /// The longest any call took.
+    longest: Duration,
+}
+
+#[test]
+fn a_server_restarted_under_a_writer_loses_nothing_acknowledged_and_the_store_carries_on() {
+    let Some(server) = PrivateServer::start() else { return };
+    let bound = Duration::from_secs(2);
+    let config = PgConfig::from_url(&server.url("restart"))
+        .unwrap()
+        .with_pool_size(2)
+        .with_connect_timeout(bound)
+        .with_query_timeout(bound);
+    let store = Arc::new(PgStore::setup(&config).unwrap().0);
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (store, seen, stop) = (store.clone(), seen.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (mut n, mut next_seq) = (0_u64, 0_u64);
+            while !stop.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                let outcome = store.append_batch(&header(), &batch(n, next_seq), next_seq > 0);
+                let took = started.elapsed();
+                let mut seen = seen.lock();
+                seen.longest = seen.longest.max(took);
+                match outcome {
+                    Ok(()) => {
+                        seen.acked.insert(n, next_seq);
+                        next_seq += 3;
+                    }
+                    Err(error) => {
+                        let typed = matches!(error, PersistenceError::Io { .. } | PersistenceError::Conflict { .. });
+                        seen.failures.push((error.to_string(), typed, took));
+                        // Whether the batch committed is unknown until the store answers again:
+                        // resume from what it holds.
+                        seen.unknown.push(n);
+                        drop(seen);
+                        std::thread::sleep(Duration::from_millis(50));
+                        if let Ok(events) = scan(&*store) {
+                            next_seq = events.len() as u64;
+                        }
+                    }
+                }
+                n += 1;
+            }
+        })
+    };
+    let wait_for_acks = |count: usize, within: Duration| {
+        let deadline = Instant::now() + within;
+        while seen.lock().acked.len() < count {
+            assert!(Instant::now() < deadline, "the writer did not reach {count} acknowledged batches in {within:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    wait_for_acks(20, Duration::from_secs(30));
+    server.crash();
+    // Down for a while: the writer's calls fail, each within its bounds.
+    std::thread::sleep(Duration::from_secs(1));
+    let failed_while_down = seen.lock().failures.len();
+    server.up();
+    let acked_before = seen.lock().acked.len();
+    wait_for_acks(acked_before + 20, Duration::from_secs(60));
+    // A second crash with the pool idle: the store's next calls still succeed after the restart.
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    server.crash();
+    server.up();
+    let events = scan(&*store).expect("the same store reads again after a restart, without reopening");
+
+    let seen = seen.lock();
+    assert!(failed_while_down > 0, "the writer saw the server go away");
+    for (failure, typed, took) in &seen.failures {
+        assert!(typed, "a failure is the store's typed I/O error: {failure}");
+        assert!(*took < bound * 3, "a failing call took {took:?} (bound {bound:?}): {failure}");
+    }
+    assert!(seen.longest < bound * 3, "no call hangs: the longest took {:?}", seen.longest);
+    // The log is whole (no gap: `scan` checks), every acknowledged batch is in it at the seqs it
+    // was acknowledged at, and a batch whose answer was lost is there whole or not at all.
+    let mut stored: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for event in &events {
+        let value = event.data.to_value().unwrap();
+        stored.entry(value["batch"].as_u64().unwrap()).or_default().push(event.seq);
+    }
+    for (n, first) in &seen.acked {
+        assert_eq!(stored.get(n), Some(&vec![*first, first + 1, first + 2]), "acknowledged batch {n}");
+    }
+    for n in &seen.unknown {
+        if let Some(seqs) = stored.get(n) {
+            assert_eq!(seqs.len(), 3, "batch {n}, whose answer was lost, is stored whole or not at all");
+        }
+    }
+    assert!(stored.keys().all(|n| seen.acked.contains_key(n) || seen.unknown.contains(n)), "only written batches");
+    eprintln!(
+        "restart: {} acknowledged batches, {} failed calls ({} while down), the longest call {:?}, {} events",
+        seen.acked.len(),
+        seen.failures.len(),
+        failed_while_down,
+        seen.longest,
+        events.len()
+    );
+    // And it writes again.
+    let next = events.len() as u64;
+    store.append_batch(&header(), &batch(u64::MAX, next), true).unwrap();
+    assert_eq!(scan(&*store).unwrap().len() as u64, next + 3);
+}
