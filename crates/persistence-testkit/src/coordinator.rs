@@ -1,12 +1,14 @@
 //! The coordinator contract: the coordinator's mechanics that the persistence contract does not
 //! see (write-behind batching, failure retention, the inspection cache and its bounds, long logs
-//! validated alike on every thread setting), observed through a `CountingBackend` over the
-//! place's backend.
+//! validated alike on every thread setting, a live session fenced by another writer of a shared
+//! store), observed through a `CountingBackend` over the place's backend.
 
 use std::{sync::Arc, time::Duration};
 
 use serde_json::json;
-use session_core::{CreateOptions, HeaderMeta, ManualClock, SessionEvent, SessionHeader, SessionId, SessionStore};
+use session_core::{
+    CreateOptions, HeaderMeta, ManualClock, Session, SessionEvent, SessionHeader, SessionId, SessionStore,
+};
 use session_persistence::{Backend, Coordinator, CoordinatorConfig, CountingBackend, ReadThreads, SessionPersistence};
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +30,7 @@ pub(crate) fn cases() -> Vec<Case<dyn Place>> {
         long_logs_validate_the_same_on_the_relay_thread_always,
         long_logs_validate_the_same_on_the_relay_thread_never,
         long_logs_validate_the_same_on_the_relay_thread_auto,
+        a_live_session_that_meets_the_writer_fence_stops_writing_until_it_is_resumed,
     ]
 }
 
@@ -79,6 +82,71 @@ async fn a_failed_write_keeps_the_batch_in_order_and_the_next_flush_writes_it(h:
     let read = persistence.read_from(session.id(), 0, &CancellationToken::new()).await.unwrap();
     let kinds: Vec<&str> = read.events.iter().map(|event| event.kind.as_str()).collect();
     assert_eq!(kinds, ["turn/start", "turn/end"]);
+}
+
+fn append_turn(session: &Session, turn: u64) {
+    session.append("turn/start", &json!({"turn": turn}), None).unwrap();
+    session.append("turn/end", &json!({"turn": turn, "reason": {"kind": "completed"}}), None).unwrap();
+}
+
+/// Two hosts over one shared store hold one session live in turn. The second resumes it and
+/// writes first, so the first host's next write meets the writer fence and its live copy is
+/// fenced: its flushes fail at once with the conflict and nothing more reaches the store; a
+/// release unbinds it without writing; resumed from the store, it holds the second host's log and
+/// writes again. Runs where two opens are two writers of one store ([`Place::shared_writers`]).
+async fn a_live_session_that_meets_the_writer_fence_stops_writing_until_it_is_resumed(h: &Cx<'_>) {
+    if !h.place.shared_writers() {
+        h.note("skipped: the place has no concurrent writers (Place::shared_writers)");
+        return;
+    }
+    let cancel = CancellationToken::new();
+    let id = SessionId::from("s-fenced");
+    let one_backend = Arc::new(CountingBackend::new(h.place.open()));
+    let one = Coordinator::new(one_backend.clone(), CoordinatorConfig::default()).unwrap();
+    let one_store = live_store(&one);
+    let session = one_store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta() }).unwrap();
+    append_turn(&session, 1);
+    one_store.flush(&id).await.unwrap();
+
+    // The second host resumes the session and writes first.
+    let two = Coordinator::new(h.place.open(), CoordinatorConfig::default()).unwrap();
+    let two_store = live_store(&two);
+    let resume = async |persistence: &Coordinator, store: &SessionStore| {
+        let loaded = persistence.load(&id, &cancel).await.unwrap();
+        let meta = HeaderMeta { created_at: Some(loaded.header.created_at), ..meta() };
+        store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }).unwrap()
+    };
+    let resumed = resume(&two, &two_store).await;
+    append_turn(&resumed, 2);
+    two_store.flush(&id).await.unwrap();
+    let theirs = two.read_from(&id, 0, &cancel).await.unwrap().events;
+
+    // The first host's next write meets the fence; from then on it writes nothing.
+    append_turn(&session, 2);
+    let err = one_store.flush(&id).await.unwrap_err();
+    assert!(err.to_string().contains("can no longer be written"), "{err}");
+    let reason = one.fence(&id).expect("the first host's live copy is fenced");
+    assert!(two.fence(&id).is_none(), "the writer that won is not fenced");
+    let appends = one_backend.appends();
+    append_turn(&session, 3);
+    let again = one_store.flush(&id).await.unwrap_err();
+    assert!(again.to_string().contains(&reason), "every later flush fails with the same reason: {again}");
+    assert_eq!(one_backend.appends(), appends, "a fenced live copy sends no more writes");
+    assert_eq!(two.read_from(&id, 0, &cancel).await.unwrap().events, theirs, "the stored log is the winner's");
+
+    // Released without writing, then resumed from the store: the winner's log, writable again.
+    drop(one_store.detach(&id));
+    one.release(&id, &cancel).await.unwrap();
+    assert!(one.fence(&id).is_none(), "a released session is not fenced any more");
+    drop((resumed, two_store));
+    two.close().await.unwrap();
+    let one_store = live_store(&one);
+    let session = resume(&one, &one_store).await;
+    assert_eq!(session.events()[..theirs.len()], theirs[..], "the resumed copy starts from the stored log");
+    append_turn(&session, 4);
+    one_store.flush(&id).await.unwrap();
+    assert_eq!(one.read_from(&id, 0, &cancel).await.unwrap().events.len(), session.len() as usize);
+    one.close().await.unwrap();
 }
 
 fn turn(seq0: u64) -> Vec<Arc<SessionEvent>> {

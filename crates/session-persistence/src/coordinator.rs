@@ -450,15 +450,18 @@ impl Inner {
         result
     }
 
-    /// Unbinds a disposed live session after its buffered events are written.
     /// Unbinds a live session after its buffered events are written. A failed write keeps the
-    /// binding (and the buffer), so a later flush or release can retry.
+    /// binding (and the buffer), so a later flush or release can retry; a fenced writer (its
+    /// write met a conflict, which no retry heals) is unbound without writing, its unwritten
+    /// events dropped (the error that fenced it reported them).
     pub(crate) async fn retire(self: &Arc<Self>, session: Arc<Session>) -> Result<()> {
         let writer = self.live.lock().get(session.id()).cloned();
         if let Some(writer) = &writer
             && Arc::ptr_eq(writer.session(), &session)
         {
-            writer.drain(self).await?;
+            if writer.fenced().is_none() {
+                writer.drain(self).await?;
+            }
             let mut live = self.live.lock();
             if live.get(session.id()).is_some_and(|current| Arc::ptr_eq(current, writer)) {
                 live.remove(session.id());
@@ -656,6 +659,10 @@ impl SessionPersistence for Coordinator {
         let state = states.get(id)?;
         state.owner()?;
         Some(state.cursor)
+    }
+
+    fn fence(&self, id: &SessionId) -> Option<String> {
+        self.inner.live.lock().get(id)?.fenced()
     }
 
     async fn inspect(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Inspection> {

@@ -4,6 +4,12 @@
 //! fixed window, not a debounce); when it fires, everything buffered is written as one batch.
 //! `drain` is the flush barrier: it writes until nothing is buffered. A failed write puts its
 //! batch back in front, in order, and pauses the timer until the next event or flush.
+//!
+//! A write refused with a conflict never succeeds on a retry: the stored log moved on without this
+//! live copy (another process or host wrote the session: the writer fence), or another lifetime
+//! holds the id. The writer is then *fenced*: it keeps its buffer in memory, stops writing, and
+//! every later flush fails at once with the first conflict's reason, until the session is
+//! released (which unbinds it without writing) and resumed from the store.
 
 use std::{fmt, sync::Arc};
 
@@ -11,7 +17,10 @@ use parking_lot::Mutex;
 use session_core::{Session, SessionEvent};
 use tokio::sync::Mutex as AsyncMutex;
 
-use crate::{coordinator::Inner, error::Result};
+use crate::{
+    coordinator::Inner,
+    error::{PersistenceError, Result},
+};
 
 pub(crate) struct LiveWriter {
     session: Arc<Session>,
@@ -25,6 +34,8 @@ struct Pending {
     events: Vec<Arc<SessionEvent>>,
     timer_armed: bool,
     paused: bool,
+    /// Why this live copy can no longer be written (the first conflict), once it cannot.
+    fenced: Option<String>,
 }
 
 #[derive(Default)]
@@ -57,6 +68,9 @@ impl LiveWriter {
         let arm = {
             let mut pending = self.pending.lock();
             pending.events.push(event);
+            if pending.fenced.is_some() {
+                return;
+            }
             let arm = pending.paused || !pending.timer_armed;
             pending.paused = false;
             pending.timer_armed = true;
@@ -72,18 +86,29 @@ impl LiveWriter {
                 let (Some(writer), Some(inner)) = (writer.upgrade(), weak_inner.upgrade()) else {
                     return;
                 };
-                if let Err(err) = writer.drain(&inner).await {
+                // A fenced writer said so once, when the conflict fenced it.
+                if let Err(err) = writer.drain(&inner).await
+                    && writer.fenced().is_none()
+                {
                     tracing::warn!(session = %writer.session.id(), error = %err, "background session write failed; will retry at the next event or flush");
                 }
             });
         }
     }
 
+    /// Why this live copy can no longer be written, once a write met a conflict.
+    pub(crate) fn fenced(&self) -> Option<String> {
+        self.pending.lock().fenced.clone()
+    }
+
     /// Writes everything buffered, including events that arrive while it writes.
     pub(crate) async fn drain(&self, inner: &Arc<Inner>) -> Result<()> {
         let mut progress = self.write.lock().await;
+        self.check_fence()?;
         if !progress.initialized {
-            inner.init_live(&self.session).await?;
+            if let Err(err) = inner.init_live(&self.session).await {
+                return Err(self.fence_on(err));
+            }
             progress.initialized = true;
         }
         loop {
@@ -100,8 +125,49 @@ impl LiveWriter {
                 let newer = std::mem::replace(&mut pending.events, batch);
                 pending.events.extend(newer);
                 pending.paused = true;
-                return Err(err);
+                drop(pending);
+                return Err(self.fence_on(err));
             }
         }
+    }
+
+    /// The fence's error, if this writer is fenced.
+    fn check_fence(&self) -> Result<()> {
+        match &self.pending.lock().fenced {
+            Some(reason) => Err(fenced_error(&self.session, reason)),
+            None => Ok(()),
+        }
+    }
+
+    /// Fences this writer if `err` is a conflict (which no retry heals); answers the error to
+    /// report.
+    fn fence_on(&self, err: PersistenceError) -> PersistenceError {
+        if !matches!(err, PersistenceError::Conflict { .. }) {
+            return err;
+        }
+        let reason = err.to_string();
+        let n_unwritten = {
+            let mut pending = self.pending.lock();
+            pending.fenced = Some(reason.clone());
+            pending.events.len()
+        };
+        tracing::warn!(
+            session = %self.session.id(),
+            reason = %reason,
+            unwritten = n_unwritten,
+            "a live session's write met a conflict: it is not written from this process any more; \
+             release it and resume it from the store"
+        );
+        fenced_error(&self.session, &reason)
+    }
+}
+
+fn fenced_error(session: &Session, reason: &str) -> PersistenceError {
+    let id = session.id();
+    PersistenceError::Conflict {
+        id: id.clone(),
+        message: format!(
+            "session \"{id}\" can no longer be written from this live copy ({reason}); release it and resume it from the store"
+        ),
     }
 }

@@ -106,6 +106,16 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
         None
     }
 
+    /// Why the live session `id` can no longer be written through this persistence, when it
+    /// cannot: one of its writes met a conflict, which no retry heals (another process or host
+    /// moved its stored log on: the writer fence). Its flushes then fail at once with this
+    /// reason, its unwritten events stay in memory only, and a release unbinds it without
+    /// writing, so it can be resumed from the store. `None` (the default) when it can be written
+    /// or is not held live.
+    fn fence(&self, _id: &SessionId) -> Option<String> {
+        None
+    }
+
     /// The balanced view of a session, without changing storage: a cold log gets its crash
     /// closers in memory; a live session gets its current snapshot.
     async fn inspect(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Inspection>;

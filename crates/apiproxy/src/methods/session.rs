@@ -567,12 +567,34 @@ async fn make_durable(
             return Ok(target.checked_sub(1));
         }
         Err(error) => {
+            if let Some(fenced) = fenced(shared, session) {
+                return Err(fenced);
+            }
             tracing::error!(session = %id, %error, "making a session durable failed");
             return Err(RpcError::internal(format!("session \"{id}\" could not be made durable")));
         }
     }
     // Everything appended before the flush began is durable now; more may be.
     Ok(durable_seq(shared, session).max(target.checked_sub(1)))
+}
+
+/// `agent-busy` when `session` can no longer be written from this gateway: another gateway or
+/// host wrote its stored log past this live copy (the writer fence), so what this copy holds past
+/// its durable watermark is in this gateway's memory only. The session is then released and
+/// resumed from the store (`docs/wire.md`, "Several gateways").
+fn fenced(shared: &Shared, session: &Session) -> Option<RpcError> {
+    let reason = shared.persistence.as_ref()?.fence(session.id())?;
+    tracing::debug!(session = %session.id(), %reason, "a fenced session was asked to write");
+    let durable = durable_seq(shared, session).map_or_else(|| "none".to_owned(), |seq| seq.to_string());
+    Some(RpcError::new(
+        ErrorKind::AgentBusy {
+            reason: format!(
+                "another gateway or host wrote this session; this gateway's live copy is durable through seq {durable} \
+                 and can no longer be written: release it and resume it from the store"
+            ),
+        },
+        format!("session \"{}\" is written elsewhere", session.id()),
+    ))
 }
 
 /// Appends the batch of `request` to `session`: `(firstSeq, lastSeq)` of what was appended.
@@ -582,6 +604,9 @@ fn append_batch(
     request: AppendRequest,
 ) -> Result<(Option<u64>, Option<u64>), RpcError> {
     let id = request.session_id.as_str();
+    if let Some(fenced) = fenced(shared, session) {
+        return Err(fenced);
+    }
     // One API append at a time, so `expectedSeq` holds for the whole batch.
     let _serialized = shared.append_lock.lock();
     let next = session.len();
@@ -677,15 +702,20 @@ pub(super) async fn release(shared: &Shared, caller: &Caller, request: ReleaseRe
     let session = addressed_live(shared, caller, id, request.parent_session_id.as_deref())?;
     // Letting the id go is serialized with taking it (create, resume, fork, spawn).
     let _releasing = shared.id_locks.lock(&session_id).await;
+    // A fenced session is released without writing; the answer says what was not stored.
+    let mut lost = None;
     match shared.store.flush(&session_id).await {
         Ok(_) => {}
         Err(StoreError::NotLive { .. }) => return Err(RpcError::session_not_attached(id)),
-        Err(error) => {
-            tracing::error!(session = id, %error, "flushing a session before release failed");
-            return Err(RpcError::internal(format!(
-                "failed to release session \"{id}\": it could not be made durable"
-            )));
-        }
+        Err(error) => match fenced(shared, &session) {
+            Some(_) => lost = Some(durable_seq(shared, &session)),
+            None => {
+                tracing::error!(session = id, %error, "flushing a session before release failed");
+                return Err(RpcError::internal(format!(
+                    "failed to release session \"{id}\": it could not be made durable"
+                )));
+            }
+        },
     }
     let last_seq = session.len() as i64 - 1;
     shared.pending_one_shots.lock().remove(&session_id);
@@ -698,6 +728,24 @@ pub(super) async fn release(shared: &Shared, caller: &Caller, request: ReleaseRe
     {
         tracing::error!(session = id, %error, "releasing a session from persistence failed");
         return Err(RpcError::internal(format!("failed to release session \"{id}\": it could not be made durable")));
+    }
+    if let Some(durable) = lost {
+        let first_lost = durable.map_or(0, |seq| seq + 1);
+        tracing::warn!(
+            session = id,
+            first_lost,
+            last_seq,
+            "released a fenced session; its unwritten events are dropped"
+        );
+        return Err(RpcError::new(
+            ErrorKind::AgentBusy {
+                reason: format!(
+                    "another gateway or host wrote this session: its events from seq {first_lost} through {last_seq} \
+                     were not stored"
+                ),
+            },
+            format!("session \"{id}\" was released, but what it held past the stored log was not stored"),
+        ));
     }
     Ok(json!({"released": true, "lastSeq": last_seq}))
 }

@@ -143,7 +143,23 @@ fn two_gateways_share_one_postgres_store() {
     two.ok("session.flush", json!({"sessionId": "shared"}));
     one.ok("session.append", json!({"sessionId": "shared", "events": turn(2)}));
     let stale = one.call("session.flush", json!({"sessionId": "shared"}));
-    assert_eq!(stale["ok"], false, "the stale writer's flush fails: {stale}");
+    assert_eq!(stale["error"]["code"], "agent-busy", "the stale writer's flush fails: {stale}");
+    assert!(stale["error"]["details"]["reason"].as_str().unwrap().contains("another gateway or host"), "{stale}");
+    // Its live copy is fenced: appends are refused, and a release says what was not stored.
+    let refused = one.call("session.append", json!({"sessionId": "shared", "events": turn(3)}));
+    assert_eq!(refused["error"]["code"], "agent-busy", "{refused}");
+    let released = one.call("session.release", json!({"sessionId": "shared"}));
+    assert_eq!(released["error"]["code"], "agent-busy", "{released}");
+    assert!(released["error"]["message"].as_str().unwrap().contains("was released"), "{released}");
+    // Resumed again through the first gateway, it holds the stored log: the second gateway's.
+    let theirs = two.ok("session.history", json!({"sessionId": "shared"}));
+    one.ok("session.create", json!({"sessionId": "shared"}));
+    let ours = one.ok("session.history", json!({"sessionId": "shared"}));
+    let (ours, theirs) = (ours["events"].as_array().unwrap(), theirs["events"].as_array().unwrap());
+    assert_eq!(ours[..theirs.len()], theirs[..], "the resumed copy starts with the stored log");
+    assert_eq!(ours.len(), theirs.len() + 1, "and the resume's end-seed marker");
+    assert_eq!(ours[theirs.len()]["event"]["type"], "session/end-seed");
+    one.ok("session.release", json!({"sessionId": "shared"}));
 
     // The stored log is the second gateway's, whole: no gap, no interleaving.
     drop((one, two));
@@ -151,8 +167,10 @@ fn two_gateways_share_one_postgres_store() {
     assert!(output.status.success(), "{output:?}");
     let shown: Value = serde_json::from_slice(&output.stdout).unwrap();
     let events = shown["events"].as_array().unwrap();
-    // Turn 1, the resume's end-seed marker, then the second gateway's turn 2.
-    assert_eq!(events.len(), 13, "{shown}");
+    // Turn 1, the resume's end-seed marker, the second gateway's turn 2, and the first gateway's
+    // second resume's end-seed marker: nothing of the fenced copy's turn 2.
+    assert_eq!(events.len(), 14, "{shown}");
+    assert_eq!(events[13]["type"], "session/end-seed", "{shown}");
     for (idx, event) in events.iter().enumerate() {
         assert_eq!(event["seq"], idx as u64);
     }

@@ -25,6 +25,11 @@ impl Place for Schema {
     fn open(&self) -> Arc<dyn Backend> {
         Arc::new(self.0.open())
     }
+
+    /// Every open is a pool of its own over one schema, as each host has.
+    fn shared_writers(&self) -> bool {
+        true
+    }
 }
 
 impl CheckpointPlace for Schema {

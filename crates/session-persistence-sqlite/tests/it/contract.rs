@@ -36,6 +36,11 @@ impl Place for Sessions {
             Sessions::Memory(store) => store.clone(),
         }
     }
+
+    /// Two opens of one file are two writers of one database, fenced by the stale-writer check.
+    fn shared_writers(&self) -> bool {
+        matches!(self, Sessions::File(_))
+    }
 }
 
 #[test]
