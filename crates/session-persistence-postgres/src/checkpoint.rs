@@ -6,7 +6,7 @@
 use std::{io, sync::Arc};
 
 use session_core::SessionId;
-use session_projection_cache::{CacheError, CheckpointRecord, CheckpointStore, RECORD_FORMAT, RECORD_VERSION};
+use session_projection_cache::{CacheError, CheckpointRecord, CheckpointStore, RecordRow};
 
 use crate::{db::plain, schema::qualify, store::PgStore};
 
@@ -45,23 +45,6 @@ impl PgCheckpointStore {
             store,
         }
     }
-
-    /// The record a row holds, or why it cannot be used.
-    fn decode(id: &SessionId, format: &str, version: i64, crc: i64, text: &str) -> Result<CheckpointRecord, String> {
-        if format != RECORD_FORMAT {
-            return Err(format!("foreign: the row's format is {format:?}, not {RECORD_FORMAT:?}"));
-        }
-        if u64::try_from(version).ok() != Some(RECORD_VERSION) {
-            return Err(format!("version-mismatched: version {version}, this build reads {RECORD_VERSION}"));
-        }
-        if i64::from(crc32fast::hash(text.as_bytes())) != crc {
-            return Err("corrupt: the record fails its checksum".to_owned());
-        }
-        let record: CheckpointRecord =
-            serde_json::from_str(text).map_err(|error| format!("corrupt: {error} (session {id})"))?;
-        record.validate().map_err(|error| format!("corrupt: {error}"))?;
-        Ok(record)
-    }
 }
 
 impl CheckpointStore for PgCheckpointStore {
@@ -73,8 +56,8 @@ impl CheckpointStore for PgCheckpointStore {
             })
             .map_err(|error| cache_error(&self.store, error))?;
         let Some(row) = row else { return Ok(None) };
-        let (format, version, crc, text): (String, i64, i64, String) = (row.get(0), row.get(1), row.get(2), row.get(3));
-        match Self::decode(id, &format, version, crc, &text) {
+        let row = RecordRow { format: row.get(0), version: row.get(1), crc32: row.get(2), record: row.get(3) };
+        match row.decode(id) {
             Ok(record) => Ok(Some(record)),
             Err(detail) => {
                 tracing::warn!(
@@ -88,15 +71,12 @@ impl CheckpointStore for PgCheckpointStore {
     }
 
     fn put(&self, id: &SessionId, record: &CheckpointRecord) -> session_projection_cache::Result<()> {
-        // Rows hold JSON values and every map is keyed by strings, so serialization cannot fail.
-        let text = serde_json::to_string(record).expect("a checkpoint record serializes to JSON");
-        let crc = i64::from(crc32fast::hash(text.as_bytes()));
-        let version = RECORD_VERSION as i64;
+        let RecordRow { format, version, crc32, record } = RecordRow::encode(record);
         let db = self.store.db();
         db.run(async |client| {
             db.timed(
                 "writing a checkpoint",
-                plain(client).execute(&self.put_sql, &[&id.as_str(), &RECORD_FORMAT, &version, &crc, &text]),
+                plain(client).execute(&self.put_sql, &[&id.as_str(), &format, &version, &crc32, &record]),
             )
             .await
         })

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use session_core::SessionId;
 use session_persistence::PersistenceError;
-use session_projection_cache::{CacheError, CheckpointRecord, CheckpointStore, RECORD_FORMAT, RECORD_VERSION};
+use session_projection_cache::{CacheError, CheckpointRecord, CheckpointStore, RecordRow};
 
 use crate::{config::Target, rules};
 
@@ -114,23 +114,6 @@ impl SqliteCheckpointStore {
     pub fn path(&self) -> &Path {
         &self.shown
     }
-
-    /// Why the row of `id` is not a usable record, or the record.
-    fn decode(id: &SessionId, format: &str, version: i64, crc: i64, text: &str) -> Result<CheckpointRecord, String> {
-        if format != RECORD_FORMAT {
-            return Err(format!("foreign: the row's format is {format:?}, not {RECORD_FORMAT:?}"));
-        }
-        if u64::try_from(version).ok() != Some(RECORD_VERSION) {
-            return Err(format!("version-mismatched: version {version}, this build reads {RECORD_VERSION}"));
-        }
-        if i64::from(crc32fast::hash(text.as_bytes())) != crc {
-            return Err("corrupt: the record fails its checksum".to_owned());
-        }
-        let record: CheckpointRecord =
-            serde_json::from_str(text).map_err(|error| format!("corrupt: {error} (session {id})"))?;
-        record.validate().map_err(|error| format!("corrupt: {error}"))?;
-        Ok(record)
-    }
 }
 
 impl CheckpointStore for SqliteCheckpointStore {
@@ -154,7 +137,7 @@ impl CheckpointStore for SqliteCheckpointStore {
         drop(connection);
         let Some((format, version, crc, text)) = row else { return Ok(None) };
         let decoded = match (format, version, crc, text) {
-            (Ok(format), Ok(version), Ok(crc), Ok(text)) => Self::decode(id, &format, version, crc, &text),
+            (Ok(format), Ok(version), Ok(crc32), Ok(record)) => RecordRow { format, version, crc32, record }.decode(id),
             _ => Err("corrupt: a column has the wrong type".to_owned()),
         };
         match decoded {
@@ -171,9 +154,7 @@ impl CheckpointStore for SqliteCheckpointStore {
     }
 
     fn put(&self, id: &SessionId, record: &CheckpointRecord) -> session_projection_cache::Result<()> {
-        // Rows hold JSON values and every map is keyed by strings, so serialization cannot fail.
-        let text = serde_json::to_string(record).expect("a checkpoint record serializes to JSON");
-        let crc = i64::from(crc32fast::hash(text.as_bytes()));
+        let RecordRow { format, version, crc32, record } = RecordRow::encode(record);
         let connection = self.connection.lock();
         connection
             .prepare_cached(
@@ -181,9 +162,7 @@ impl CheckpointStore for SqliteCheckpointStore {
                  ON CONFLICT(id) DO UPDATE SET format = excluded.format, version = excluded.version, \
                  crc32 = excluded.crc32, record = excluded.record",
             )
-            .and_then(|mut statement| {
-                statement.execute(rusqlite::params![id.as_str(), RECORD_FORMAT, RECORD_VERSION as i64, crc, text])
-            })
+            .and_then(|mut statement| statement.execute(rusqlite::params![id.as_str(), format, version, crc32, record]))
             .map_err(|error| cache_error(&self.shown, error))?;
         Ok(())
     }

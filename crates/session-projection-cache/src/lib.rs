@@ -135,6 +135,7 @@ mod disk;
 mod error;
 mod policy;
 mod record;
+mod row;
 mod store;
 
 #[cfg(test)]
@@ -148,5 +149,6 @@ pub use crate::{
     error::{CacheError, Result},
     policy::CacheAttachment,
     record::{CheckpointRecord, RecordIdentity, StoredFailure},
+    row::RecordRow,
     store::{CheckpointStore, MemoryCheckpointStore},
 };
