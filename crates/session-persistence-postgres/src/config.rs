@@ -1,9 +1,12 @@
-//! What to connect to and how: the URL (with this crate's `schema` parameter taken out), the pool
-//! size and the time bounds, and the URL as messages show it, without its password.
+//! What to connect to and how: the URL (with this crate's `schema` parameter and the TLS
+//! settings taken out), the pool size and the time bounds, and the URL as messages show it,
+//! without its password.
 
-use std::{fmt, str::FromStr, time::Duration};
+use std::{fmt, path::PathBuf, str::FromStr, time::Duration};
 
 use session_persistence::{PersistenceError, Result};
+
+use crate::tls::{TlsMode, TlsSettings};
 
 /// The schema a URL without a `schema` parameter uses.
 pub const DEFAULT_SCHEMA: &str = "public";
@@ -22,6 +25,8 @@ pub struct PgConfig {
     /// How long one query (or waiting for a pooled connection) may take; the server is told the
     /// same bound as `statement_timeout`, so a query is never left running without one.
     pub query_timeout: Duration,
+    /// Encryption and certificate checks (`sslmode`, `sslrootcert`).
+    pub(crate) tls: TlsSettings,
     /// The URL as messages show it: no password.
     shown: String,
 }
@@ -34,6 +39,8 @@ impl fmt::Debug for PgConfig {
             .field("pool_size", &self.pool_size)
             .field("connect_timeout", &self.connect_timeout)
             .field("query_timeout", &self.query_timeout)
+            .field("sslmode", &self.tls.mode)
+            .field("sslrootcert", &self.tls.root_cert)
             .finish()
     }
 }
@@ -54,8 +61,10 @@ pub fn is_valid_schema(name: &str) -> bool {
 
 impl PgConfig {
     /// Parses `postgres://user[:password]@host[:port]/database[?schema=NAME&...]`. The `schema`
-    /// parameter is this crate's; every other parameter is libpq's, as `tokio-postgres` reads
-    /// them. A refusal never quotes the password.
+    /// parameter is this crate's; `sslmode` (`disable`, `prefer` (the default), `require`,
+    /// `verify-ca`, `verify-full`) and `sslrootcert=PATH` mean what they mean to libpq (see
+    /// [`TlsMode`]); every other parameter is libpq's, as `tokio-postgres` reads them. A refusal
+    /// never quotes the password.
     pub fn from_url(url: &str) -> Result<PgConfig> {
         if !is_postgres_url(url) {
             return Err(PersistenceError::invalid_input(
@@ -64,11 +73,27 @@ impl PgConfig {
         }
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
         let mut schema = DEFAULT_SCHEMA.to_owned();
+        let mut tls = TlsSettings::default();
         let mut kept = Vec::new();
         for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-            match pair.strip_prefix("schema=") {
-                Some(name) => schema = name.to_owned(),
-                None => kept.push(pair),
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "schema" => schema = value.to_owned(),
+                "sslmode" => {
+                    tls.mode = TlsMode::parse(value).ok_or_else(|| {
+                        PersistenceError::invalid_input(format!(
+                            "sslmode={value} is not a TLS mode: use disable, prefer, require, verify-ca or verify-full"
+                        ))
+                    })?;
+                }
+                "sslrootcert" => tls.root_cert = Some(PathBuf::from(percent_decoded(value))),
+                "sslcert" | "sslkey" | "sslpassword" => {
+                    return Err(PersistenceError::invalid_input(format!(
+                        "{key} is not supported: this store does not present client certificates (authenticate \
+                         with a password or trust instead)"
+                    )));
+                }
+                _ => kept.push(pair),
             }
         }
         if !is_valid_schema(&schema) {
@@ -78,7 +103,7 @@ impl PgConfig {
             )));
         }
         let rest = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
-        let connection = tokio_postgres::Config::from_str(&rest).map_err(|error| {
+        let mut connection = tokio_postgres::Config::from_str(&rest).map_err(|error| {
             let password = password_in(url);
             PersistenceError::invalid_input(format!(
                 "invalid PostgreSQL URL {}: {}",
@@ -86,8 +111,10 @@ impl PgConfig {
                 scrub(&error.to_string(), password.as_deref())
             ))
         })?;
+        connection.ssl_mode(tls.mode.negotiation());
         let mut config = PgConfig {
             connection,
+            tls,
             schema,
             pool_size: 8,
             connect_timeout: Duration::from_secs(10),
@@ -124,6 +151,11 @@ impl PgConfig {
     pub fn with_connect_timeout(mut self, timeout: Duration) -> PgConfig {
         self.connect_timeout = timeout;
         self
+    }
+
+    /// How connections are encrypted and what of the server's certificate is checked.
+    pub fn tls_mode(&self) -> TlsMode {
+        self.tls.mode
     }
 
     /// The store as messages show it: `postgres://user@host:port/database?schema=NAME`, never
@@ -184,4 +216,26 @@ pub(crate) fn scrub(text: &str, password: Option<&str>) -> String {
         Some(password) if !password.is_empty() => text.replace(password, "***"),
         _ => text.to_owned(),
     }
+}
+
+/// `%XX` escapes in a URL parameter decoded (a path in `sslrootcert` may hold `%2F`, spaces…);
+/// text that is not a valid escape is kept as it is.
+fn percent_decoded(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut idx = 0;
+    while idx < bytes.len() {
+        let hex = |at: usize| bytes.get(at).and_then(|byte| (*byte as char).to_digit(16));
+        match (bytes[idx], hex(idx + 1), hex(idx + 2)) {
+            (b'%', Some(high), Some(low)) => {
+                out.push((high * 16 + low) as u8);
+                idx += 3;
+            }
+            (byte, _, _) => {
+                out.push(byte);
+                idx += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }

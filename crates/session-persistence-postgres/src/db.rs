@@ -9,7 +9,7 @@ use std::{fmt, future::Future, io, path::PathBuf, time::Duration};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use session_persistence::{PersistenceError, Result};
-use tokio_postgres::{NoTls, error::SqlState};
+use tokio_postgres::error::SqlState;
 
 use crate::config::{PgConfig, scrub};
 
@@ -65,8 +65,10 @@ impl Db {
         if connection.get_application_name().is_none() {
             connection.application_name("session-persistence-postgres");
         }
-        let manager =
-            Manager::from_config(connection, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let tls = config.tls.connector().map_err(|message| {
+            PersistenceError::io(PathBuf::from(&shown), io::Error::new(io::ErrorKind::InvalidInput, message))
+        })?;
+        let manager = Manager::from_config(connection, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = {
             let _entered = runtime.enter();
             Pool::builder(manager)
@@ -146,7 +148,20 @@ impl Db {
         };
         let message = match error.as_db_error() {
             Some(db) => format!("{}: {}", db.code().code(), db.message()),
-            None => error.to_string(),
+            // The driver's message and its causes: "error performing TLS handshake: invalid peer
+            // certificate: UnknownIssuer", not just the first part.
+            None => {
+                let mut message = error.to_string();
+                let mut cause = std::error::Error::source(&error);
+                while let Some(inner) = cause {
+                    let text = inner.to_string();
+                    if !message.ends_with(&text) {
+                        message = format!("{message}: {text}");
+                    }
+                    cause = inner.source();
+                }
+                message
+            }
         };
         PersistenceError::io(PathBuf::from(&self.shown), io::Error::new(kind, self.scrub(&message)))
     }

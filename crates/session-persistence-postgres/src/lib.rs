@@ -14,7 +14,8 @@
 //! The client is `tokio-postgres` with a `deadpool-postgres` pool, on a small runtime of the
 //! store's own: the backend is synchronous (the coordinator calls it on the blocking pool) and
 //! blocks on that runtime per call. Every query is bounded by [`PgConfig::query_timeout`]. No
-//! message carries the URL's password.
+//! message carries the URL's password. Connections use TLS (`rustls`) as libpq's `sslmode` and
+//! `sslrootcert` say ([`TlsMode`]; `prefer` by default, `verify-full` to check the server).
 //!
 //! Modules: `config` (URL, schema, bounds), `db` (runtime, pool, errors), `schema` (tables,
 //! version, setup), `codec` (an event's row), `store` (the backend), `checkpoint`, and the public
@@ -28,6 +29,7 @@ mod db;
 mod schema;
 mod store;
 pub mod testing;
+mod tls;
 
 pub use crate::{
     checkpoint::PgCheckpointStore,
@@ -35,4 +37,5 @@ pub use crate::{
     config::{DEFAULT_SCHEMA, PgConfig, is_postgres_url, is_valid_schema, redact_url},
     schema::{SCHEMA_VERSION, SetupOutcome},
     store::PgStore,
+    tls::TlsMode,
 };

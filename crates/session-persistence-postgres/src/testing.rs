@@ -118,27 +118,8 @@ impl ScratchSchema {
     ///
     /// When the server cannot be reached or a statement fails.
     pub fn sql(&self, statements: &str) -> Vec<Vec<Option<String>>> {
-        let (url, statements) = (server_url_unchecked(), statements.replace("{s}", &self.config.schema));
-        off_async(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-            runtime.block_on(async {
-                let (client, connection) =
-                    tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("connect to the test server");
-                let driver = tokio::spawn(connection);
-                let messages = client.simple_query(&statements).await.expect("the statements run");
-                drop(client);
-                let _ = driver.await;
-                messages
-                    .into_iter()
-                    .filter_map(|message| match message {
-                        tokio_postgres::SimpleQueryMessage::Row(row) => {
-                            Some((0..row.len()).map(|column| row.get(column).map(str::to_owned)).collect())
-                        }
-                        _ => None,
-                    })
-                    .collect()
-            })
-        })
+        let (config, statements) = (self.config.clone(), statements.replace("{s}", &self.config.schema));
+        off_async(move || run_sql(&config, &statements)).expect("the statements run on the test server")
     }
 
     /// The first column of the first row `query` answers.
@@ -149,30 +130,39 @@ impl ScratchSchema {
 
 impl Drop for ScratchSchema {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            // Best effort while a test fails: never a panic inside a panic.
-            let (url, statement) = (server_url_unchecked(), format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name()));
-            let _ = std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
-                runtime.block_on(async {
-                    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.ok()?;
-                    let driver = tokio::spawn(connection);
-                    let _ = client.simple_query(&statement).await;
-                    drop(client);
-                    let _ = driver.await;
-                    Some(())
-                })
-            })
-            .join();
-        } else {
-            self.sql("DROP SCHEMA IF EXISTS {s} CASCADE");
+        let (config, statement) = (self.config.clone(), format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name()));
+        let dropped = off_async(move || run_sql(&config, &statement));
+        // While a test fails, best effort: never a panic inside a panic.
+        if let Err(error) = dropped
+            && !std::thread::panicking()
+        {
+            panic!("dropping the scratch schema {} failed: {error}", self.name());
         }
     }
 }
 
-/// The server URL of a schema that exists (so [`server_url`] answered before).
-fn server_url_unchecked() -> String {
-    std::env::var(URL_VAR).expect("a scratch schema exists only with a server")
+/// Runs `statements` on a connection of their own (over the store's TLS settings) and answers
+/// the rows, each column as text.
+fn run_sql(config: &PgConfig, statements: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|error| error.to_string())?;
+    runtime.block_on(async {
+        let tls = config.tls.connector()?;
+        let (client, connection) = config.connection.connect(tls).await.map_err(|error| error.to_string())?;
+        let driver = tokio::spawn(connection);
+        let messages = client.simple_query(statements).await.map_err(|error| error.to_string());
+        drop(client);
+        let _ = driver.await;
+        Ok(messages?
+            .into_iter()
+            .filter_map(|message| match message {
+                tokio_postgres::SimpleQueryMessage::Row(row) => {
+                    Some((0..row.len()).map(|column| row.get(column).map(str::to_owned)).collect())
+                }
+                _ => None,
+            })
+            .collect())
+    })
 }
 
 /// Runs `work` on a thread of its own: the store blocks on a runtime of its own, which an async

@@ -12,6 +12,7 @@ mod contract;
 mod faults;
 mod queries;
 mod restart;
+mod tls;
 mod writes;
 
 pub(crate) use session_persistence_postgres::testing::{ScratchSchema as TestSchema, on_ci, server_url};

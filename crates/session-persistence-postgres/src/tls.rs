@@ -1,0 +1,235 @@
+//! TLS to the server, as libpq's `sslmode` and `sslrootcert` say, on `rustls` (with `ring`; no
+//! system library).
+//!
+//! | `sslmode` | encrypted | the server's certificate |
+//! | --- | --- | --- |
+//! | `disable` | never | — |
+//! | `prefer` (the default) | when the server offers it | not checked |
+//! | `require` | always | not checked, unless `sslrootcert` is given: then as `verify-ca` |
+//! | `verify-ca` | always | chains to a trusted root |
+//! | `verify-full` | always | chains to a trusted root and names the host |
+//!
+//! The trusted roots are the PEM certificates of `sslrootcert=PATH`, else the system's (the
+//! platform store, or `SSL_CERT_FILE`/`SSL_CERT_DIR`). Client certificates (`sslcert`, `sslkey`)
+//! are not supported, and a URL that names them is refused.
+
+use std::{fmt, path::PathBuf, sync::Arc};
+
+use rustls::{
+    ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+    client::{
+        WebPkiServerVerifier,
+        danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
+    },
+    crypto::{WebPkiSupportedAlgorithms, verify_tls12_signature, verify_tls13_signature},
+    pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject},
+};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// How a connection is encrypted and what of the server's certificate is checked: libpq's
+/// `sslmode` values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TlsMode {
+    /// Never encrypted.
+    Disable,
+    /// Encrypted when the server offers it; the certificate is not checked (libpq's default).
+    #[default]
+    Prefer,
+    /// Always encrypted; the certificate is not checked (unless a root certificate is given).
+    Require,
+    /// Always encrypted; the certificate must chain to a trusted root.
+    VerifyCa,
+    /// Always encrypted; the certificate must chain to a trusted root and name the host.
+    VerifyFull,
+}
+
+impl TlsMode {
+    /// The mode an `sslmode` value names.
+    pub fn parse(value: &str) -> Option<TlsMode> {
+        Some(match value {
+            "disable" => TlsMode::Disable,
+            "prefer" => TlsMode::Prefer,
+            "require" => TlsMode::Require,
+            "verify-ca" => TlsMode::VerifyCa,
+            "verify-full" => TlsMode::VerifyFull,
+            _ => return None,
+        })
+    }
+
+    /// The `sslmode` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsMode::Disable => "disable",
+            TlsMode::Prefer => "prefer",
+            TlsMode::Require => "require",
+            TlsMode::VerifyCa => "verify-ca",
+            TlsMode::VerifyFull => "verify-full",
+        }
+    }
+
+    /// The mode the driver negotiates with: it knows whether to encrypt, not what to check.
+    pub(crate) fn negotiation(self) -> tokio_postgres::config::SslMode {
+        use tokio_postgres::config::SslMode;
+        match self {
+            TlsMode::Disable => SslMode::Disable,
+            TlsMode::Prefer => SslMode::Prefer,
+            TlsMode::Require | TlsMode::VerifyCa | TlsMode::VerifyFull => SslMode::Require,
+        }
+    }
+}
+
+impl fmt::Display for TlsMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The TLS settings of a store: the mode, and the root certificates to trust (`sslrootcert`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TlsSettings {
+    pub(crate) mode: TlsMode,
+    pub(crate) root_cert: Option<PathBuf>,
+}
+
+impl TlsSettings {
+    /// What is checked of the server's certificate: `require` with a root certificate checks
+    /// the chain, as libpq does.
+    fn checks(&self) -> TlsMode {
+        match (self.mode, &self.root_cert) {
+            (TlsMode::Require, Some(_)) => TlsMode::VerifyCa,
+            (mode, _) => mode,
+        }
+    }
+
+    /// The connector for these settings; an error says why it cannot be built (an unreadable
+    /// root certificate file, no trusted roots).
+    pub(crate) fn connector(&self) -> Result<MakeRustlsConnect, String> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|error| format!("TLS setup: {error}"))?;
+        let verifier: Arc<dyn ServerCertVerifier> = match self.checks() {
+            TlsMode::Disable | TlsMode::Prefer | TlsMode::Require => {
+                Arc::new(Unchecked { algorithms: provider.signature_verification_algorithms })
+            }
+            mode @ (TlsMode::VerifyCa | TlsMode::VerifyFull) => {
+                let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(self.roots()?), provider)
+                    .build()
+                    .map_err(|error| format!("TLS setup: {error}"))?;
+                if mode == TlsMode::VerifyFull { webpki } else { Arc::new(ChainOnly { webpki }) }
+            }
+        };
+        let config = builder.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth();
+        Ok(MakeRustlsConnect::new(config))
+    }
+
+    /// The trusted roots: `sslrootcert`'s certificates, else the system's.
+    fn roots(&self) -> Result<RootCertStore, String> {
+        let mut roots = RootCertStore::empty();
+        let certs: Vec<CertificateDer<'static>> = match &self.root_cert {
+            Some(path) => CertificateDer::pem_file_iter(path).and_then(Iterator::collect).map_err(|error| {
+                format!("cannot read the root certificates in sslrootcert={}: {error}", path.display())
+            })?,
+            None => rustls_native_certs::load_native_certs().certs,
+        };
+        let (added, _ignored) = roots.add_parsable_certificates(certs);
+        if added == 0 {
+            let source = match &self.root_cert {
+                Some(path) => format!("sslrootcert={} holds no usable certificate", path.display()),
+                None => "the system has no trusted root certificates; name them with sslrootcert=PATH".to_owned(),
+            };
+            return Err(format!("sslmode={} needs trusted roots: {source}", self.mode));
+        }
+        Ok(roots)
+    }
+}
+
+/// Accepts any certificate (`prefer`, `require`): the connection is encrypted, but the server is
+/// not authenticated. The handshake's signatures are still checked.
+#[derive(Debug)]
+struct Unchecked {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for Unchecked {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// Checks the chain but not the name (`verify-ca`).
+#[derive(Debug)]
+struct ChainOnly {
+    webpki: Arc<WebPkiServerVerifier>,
+}
+
+impl ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        use rustls::{CertificateError, Error};
+        match self.webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+            Err(Error::InvalidCertificate(CertificateError::NotValidForName))
+            | Err(Error::InvalidCertificate(CertificateError::NotValidForNameContext { .. })) => {
+                Ok(ServerCertVerified::assertion())
+            }
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
+}
