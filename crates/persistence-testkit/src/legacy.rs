@@ -6,12 +6,13 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use session_core::{CreateOptions, HeaderMeta, ManualClock, Session, SessionEvent, SessionHeader, SessionId};
-use session_persistence::{CollectSink, Coordinator, Inspection, PersistenceError, SessionPersistence};
+use session_core::{CreateOptions, HeaderMeta, SessionEvent, SessionHeader, SessionId};
+use session_persistence::{CollectSink, Coordinator, PersistenceError, SessionPersistence};
 
 use crate::{
     Place,
-    persistence::{Cx, cancel, event, header, kinds, plain, store},
+    inspect::{data, kinds, message_id, message_ids, resume},
+    persistence::{Cx, cancel, event, header, plain, store},
     runner::{Case, cases},
 };
 
@@ -57,24 +58,6 @@ fn stored_bytes(h: &Cx<'_>, header: &SessionHeader) -> Option<Vec<u8>> {
         h.note("skipped the stored-bytes checks: the place gives no log bytes");
     }
     bytes
-}
-
-fn data(event: &SessionEvent) -> Value {
-    event.data.to_value().unwrap()
-}
-
-/// The id of the message an event carries.
-fn message_id(event: &SessionEvent) -> Value {
-    let data = data(event);
-    if event.kind == "user/message" { data["id"].clone() } else { data["message"]["id"].clone() }
-}
-
-fn message_ids(events: &[Arc<SessionEvent>]) -> Vec<Value> {
-    events
-        .iter()
-        .filter(|event| session_core::is_surface_eligible(&event.kind))
-        .map(|event| message_id(event))
-        .collect()
 }
 
 /// A valid log from just before messages gained wrappers and identities (the reference's
@@ -151,13 +134,6 @@ fn pre_react_loop_log() -> Vec<Arc<SessionEvent>> {
         trigger(7, 20),
         turn_end(7, 21, json!({"kind": "error", "step": 0, "message": "old coded error", "code": "CODED"})),
     ]
-}
-
-/// A resumable session built from a read view, as a host resumes one.
-fn resume(view: &Inspection) -> Arc<Session> {
-    let clock = Arc::new(ManualClock::new(9_000));
-    Session::create((*view.header).clone(), Some(view.events.to_vec()), clock)
-        .expect("the imported log seeds a session")
 }
 
 async fn pre_identity_logs_read_with_legacy_message_ids(h: &Cx<'_>) {

@@ -51,6 +51,7 @@
 
 mod checkpoint;
 mod coordinator;
+pub mod inspect;
 mod legacy;
 mod persistence;
 mod runner;

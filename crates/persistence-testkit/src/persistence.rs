@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     Place,
+    inspect::kinds,
     runner::{Case, cases},
 };
 
@@ -107,10 +108,6 @@ fn one_turn(seq0: u64, turn: u64) -> Vec<Arc<SessionEvent>> {
 
 fn seqs(events: &[Arc<SessionEvent>]) -> Vec<u64> {
     events.iter().map(|event| event.seq).collect()
-}
-
-pub(crate) fn kinds(events: &[Arc<SessionEvent>]) -> Vec<&str> {
-    events.iter().map(|event| event.kind.as_str()).collect()
 }
 
 async fn round_trip(h: &Cx<'_>) {

@@ -1,6 +1,6 @@
-//! The PostgreSQL checkpoint store: the `CheckpointStore` contract (whole records replaced,
-//! damaged rows discarded, records independent), and the projection cache over a PostgreSQL
-//! session store with its checkpoints in the same schema, reading its tail by seek.
+//! The PostgreSQL checkpoint store beyond the test kit's checkpoint-store contract (which
+//! `contract` runs, damaging rows in SQL): the projection cache over a PostgreSQL session store
+//! with its checkpoints in the same schema, reading its tail by seek.
 
 use std::sync::Arc;
 
@@ -101,30 +101,4 @@ fn the_cache_keeps_its_records_in_the_store_schema_and_reads_tails_by_seek() {
         assert_eq!(backend.scans() - scans_before, 1);
     });
     assert_eq!(schema.value("SELECT count(*) FROM {s}.checkpoints").as_deref(), Some("1"));
-}
-
-#[test]
-fn records_are_replaced_whole_and_damaged_rows_are_discarded() {
-    let Some(schema) = TestSchema::new() else { return };
-    let records = PgCheckpointStore::new(Arc::new(schema.open()));
-    let record = |as_of_seq: i64| {
-        serde_json::from_value::<session_projection_cache::CheckpointRecord>(json!({
-            "identity": {"createdAt": 1, "cwd": null}, "asOfSeq": as_of_seq, "rows": {}, "failures": {}
-        }))
-        .unwrap()
-    };
-    let (a, b) = (SessionId::from("s-a"), SessionId::from("s-b"));
-    assert_eq!(records.get(&a).unwrap(), None);
-    records.put(&a, &record(3)).unwrap();
-    records.put(&b, &record(4)).unwrap();
-    records.put(&a, &record(5)).unwrap();
-    assert_eq!(records.get(&a).unwrap(), Some(record(5)));
-    assert_eq!(records.get(&b).unwrap(), Some(record(4)), "writing one record never touches another");
-    assert!(records.remove(&b).unwrap());
-    assert!(!records.remove(&b).unwrap());
-    schema.sql("UPDATE {s}.checkpoints SET crc32 = crc32 + 1");
-    assert_eq!(records.get(&a).unwrap(), None, "a row failing its checksum is discarded");
-    records.put(&a, &record(6)).unwrap();
-    schema.sql("UPDATE {s}.checkpoints SET version = 99");
-    assert_eq!(records.get(&a).unwrap(), None, "a row of another version is discarded");
 }

@@ -5,42 +5,14 @@
 
 use std::{fs, sync::Arc};
 
+use persistence_testkit::inspect::{data, kinds, message_id, message_ids, resume};
 use serde_json::{Value, json};
-use session_core::{ManualClock, Session, SessionEvent, SessionId};
-use session_persistence::{Coordinator, Inspection, SessionPersistence};
+use session_core::SessionId;
+use session_persistence::{Coordinator, SessionPersistence};
 use tokio_util::sync::CancellationToken;
 
 fn cancel() -> CancellationToken {
     CancellationToken::new()
-}
-
-fn kinds(events: &[Arc<SessionEvent>]) -> Vec<&str> {
-    events.iter().map(|event| event.kind.as_str()).collect()
-}
-
-fn data(event: &SessionEvent) -> Value {
-    event.data.to_value().unwrap()
-}
-
-/// The id of the message an event carries.
-fn message_id(event: &SessionEvent) -> Value {
-    let data = data(event);
-    if event.kind == "user/message" { data["id"].clone() } else { data["message"]["id"].clone() }
-}
-
-fn message_ids(events: &[Arc<SessionEvent>]) -> Vec<Value> {
-    events
-        .iter()
-        .filter(|event| session_core::is_surface_eligible(&event.kind))
-        .map(|event| message_id(event))
-        .collect()
-}
-
-/// A resumable session built from a read view, as a host resumes one.
-fn resume(view: &Inspection) -> Arc<Session> {
-    let clock = Arc::new(ManualClock::new(9_000));
-    Session::create((*view.header).clone(), Some(view.events.to_vec()), clock)
-        .expect("the imported log seeds a session")
 }
 
 /// The hand-written legacy store (`test_data/legacy-store`), read-only.
