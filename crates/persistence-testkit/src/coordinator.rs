@@ -31,6 +31,7 @@ pub(crate) fn cases() -> Vec<Case<dyn Place>> {
         long_logs_validate_the_same_on_the_relay_thread_never,
         long_logs_validate_the_same_on_the_relay_thread_auto,
         a_live_session_that_meets_the_writer_fence_stops_writing_until_it_is_resumed,
+        a_write_whose_reply_was_lost_is_not_taken_for_another_writer,
     ]
 }
 
@@ -135,9 +136,12 @@ async fn a_live_session_that_meets_the_writer_fence_stops_writing_until_it_is_re
     assert_eq!(two.read_from(&id, 0, &cancel).await.unwrap().events, theirs, "the stored log is the winner's");
 
     // Released without writing, then resumed from the store: the winner's log, writable again.
+    // (Released before it is detached: a detach also unbinds it, in a task of its own.)
+    let released = one.release(&id, &cancel).await.unwrap_err();
     drop(one_store.detach(&id));
-    one.release(&id, &cancel).await.unwrap();
+    assert!(released.to_string().contains(&reason), "the release says the fenced events were not stored: {released}");
     assert!(one.fence(&id).is_none(), "a released session is not fenced any more");
+    assert_eq!(one.durable_len(&id), None, "and it is not bound any more");
     drop((resumed, two_store));
     two.close().await.unwrap();
     let one_store = live_store(&one);
@@ -147,6 +151,35 @@ async fn a_live_session_that_meets_the_writer_fence_stops_writing_until_it_is_re
     one_store.flush(&id).await.unwrap();
     assert_eq!(one.read_from(&id, 0, &cancel).await.unwrap().events.len(), session.len() as usize);
     one.close().await.unwrap();
+}
+
+/// A batch that committed but whose reply was lost: the retry meets the fence, the coordinator
+/// finds its own batch stored there, and goes on without fencing the session or writing the
+/// batch twice. Runs where the backend fences writers ([`Place::shared_writers`]).
+async fn a_write_whose_reply_was_lost_is_not_taken_for_another_writer(h: &Cx<'_>) {
+    if !h.place.shared_writers() {
+        h.note("skipped: the place has no concurrent writers (Place::shared_writers)");
+        return;
+    }
+    let cancel = CancellationToken::new();
+    let backend = Arc::new(CountingBackend::new(h.place.open()));
+    let persistence = Coordinator::new(backend.clone(), CoordinatorConfig::default()).unwrap();
+    let store = live_store(&persistence);
+    let id = SessionId::from("s-lost-reply");
+    let session = store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta() }).unwrap();
+    append_turn(&session, 1);
+    store.flush(&id).await.unwrap();
+    append_turn(&session, 2);
+    backend.lose_next_reply();
+    let err = store.flush(&id).await.unwrap_err();
+    assert!(err.to_string().contains("lost reply"), "the lost reply is the flush's error: {err}");
+    assert!(persistence.fence(&id).is_none(), "a lost reply is not another writer");
+    append_turn(&session, 3);
+    store.flush(&id).await.unwrap();
+    assert_eq!(persistence.durable_len(&id), Some(6));
+    let stored = persistence.read_from(&id, 0, &cancel).await.unwrap().events;
+    assert_eq!(stored.to_vec(), session.events().to_vec(), "every event stored once, in order");
+    persistence.close().await.unwrap();
 }
 
 fn turn(seq0: u64) -> Vec<Arc<SessionEvent>> {

@@ -111,6 +111,7 @@ impl PgConfig {
                 scrub(&error.to_string(), password.as_deref())
             ))
         })?;
+        tls.check().map_err(PersistenceError::invalid_input)?;
         connection.ssl_mode(tls.mode.negotiation());
         let mut config = PgConfig {
             connection,

@@ -146,11 +146,18 @@ impl Drop for ScratchSchema {
 fn run_sql(config: &PgConfig, statements: &str) -> Result<Vec<Vec<Option<String>>>, String> {
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|error| error.to_string())?;
+    // Bounded, so a test (or a drop) never hangs on a server that went away.
+    let bound = std::time::Duration::from_secs(60);
     runtime.block_on(async {
         let tls = config.tls.connector()?;
-        let (client, connection) = config.connection.connect(tls).await.map_err(|error| error.to_string())?;
+        let mut connection = config.connection.clone();
+        connection.connect_timeout(std::time::Duration::from_secs(10));
+        let (client, connection) = connection.connect(tls).await.map_err(|error| error.to_string())?;
         let driver = tokio::spawn(connection);
-        let messages = client.simple_query(statements).await.map_err(|error| error.to_string());
+        let messages = match tokio::time::timeout(bound, client.simple_query(statements)).await {
+            Ok(messages) => messages.map_err(|error| error.to_string()),
+            Err(_) => Err(format!("the statements took longer than {bound:?}")),
+        };
         drop(client);
         let _ = driver.await;
         Ok(messages?

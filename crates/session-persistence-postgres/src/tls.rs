@@ -9,9 +9,12 @@
 //! | `verify-ca` | always | chains to a trusted root |
 //! | `verify-full` | always | chains to a trusted root and names the host |
 //!
-//! The trusted roots are the PEM certificates of `sslrootcert=PATH`, else the system's (the
-//! platform store, or `SSL_CERT_FILE`/`SSL_CERT_DIR`). Client certificates (`sslcert`, `sslkey`)
-//! are not supported, and a URL that names them is refused.
+//! The trusted roots are the PEM certificates of `sslrootcert=PATH`; `sslrootcert=system` (the
+//! default for `verify-full`) trusts the system's (the platform store, or
+//! `SSL_CERT_FILE`/`SSL_CERT_DIR`). As in libpq, `verify-ca` needs a file of its own: a check of
+//! the chain alone against every public authority would accept any certificate they ever signed.
+//! Client certificates (`sslcert`, `sslkey`) are not supported, and a URL that names them is
+//! refused.
 
 use std::{fmt, path::PathBuf, sync::Arc};
 
@@ -24,6 +27,7 @@ use rustls::{
     crypto::{WebPkiSupportedAlgorithms, verify_tls12_signature, verify_tls13_signature},
     pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject},
 };
+use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// How a connection is encrypted and what of the server's certificate is checked: libpq's
@@ -101,9 +105,28 @@ impl TlsSettings {
         }
     }
 
+    /// Why these settings cannot be used, if they cannot: `verify-ca` against the system's roots.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if self.checks() == TlsMode::VerifyCa && self.system_roots() {
+            return Err(format!(
+                "sslmode={} checks the certificate's chain but not its name, so it needs the root certificate of \
+                 your server's authority: set sslrootcert=PATH (or use sslmode=verify-full to trust the system's \
+                 roots)",
+                self.mode
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the trusted roots are the system's.
+    fn system_roots(&self) -> bool {
+        self.root_cert.as_ref().is_none_or(|path| path.as_os_str() == "system")
+    }
+
     /// The connector for these settings; an error says why it cannot be built (an unreadable
     /// root certificate file, no trusted roots).
-    pub(crate) fn connector(&self) -> Result<MakeRustlsConnect, String> {
+    pub(crate) fn connector(&self) -> Result<Connector, String> {
+        self.check()?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
@@ -120,27 +143,50 @@ impl TlsSettings {
             }
         };
         let config = builder.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth();
-        Ok(MakeRustlsConnect::new(config))
+        Ok(Connector(MakeRustlsConnect::new(config)))
     }
 
     /// The trusted roots: `sslrootcert`'s certificates, else the system's.
     fn roots(&self) -> Result<RootCertStore, String> {
         let mut roots = RootCertStore::empty();
         let certs: Vec<CertificateDer<'static>> = match &self.root_cert {
+            _ if self.system_roots() => rustls_native_certs::load_native_certs().certs,
             Some(path) => CertificateDer::pem_file_iter(path).and_then(Iterator::collect).map_err(|error| {
                 format!("cannot read the root certificates in sslrootcert={}: {error}", path.display())
             })?,
-            None => rustls_native_certs::load_native_certs().certs,
+            None => Vec::new(),
         };
         let (added, _ignored) = roots.add_parsable_certificates(certs);
         if added == 0 {
             let source = match &self.root_cert {
-                Some(path) => format!("sslrootcert={} holds no usable certificate", path.display()),
-                None => "the system has no trusted root certificates; name them with sslrootcert=PATH".to_owned(),
+                Some(path) if !self.system_roots() => {
+                    format!("sslrootcert={} holds no usable certificate", path.display())
+                }
+                _ => "the system has no trusted root certificates; name them with sslrootcert=PATH".to_owned(),
             };
             return Err(format!("sslmode={} needs trusted roots: {source}", self.mode));
         }
         Ok(roots)
+    }
+}
+
+/// The driver's TLS connector: `rustls` with the settings' verifier. A connection over a Unix
+/// socket has no host name; the driver never starts TLS on one, but asks for a connector all the
+/// same, so a placeholder name stands in for the missing one.
+#[derive(Clone)]
+pub(crate) struct Connector(MakeRustlsConnect);
+
+impl<S> MakeTlsConnect<S> for Connector
+where
+    MakeRustlsConnect: MakeTlsConnect<S>,
+{
+    type Stream = <MakeRustlsConnect as MakeTlsConnect<S>>::Stream;
+    type TlsConnect = <MakeRustlsConnect as MakeTlsConnect<S>>::TlsConnect;
+    type Error = <MakeRustlsConnect as MakeTlsConnect<S>>::Error;
+
+    fn make_tls_connect(&mut self, hostname: &str) -> Result<Self::TlsConnect, Self::Error> {
+        let hostname = if hostname.is_empty() { "unix-socket.invalid" } else { hostname };
+        MakeTlsConnect::<S>::make_tls_connect(&mut self.0, hostname)
     }
 }
 

@@ -81,6 +81,10 @@ struct IdState {
     materialized: bool,
     /// The live session that writes this log, if any.
     owner: Option<Weak<Session>>,
+    /// The stored log moved on without this writer: an append was refused as stale, and what is
+    /// stored from the cursor on is not what it sent (another process or host wrote the session,
+    /// the writer fence). A live writer is fenced only then.
+    stale: bool,
 }
 
 impl IdState {
@@ -168,6 +172,11 @@ impl Coordinator {
         let writers: Vec<Arc<LiveWriter>> = self.inner.live.lock().values().cloned().collect();
         let mut first_error = None;
         for writer in writers {
+            if let Some(reason) = writer.fenced() {
+                // Its loss was reported when the fence fell; closing is not an error for it.
+                tracing::warn!(session = %writer.session().id(), %reason, "closing with a fenced live session: its unwritten events are not stored");
+                continue;
+            }
             if let Err(err) = writer.drain(&self.inner).await {
                 tracing::warn!(session = %writer.session().id(), error = %err, "failed to drain a live session at close");
                 first_error.get_or_insert(err);
@@ -280,7 +289,7 @@ impl Inner {
                 .await?;
             self.cache.lock().remove(id);
         }
-        Ok(IdState { header, cursor, materialized: true, owner: None })
+        Ok(IdState { header, cursor, materialized: true, owner: None, stale: false })
     }
 
     /// Appends a validated, contiguous batch for a tracked id. The caller holds the id lock.
@@ -314,14 +323,67 @@ impl Inner {
                 ))
             })?;
         }
+        let mut events = events;
+        loop {
+            let header = state.header.clone();
+            let materialized = state.materialized;
+            let sent = events.clone();
+            match blocking(&self.backend, move |backend| backend.append_batch(&header, &sent, materialized)).await {
+                Ok(()) => break,
+                // A backend that fences writers (a database many processes share) refused the
+                // batch: earlier attempts of this very write may have committed with their
+                // replies lost, or another writer moved the log on.
+                Err(err @ PersistenceError::Conflict { .. }) if materialized => {
+                    let stored = self.stored_from(&id, state.cursor).await?;
+                    let ours = stored.iter().zip(&events).take_while(|(stored, sent)| *stored == &***sent).count();
+                    if ours > 0 {
+                        tracing::info!(session = %id, first_seq = state.cursor, n_events = ours, "appends whose replies were lost had committed; they are not written again");
+                        state.cursor += ours as u64;
+                        state.materialized = true;
+                        self.cache.lock().remove(&id);
+                    }
+                    if ours == events.len() {
+                        return Ok(());
+                    }
+                    if ours < stored.len() {
+                        // Past what this writer wrote, the log holds another writer's events.
+                        state.stale = true;
+                        return Err(err);
+                    }
+                    if ours == 0 {
+                        return Err(err);
+                    }
+                    // Only part of the batch was stored: write the rest.
+                    events.drain(..ours);
+                }
+                Err(err) => return Err(err),
+            }
+        }
         let n_events = events.len() as u64;
-        let header = state.header.clone();
-        let materialized = state.materialized;
-        blocking(&self.backend, move |backend| backend.append_batch(&header, &events, materialized)).await?;
         state.cursor += n_events;
         state.materialized = true;
         self.cache.lock().remove(&id);
         Ok(())
+    }
+
+    /// The stored events of `id` from `cursor` on.
+    async fn stored_from(&self, id: &SessionId, cursor: u64) -> Result<Vec<SessionEvent>> {
+        let probe = id.clone();
+        blocking(&self.backend, move |backend| {
+            let mut sink = crate::CollectSink::default();
+            backend.scan_from(&probe, cursor, &CancellationToken::new(), &mut sink)?;
+            Ok(sink.events.into_iter().filter(|event| event.seq >= cursor).collect())
+        })
+        .await
+    }
+
+    /// Whether the live session `session` writes a log that moved on without it (see
+    /// [`IdState::stale`]).
+    pub(crate) fn is_stale(&self, session: &Arc<Session>) -> bool {
+        self.states
+            .lock()
+            .get(session.id())
+            .is_some_and(|state| state.stale && state.owner().is_some_and(|owner| Arc::ptr_eq(&owner, session)))
     }
 
     pub(crate) fn live_writer(self: &Arc<Self>, session: &Arc<Session>) -> Arc<LiveWriter> {
@@ -403,7 +465,13 @@ impl Inner {
     async fn bind_untracked(&self, session: &Arc<Session>, seed: &[Arc<SessionEvent>]) -> Result<IdState> {
         let id = session.id();
         let Some(stored) = self.read_cold(id, &CancellationToken::new()).await? else {
-            return Ok(IdState { header: session.header().clone(), cursor: 0, materialized: false, owner: None });
+            return Ok(IdState {
+                header: session.header().clone(),
+                cursor: 0,
+                materialized: false,
+                owner: None,
+                stale: false,
+            });
         };
         let stored_header = stored.outcome.header.clone();
         if stored_header.cwd != session.header().cwd {
@@ -423,7 +491,13 @@ impl Inner {
             blocking(&self.backend, move |backend| backend.commit_repair(&header, Some(&torn), &[])).await?;
             self.cache.lock().remove(id);
         }
-        Ok(IdState { header: stored_header, cursor: stored.events.len() as u64, materialized: true, owner: None })
+        Ok(IdState {
+            header: stored_header,
+            cursor: stored.events.len() as u64,
+            materialized: true,
+            owner: None,
+            stale: false,
+        })
     }
 
     /// Writes a batch of a live session's events. Events storage already has are skipped.
@@ -451,17 +525,23 @@ impl Inner {
     }
 
     /// Unbinds a live session after its buffered events are written. A failed write keeps the
-    /// binding (and the buffer), so a later flush or release can retry; a fenced writer (its
-    /// write met a conflict, which no retry heals) is unbound without writing, its unwritten
-    /// events dropped (the error that fenced it reported them).
+    /// binding (and the buffer), so a later flush or release can retry; a fenced writer (another
+    /// writer moved its log on, which no retry heals) is unbound without writing, its unwritten
+    /// events dropped, and the fence's `Conflict` is returned so the caller can say so.
     pub(crate) async fn retire(self: &Arc<Self>, session: Arc<Session>) -> Result<()> {
         let writer = self.live.lock().get(session.id()).cloned();
+        let mut fenced = None;
         if let Some(writer) = &writer
             && Arc::ptr_eq(writer.session(), &session)
         {
-            if writer.fenced().is_none() {
-                writer.drain(self).await?;
+            if writer.fenced().is_none()
+                && let Err(err) = writer.drain(self).await
+                && writer.fenced().is_none()
+            {
+                return Err(err);
             }
+            // Fenced before or by this drain: unbound without writing; the caller learns it.
+            fenced = writer.fence_error();
             let mut live = self.live.lock();
             if live.get(session.id()).is_some_and(|current| Arc::ptr_eq(current, writer)) {
                 live.remove(session.id());
@@ -472,7 +552,7 @@ impl Inner {
         if states.get(session.id()).and_then(IdState::owner).is_some_and(|owner| Arc::ptr_eq(&owner, &session)) {
             states.remove(session.id());
         }
-        Ok(())
+        fenced.map_or(Ok(()), Err)
     }
 
     /// Logs each listing fault as a warning the first time a listing finds it: the log is left
@@ -588,10 +668,10 @@ impl SessionPersistence for Coordinator {
             });
         }
         check_cancel(cancel)?;
-        inner
-            .states
-            .lock()
-            .insert(id, IdState { header: Arc::new(header), cursor: 0, materialized: false, owner: None });
+        inner.states.lock().insert(
+            id,
+            IdState { header: Arc::new(header), cursor: 0, materialized: false, owner: None, stale: false },
+        );
         Ok(())
     }
 
@@ -830,7 +910,13 @@ impl SessionPersistence for Coordinator {
         inner.cache.lock().remove(id);
         inner.states.lock().insert(
             id.clone(),
-            IdState { header: header.clone(), cursor: events.len() as u64, materialized: true, owner: None },
+            IdState {
+                header: header.clone(),
+                cursor: events.len() as u64,
+                materialized: true,
+                owner: None,
+                stale: false,
+            },
         );
         // The closers are durable now: the view is all stored events.
         Ok(Inspection { header, events: events.into(), revision, live: false, n_closers: 0 })

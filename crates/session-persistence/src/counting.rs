@@ -20,13 +20,16 @@ use crate::{
 };
 
 /// Wraps a backend, forwarding every call, and counts scans (log reads) and appended batches.
-/// [`CountingBackend::fail_appends`] makes appends fail with an I/O error until turned off.
+/// [`CountingBackend::fail_appends`] makes appends fail with an I/O error until turned off;
+/// [`CountingBackend::lose_next_reply`] lets the next append commit and then reports it failed,
+/// as a lost reply from a database server does.
 #[derive(Debug)]
 pub struct CountingBackend {
     inner: Arc<dyn Backend>,
     scans: AtomicU64,
     appends: AtomicU64,
     fail_appends: AtomicBool,
+    lose_next_reply: AtomicBool,
 }
 
 impl CountingBackend {
@@ -37,6 +40,7 @@ impl CountingBackend {
             scans: AtomicU64::new(0),
             appends: AtomicU64::new(0),
             fail_appends: AtomicBool::new(false),
+            lose_next_reply: AtomicBool::new(false),
         }
     }
 
@@ -53,6 +57,12 @@ impl CountingBackend {
     /// While `fail` is set, every append fails with an I/O error and writes nothing.
     pub fn fail_appends(&self, fail: bool) {
         self.fail_appends.store(fail, Ordering::SeqCst);
+    }
+
+    /// The next append commits, then fails with a `ConnectionAborted` I/O error: the caller cannot
+    /// tell it committed, as when a server's reply to a commit is lost.
+    pub fn lose_next_reply(&self) {
+        self.lose_next_reply.store(true, Ordering::SeqCst);
     }
 }
 
@@ -92,6 +102,14 @@ impl Backend for CountingBackend {
         }
         self.inner.append_batch(header, events, materialized)?;
         self.appends.fetch_add(1, Ordering::SeqCst);
+        if self.lose_next_reply.swap(false, Ordering::SeqCst) {
+            let path = self.inner.locate(header).unwrap_or_else(|| PathBuf::from(self.inner.name()));
+            let lost = std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "injected lost reply (the append committed)",
+            );
+            return Err(PersistenceError::io(path, lost));
+        }
         Ok(())
     }
 

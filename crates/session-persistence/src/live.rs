@@ -5,11 +5,12 @@
 //! `drain` is the flush barrier: it writes until nothing is buffered. A failed write puts its
 //! batch back in front, in order, and pauses the timer until the next event or flush.
 //!
-//! A write refused with a conflict never succeeds on a retry: the stored log moved on without this
-//! live copy (another process or host wrote the session: the writer fence), or another lifetime
-//! holds the id. The writer is then *fenced*: it keeps its buffer in memory, stops writing, and
-//! every later flush fails at once with the first conflict's reason, until the session is
-//! released (which unbinds it without writing) and resumed from the store.
+//! A write refused because the stored log moved on without this live copy (another process or
+//! host wrote the session: the writer fence) never succeeds on a retry. The writer is then
+//! *fenced*: it stops writing, and every later flush fails at once with the first conflict's
+//! reason, until the session is released (which unbinds it without writing) and resumed from the
+//! store. A refusal whose batch turns out to be stored (an earlier attempt committed and its reply
+//! was lost) is a success, and other conflicts are retried as any failed write is.
 
 use std::{fmt, sync::Arc};
 
@@ -107,7 +108,7 @@ impl LiveWriter {
         self.check_fence()?;
         if !progress.initialized {
             if let Err(err) = inner.init_live(&self.session).await {
-                return Err(self.fence_on(err));
+                return Err(self.fence_on(inner, err));
             }
             progress.initialized = true;
         }
@@ -126,7 +127,7 @@ impl LiveWriter {
                 pending.events.extend(newer);
                 pending.paused = true;
                 drop(pending);
-                return Err(self.fence_on(err));
+                return Err(self.fence_on(inner, err));
             }
         }
     }
@@ -139,10 +140,15 @@ impl LiveWriter {
         }
     }
 
-    /// Fences this writer if `err` is a conflict (which no retry heals); answers the error to
-    /// report.
-    fn fence_on(&self, err: PersistenceError) -> PersistenceError {
-        if !matches!(err, PersistenceError::Conflict { .. }) {
+    /// The fence's error, if this writer is fenced.
+    pub(crate) fn fence_error(&self) -> Option<PersistenceError> {
+        self.check_fence().err()
+    }
+
+    /// Fences this writer if `err` says another writer moved its log on (which no retry heals);
+    /// answers the error to report.
+    fn fence_on(&self, inner: &Inner, err: PersistenceError) -> PersistenceError {
+        if !matches!(err, PersistenceError::Conflict { .. }) || !inner.is_stale(&self.session) {
             return err;
         }
         let reason = err.to_string();

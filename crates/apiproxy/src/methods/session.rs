@@ -718,6 +718,8 @@ pub(super) async fn release(shared: &Shared, caller: &Caller, request: ReleaseRe
         },
     }
     let last_seq = session.len() as i64 - 1;
+    // Before it is let go, while storage still tracks it: how far it is durable.
+    let durable_before = durable_seq(shared, &session);
     shared.pending_one_shots.lock().remove(&session_id);
     if shared.store.detach(&session_id).is_none() {
         return Err(RpcError::session_not_attached(id));
@@ -726,8 +728,15 @@ pub(super) async fn release(shared: &Shared, caller: &Caller, request: ReleaseRe
     if let Some(persistence) = &shared.persistence
         && let Err(error) = persistence.release(&session_id, &CancellationToken::new()).await
     {
-        tracing::error!(session = id, %error, "releasing a session from persistence failed");
-        return Err(RpcError::internal(format!("failed to release session \"{id}\": it could not be made durable")));
+        // A fence that fell during the release (an append raced it): released without writing.
+        if matches!(error, PersistenceError::Conflict { .. }) {
+            lost.get_or_insert(durable_before);
+        } else {
+            tracing::error!(session = id, %error, "releasing a session from persistence failed");
+            return Err(RpcError::internal(format!(
+                "failed to release session \"{id}\": it could not be made durable"
+            )));
+        }
     }
     if let Some(durable) = lost {
         let first_lost = durable.map_or(0, |seq| seq + 1);

@@ -21,6 +21,11 @@ fn tls_server() -> Option<(TestSchema, String)> {
         return None;
     }
     let cert = schema.value("SHOW ssl_cert_file").expect("the server names its certificate");
+    // A relative name is inside the server's data directory, which a test may not see.
+    if !std::path::Path::new(&cert).is_absolute() || std::fs::File::open(&cert).is_err() {
+        eprintln!("SKIPPED: the server's certificate ({cert}) cannot be read here");
+        return None;
+    }
     Some((schema, cert))
 }
 
@@ -105,8 +110,40 @@ fn bad_tls_settings_are_refused_with_the_reason() {
         let error = PgConfig::from_url(&format!("{url}{join}{key}=/tmp/client.pem")).unwrap_err();
         assert!(error.to_string().contains(&format!("{key} is not supported")), "{error}");
     }
+    // verify-ca checks no name, so it never trusts the system's roots: it needs a root of its own.
+    for roots in ["", "&sslrootcert=system"] {
+        let error = PgConfig::from_url(&format!("{url}{join}sslmode=verify-ca{roots}")).unwrap_err();
+        assert!(error.to_string().contains("set sslrootcert=PATH"), "{error}");
+    }
     let config =
         PgConfig::from_url(&format!("{url}{join}sslmode=verify-full&sslrootcert=/nonexistent/root%20ca.pem")).unwrap();
     let error = PgStore::open(&config).unwrap_err();
     assert!(error.to_string().contains("/nonexistent/root ca.pem"), "the decoded path is named: {error}");
+}
+
+#[test]
+fn a_unix_socket_connects_whatever_the_tls_mode() {
+    let Some(schema) = TestSchema::new() else { return };
+    let socket_dir = "/var/run/postgresql";
+    let port = PgConfig::from_url(&server_url().unwrap())
+        .unwrap()
+        .shown()
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next().map(str::to_owned));
+    let Some(port) = port.filter(|port| std::path::Path::new(&format!("{socket_dir}/.s.PGSQL.{port}")).exists()) else {
+        eprintln!("SKIPPED: the test server has no Unix socket in {socket_dir}");
+        return;
+    };
+    // The URL's user and database, over the socket instead of TCP.
+    let url = schema.url();
+    let (scheme_user, rest) = url.split_once('@').unwrap();
+    let database_and_query = rest.split_once('/').unwrap().1;
+    let join = if database_and_query.contains('?') { '&' } else { '?' };
+    for mode in ["prefer", "disable"] {
+        let over_socket =
+            format!("{scheme_user}@/{database_and_query}{join}host={socket_dir}&port={port}&sslmode={mode}");
+        let store = PgStore::open(&PgConfig::from_url(&over_socket).unwrap())
+            .unwrap_or_else(|error| panic!("sslmode={mode} over the socket: {error}"));
+        write_one(&store, &format!("s-socket-{mode}"));
+    }
 }
