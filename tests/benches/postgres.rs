@@ -27,7 +27,7 @@ use session_persistence::{
     Backend, Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, PageRequest, SessionPersistence,
     encode_segment, project_key,
 };
-use session_persistence_postgres::{PgCheckpointStore, PgConfig, PgStore};
+use session_persistence_postgres::{PgCheckpointStore, PgStore, TlsMode, testing::ScratchSchema};
 use session_projection::{CheckpointRows, ClientView, ProjectionRegistry, ProjectionUnit, UnitError};
 use session_projection_cache::{
     CacheConfig, CheckpointRecord, CheckpointStore, MemoryCheckpointStore, ProjectionCache, RecordIdentity,
@@ -41,48 +41,30 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// A schema of this run's own on the benchmark server, dropped at the end; `None` (after saying
 /// so) without `SESSION_PG_URL`.
-struct BenchSchema {
-    config: PgConfig,
-}
-
-static NEXT: AtomicU64 = AtomicU64::new(0);
+struct BenchSchema(ScratchSchema);
 
 impl BenchSchema {
     fn new(what: &str) -> Option<BenchSchema> {
-        let Some(url) = std::env::var("SESSION_PG_URL").ok().filter(|url| !url.is_empty()) else {
-            eprintln!("postgres/{what}: SKIPPED: set SESSION_PG_URL=postgres://postgres@127.0.0.1:5432/test to run it");
-            return None;
-        };
-        let name = format!("bench_{}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-        let config = PgConfig::from_url(&url).unwrap().with_schema(&name).unwrap();
-        PgStore::setup(&config).unwrap();
-        Some(BenchSchema { config })
+        if std::env::var("SESSION_PG_URL").is_ok_and(|url| !url.is_empty()) {
+            return ScratchSchema::new().map(BenchSchema);
+        }
+        eprintln!("postgres/{what}: SKIPPED: set SESSION_PG_URL=postgres://postgres@127.0.0.1:5432/test to run it");
+        None
     }
 
     fn open(&self) -> Arc<PgStore> {
-        Arc::new(PgStore::open(&self.config).unwrap())
+        Arc::new(self.0.open())
     }
 
-    /// Runs `sql` (with `{s}` for the schema) through a plain client.
+    /// A store over the schema whose connections are not encrypted (`sslmode=disable`).
+    fn open_plain(&self) -> Arc<PgStore> {
+        let config = self.0.config().clone().with_tls(TlsMode::Disable, None).unwrap();
+        Arc::new(PgStore::open(&config).unwrap())
+    }
+
+    /// Runs `sql` (with `{s}` for the schema).
     fn sql(&self, sql: &str) {
-        let url = std::env::var("SESSION_PG_URL").unwrap();
-        let sql = sql.replace("{s}", &self.config.schema);
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async {
-            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-            let driver = tokio::spawn(connection);
-            client.batch_execute(&sql).await.unwrap();
-            drop(client);
-            let _ = driver.await;
-        });
-    }
-}
-
-impl Drop for BenchSchema {
-    fn drop(&mut self) {
-        std::thread::scope(|scope| {
-            scope.spawn(|| self.sql("DROP SCHEMA IF EXISTS {s} CASCADE"));
-        });
+        self.0.sql(sql);
     }
 }
 
@@ -160,10 +142,17 @@ fn cold_listing(c: &mut Criterion) {
     let mut group = c.benchmark_group("postgres/list_children_cold_100x10k");
     group.sample_size(10).measurement_time(Duration::from_secs(20));
     let dir = tempfile::tempdir().unwrap();
-    let stores: [(&str, Arc<dyn Backend>); 2] =
-        [("postgres", schema.open()), ("jsonl_zstd", jsonl(dir.path(), Compression::Zstd))];
+    // The same rows read over TLS (`sslmode=prefer`, the default, on a server that offers it)
+    // and over plain TCP.
+    let stores: [(&str, Arc<dyn Backend>); 3] = [
+        ("postgres", schema.open()),
+        ("postgres_plain", schema.open_plain()),
+        ("jsonl_zstd", jsonl(dir.path(), Compression::Zstd)),
+    ];
     for (label, backend) in stores {
-        runtime.block_on(fleet::write_fleet_into(backend.clone(), N_CHILDREN, N_EVENTS));
+        if label != "postgres_plain" {
+            runtime.block_on(fleet::write_fleet_into(backend.clone(), N_CHILDREN, N_EVENTS));
+        }
         let cold = Fleet::over(backend);
         let catalog = cold.runtime(None);
         let before = cold.backend.scans();

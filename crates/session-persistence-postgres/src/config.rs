@@ -159,6 +159,16 @@ impl PgConfig {
         self.tls.mode
     }
 
+    /// The same settings with `mode` and the root certificates in `root_cert` (PEM; `None` for
+    /// the system's), as `sslmode` and `sslrootcert` in a URL set them.
+    pub fn with_tls(mut self, mode: TlsMode, root_cert: Option<PathBuf>) -> Result<PgConfig> {
+        let tls = TlsSettings { mode, root_cert };
+        tls.check().map_err(PersistenceError::invalid_input)?;
+        self.connection.ssl_mode(mode.negotiation());
+        self.tls = tls;
+        Ok(self)
+    }
+
     /// The store as messages show it: `postgres://user@host:port/database?schema=NAME`, never
     /// the password.
     pub fn shown(&self) -> &str {
