@@ -204,21 +204,42 @@ impl PgConfig {
     }
 }
 
-/// The password of a URL, if it has one (between the first `:` and the `@` of the authority).
+/// The password of a URL, if it has one: between the first `:` and the `@` of the authority, or
+/// a `password=` parameter.
 fn password_in(url: &str) -> Option<String> {
-    let authority = url.split_once("://")?.1;
-    let authority = authority.split(['/', '?']).next()?;
-    let userinfo = authority.rsplit_once('@')?.0;
-    let password = userinfo.split_once(':')?.1;
-    (!password.is_empty()).then(|| password.to_owned())
+    let from_userinfo = || {
+        let authority = url.split_once("://")?.1;
+        let authority = authority.split(['/', '?']).next()?;
+        let userinfo = authority.rsplit_once('@')?.0;
+        let password = userinfo.split_once(':')?.1;
+        (!password.is_empty()).then(|| password.to_owned())
+    };
+    from_userinfo().or_else(|| password_parameter(url))
 }
 
-/// `url` with its password replaced by `***`.
+/// The value of a `password=` parameter of `url`.
+fn password_parameter(url: &str) -> Option<String> {
+    let query = url.split_once('?')?.1;
+    let value = query.split('&').find_map(|pair| pair.strip_prefix("password="))?;
+    (!value.is_empty()).then(|| value.to_owned())
+}
+
+/// `url` with its password replaced by `***`, whether it is in the authority or a `password=`
+/// parameter.
 pub fn redact_url(url: &str) -> String {
-    match password_in(url) {
-        Some(password) => url.replacen(&format!(":{password}@"), ":***@", 1),
-        None => url.to_owned(),
+    let mut redacted = url.to_owned();
+    let from_authority = url.split_once("://").and_then(|(_, rest)| {
+        let authority = rest.split(['/', '?']).next()?;
+        let password = authority.rsplit_once('@')?.0.split_once(':')?.1;
+        (!password.is_empty()).then(|| password.to_owned())
+    });
+    if let Some(password) = from_authority {
+        redacted = redacted.replacen(&format!(":{password}@"), ":***@", 1);
     }
+    if let Some(password) = password_parameter(url) {
+        redacted = redacted.replace(&format!("password={password}"), "password=***");
+    }
+    redacted
 }
 
 /// `text` with every occurrence of `password` replaced by `***`.

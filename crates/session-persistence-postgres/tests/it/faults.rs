@@ -65,6 +65,14 @@ fn the_password_never_appears_in_a_message() {
     assert!(!error.to_string().contains("pa55"), "{error}");
     let error = PgConfig::from_url("postgres://u:pa55-w0rd-xyz@h/d?schema=Bad-Name").unwrap_err();
     assert!(!error.to_string().contains("pa55") && error.to_string().contains("schema"), "{error}");
+    // A password given as a parameter is kept out as well.
+    assert_eq!(redact_url("postgres://u@h/d?password=pa55-w0rd-xyz&x=1"), "postgres://u@h/d?password=***&x=1");
+    let error = PgConfig::from_url("postgres://u@h/d?password=pa55-w0rd-xyz&bogus_option=1").unwrap_err();
+    assert!(!error.to_string().contains("pa55"), "{error}");
+    let config = PgConfig::from_url("postgres://u@127.0.0.1:1/d?password=pa55-w0rd-xyz&connect_timeout=2").unwrap();
+    assert!(!format!("{config:?}").contains("pa55") && !config.shown().contains("pa55"));
+    let error = PgStore::open(&config).unwrap_err();
+    assert!(!error.to_string().contains("pa55"), "{error}");
 }
 
 #[test]
