@@ -1,6 +1,7 @@
 //! Helpers for tests that run against a PostgreSQL server: the server named by
-//! [`SESSION_PG_URL`](URL_VAR), and scratch schemas that are set up for one test and dropped
-//! after it, so tests run in parallel on one server.
+//! [`SESSION_PG_URL`](URL_VAR), scratch schemas that are set up for one test and dropped after it
+//! (so tests run in parallel on one server), and a [`PrivateCluster`] of a test's own to crash
+//! and restart.
 //!
 //! Without the variable a test skips (after saying so and how to enable it), except under CI
 //! (`CI` set), where it fails: CI must never skip the PostgreSQL tests silently.
@@ -15,6 +16,10 @@
 
 use std::{
     hash::{BuildHasher, Hasher},
+    net::TcpListener,
+    os::unix::fs::MetadataExt,
+    path::PathBuf,
+    process::Command,
     sync::atomic::{AtomicU64, Ordering},
 };
 
@@ -186,4 +191,146 @@ fn unique_name() -> String {
     hasher
         .write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
     format!("t_{}_{n}_{:x}", std::process::id(), hasher.finish() & 0xffff_ffff)
+}
+
+/// A PostgreSQL cluster of one test's own, in a temp directory and on a port of its own, that the
+/// test can stop as a crash stops a server and start again (the shared test server is never
+/// touched). Stopped (immediately) and removed on drop. Needs the server binaries (`initdb`,
+/// `pg_ctl`, found through `pg_config --bindir` or the `PATH`); as root, the tools run as the
+/// `postgres` user through `runuser`.
+#[derive(Debug)]
+pub struct PrivateCluster {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    port: u16,
+    /// Run the server tools as this user (`initdb` refuses to run as root).
+    as_user: Option<String>,
+}
+
+impl PrivateCluster {
+    /// Creates and starts a cluster; `None` (after saying so) when the server binaries are not
+    /// installed, outside CI.
+    ///
+    /// # Panics
+    ///
+    /// Under CI when they are not, and when a tool fails.
+    pub fn start() -> Option<PrivateCluster> {
+        let Some(bin) = server_bin_dir() else {
+            assert!(
+                !on_ci(),
+                "the PostgreSQL server binaries (initdb, pg_ctl) are not installed, and CI must run the tests that need them"
+            );
+            eprintln!("SKIPPED: a test needs the PostgreSQL server binaries (initdb, pg_ctl)");
+            return None;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let as_user = (std::fs::metadata(dir.path()).unwrap().uid() == 0).then(|| "postgres".to_owned());
+        // As root the tools run as `postgres` through `runuser`, which both must exist.
+        let can_switch = || {
+            Command::new("runuser")
+                .args(["-u", "postgres", "--", "true"])
+                .output()
+                .is_ok_and(|out| out.status.success())
+        };
+        if as_user.is_some() && !can_switch() {
+            assert!(!on_ci(), "running as root, a private cluster needs `runuser` and a `postgres` user");
+            eprintln!("SKIPPED: running as root, a private cluster needs `runuser` and a `postgres` user");
+            return None;
+        }
+        if let Some(user) = &as_user {
+            let uid = command_output(Command::new("id").args(["-u", user])).trim().parse().expect("a uid");
+            std::os::unix::fs::chown(dir.path(), Some(uid), None).unwrap();
+        }
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let server = PrivateCluster { dir, bin, port, as_user };
+        server.tool("initdb", &["-D", &server.data(), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"]);
+        server.up();
+        Some(server)
+    }
+
+    /// The cluster's data directory.
+    fn data(&self) -> String {
+        self.dir.path().join("data").to_str().unwrap().to_owned()
+    }
+
+    /// The URL of a store in `schema` of the cluster's `postgres` database (trust authentication).
+    pub fn url(&self, schema: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres?schema={schema}", self.port)
+    }
+
+    /// Starts the server and waits until it accepts connections.
+    ///
+    /// # Panics
+    ///
+    /// When `pg_ctl` fails.
+    pub fn up(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c shared_buffers=16MB",
+            self.port,
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("server.log");
+        self.tool("pg_ctl", &["-D", &self.data(), "-l", log.to_str().unwrap(), "-o", &options, "-w", "start"]);
+    }
+
+    /// Stops the server as a crash would: no checkpoint, every backend killed mid-statement.
+    ///
+    /// # Panics
+    ///
+    /// When `pg_ctl` fails.
+    pub fn crash(&self) {
+        self.tool("pg_ctl", &["-D", &self.data(), "-m", "immediate", "-w", "stop"]);
+    }
+
+    fn tool(&self, name: &str, args: &[&str]) {
+        let tool = self.bin.join(name);
+        let mut command = match &self.as_user {
+            Some(user) => {
+                let mut command = Command::new("runuser");
+                command.args(["-u", user, "--"]).arg(&tool);
+                command
+            }
+            None => Command::new(&tool),
+        };
+        command_output(command.args(args).current_dir(self.dir.path()));
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(self.bin.join("pg_ctl")).args(["-D", &self.data(), "-m", "immediate", "stop"]).output();
+        if self.as_user.is_some() {
+            let _ = Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(self.bin.join("pg_ctl"))
+                .args(["-D", &self.data(), "-m", "immediate", "stop"])
+                .output();
+        }
+    }
+}
+
+/// Where `initdb` and `pg_ctl` live: `pg_config --bindir`, else the `PATH`.
+fn server_bin_dir() -> Option<PathBuf> {
+    let from_config = Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map(|output| PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()));
+    let from_path = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path).find(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file())
+    });
+    from_config.filter(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file()).or(from_path)
+}
+
+fn command_output(command: &mut Command) -> String {
+    let output = command.output().unwrap_or_else(|error| panic!("{command:?}: {error}"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed ({}): {}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }

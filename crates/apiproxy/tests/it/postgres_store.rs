@@ -13,7 +13,7 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use session_persistence_postgres::testing::{ScratchSchema, server_url};
+use session_persistence_postgres::testing::{PrivateCluster, ScratchSchema, server_url};
 
 use crate::support::turn;
 
@@ -211,4 +211,56 @@ fn the_password_of_a_store_url_never_reaches_the_output_or_the_log() {
         assert!(!stdout.contains(secret) && !stderr.contains(secret), "{args:?}: {stdout}\n{stderr}");
         assert!(!stderr.is_empty() || !stdout.is_empty(), "{args:?} says something");
     }
+}
+
+/// A gateway whose PostgreSQL server crashes and comes back (a cluster of the test's own, stopped
+/// as a crash stops it): while it is down a flush fails at once and appends are still taken;
+/// once it is back, the same gateway, never restarted, makes everything durable on the next
+/// flush; nothing is lost or written twice, and the session reads and lists as before.
+#[test]
+fn a_gateway_rides_out_a_restart_of_its_postgres_server() {
+    let Some(cluster) = PrivateCluster::start() else { return };
+    let store = cluster.url("gateway");
+    let gateway = Gateway::start(&store);
+    gateway.ok("session.create", json!({"sessionId": "s", "cwd": "/srv/work"}));
+    gateway.ok("session.append", json!({"sessionId": "s", "events": turn(1)}));
+    let durable = gateway.ok("session.flush", json!({"sessionId": "s"}))["durableSeq"].clone();
+
+    cluster.crash();
+    gateway.ok("session.append", json!({"sessionId": "s", "events": turn(2)}));
+    let started = std::time::Instant::now();
+    let down = gateway.call("session.flush", json!({"sessionId": "s"}));
+    assert_eq!(down["error"]["code"], "internal", "the flush fails while the server is down: {down}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(15), "and fails within its bounds");
+    let history = gateway.ok("session.history", json!({"sessionId": "s"}));
+    assert_eq!(history["events"].as_array().unwrap().len(), 12, "the live session still holds both turns");
+
+    cluster.up();
+    // The pool replaces its dead connections by itself: the next flush (or, at worst, one of the
+    // next few) writes what the failed one could not.
+    let mut flushed = Value::Null;
+    for _ in 0..5 {
+        let answer = gateway.call("session.flush", json!({"sessionId": "s"}));
+        if answer["ok"] == true {
+            flushed = answer["value"].clone();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(flushed["durableSeq"], 11, "everything is durable after the restart: {flushed} (before: {durable})");
+    gateway.ok("session.release", json!({"sessionId": "s"}));
+    let listed = gateway.ok("session.list", json!({}));
+    assert_eq!(ids(&listed["items"]), ["s"]);
+    drop(gateway);
+
+    let output = apiproxy(&["sessions", "show", "s", "--json", "--store", &store]);
+    assert!(output.status.success(), "{output:?}");
+    let shown: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let events = shown["events"].as_array().unwrap();
+    assert_eq!(events.len(), 12, "both turns, each event once: {shown}");
+    for (idx, event) in events.iter().enumerate() {
+        assert_eq!(event["seq"], idx as u64);
+    }
+    let output = apiproxy(&["verify", "--store", &store]);
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stdout));
 }

@@ -15,4 +15,4 @@ mod restart;
 mod tls;
 mod writes;
 
-pub(crate) use session_persistence_postgres::testing::{ScratchSchema as TestSchema, on_ci, server_url};
+pub(crate) use session_persistence_postgres::testing::{ScratchSchema as TestSchema, server_url};

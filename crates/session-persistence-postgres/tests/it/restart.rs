@@ -6,15 +6,11 @@
 //! once it is back the same store, without reopening, reads and appends again; every batch it
 //! acknowledged is in the log, and a batch whose answer was lost is there whole or not at all.
 //!
-//! Needs the PostgreSQL server binaries (`initdb`, `pg_ctl`, found through `pg_config --bindir`
-//! or the `PATH`); without them the test says it was skipped, and fails under CI.
+//! Needs the PostgreSQL server binaries (`testing::PrivateCluster`); without them the test says it
+//! was skipped, and fails under CI.
 
 use std::{
     collections::BTreeMap,
-    net::TcpListener,
-    os::unix::fs::MetadataExt,
-    path::PathBuf,
-    process::Command,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -25,133 +21,8 @@ use std::{
 use parking_lot::Mutex;
 use session_core::{JsonData, SessionEvent, SessionHeader, SessionId};
 use session_persistence::{Backend, CollectSink, PersistenceError};
-use session_persistence_postgres::{PgConfig, PgStore};
+use session_persistence_postgres::{PgConfig, PgStore, testing::PrivateCluster};
 use tokio_util::sync::CancellationToken;
-
-use crate::on_ci;
-
-/// A PostgreSQL cluster in a temp directory, stopped (immediately) and removed on drop.
-struct PrivateServer {
-    dir: tempfile::TempDir,
-    bin: PathBuf,
-    port: u16,
-    /// Run the server tools as this user (`initdb` refuses to run as root).
-    as_user: Option<String>,
-}
-
-impl PrivateServer {
-    /// Creates and starts a cluster; `None` (after saying so) when the server binaries are not
-    /// installed outside CI.
-    fn start() -> Option<PrivateServer> {
-        let Some(bin) = server_bin_dir() else {
-            assert!(
-                !on_ci(),
-                "the PostgreSQL server binaries (initdb, pg_ctl) are not installed, and CI must run the restart test"
-            );
-            eprintln!("SKIPPED: the restart test needs the PostgreSQL server binaries (initdb, pg_ctl)");
-            return None;
-        };
-        let dir = tempfile::tempdir().unwrap();
-        let as_user = (std::fs::metadata(dir.path()).unwrap().uid() == 0).then(|| "postgres".to_owned());
-        // As root the tools run as `postgres` through `runuser`, which both must exist.
-        let can_switch = || {
-            Command::new("runuser")
-                .args(["-u", "postgres", "--", "true"])
-                .output()
-                .is_ok_and(|out| out.status.success())
-        };
-        if as_user.is_some() && !can_switch() {
-            assert!(!on_ci(), "running as root, the restart test needs `runuser` and a `postgres` user");
-            eprintln!("SKIPPED: running as root, the restart test needs `runuser` and a `postgres` user");
-            return None;
-        }
-        if let Some(user) = &as_user {
-            let uid = command_output(Command::new("id").args(["-u", user])).trim().parse().expect("a uid");
-            std::os::unix::fs::chown(dir.path(), Some(uid), None).unwrap();
-        }
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let server = PrivateServer { dir, bin, port, as_user };
-        server.tool("initdb", &["-D", &server.data(), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"]);
-        server.up();
-        Some(server)
-    }
-
-    fn data(&self) -> String {
-        self.dir.path().join("data").to_str().unwrap().to_owned()
-    }
-
-    fn url(&self, schema: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres?schema={schema}", self.port)
-    }
-
-    /// Starts the server and waits until it accepts connections.
-    fn up(&self) {
-        let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c shared_buffers=16MB",
-            self.port,
-            self.dir.path().display()
-        );
-        let log = self.dir.path().join("server.log");
-        self.tool("pg_ctl", &["-D", &self.data(), "-l", log.to_str().unwrap(), "-o", &options, "-w", "start"]);
-    }
-
-    /// Stops the server as a crash would: no checkpoint, every backend killed mid-statement.
-    fn crash(&self) {
-        self.tool("pg_ctl", &["-D", &self.data(), "-m", "immediate", "-w", "stop"]);
-    }
-
-    fn tool(&self, name: &str, args: &[&str]) {
-        let tool = self.bin.join(name);
-        let mut command = match &self.as_user {
-            Some(user) => {
-                let mut command = Command::new("runuser");
-                command.args(["-u", user, "--"]).arg(&tool);
-                command
-            }
-            None => Command::new(&tool),
-        };
-        command_output(command.args(args).current_dir(self.dir.path()));
-    }
-}
-
-impl Drop for PrivateServer {
-    fn drop(&mut self) {
-        let _ = Command::new(self.bin.join("pg_ctl")).args(["-D", &self.data(), "-m", "immediate", "stop"]).output();
-        if self.as_user.is_some() {
-            let _ = Command::new("runuser")
-                .args(["-u", "postgres", "--"])
-                .arg(self.bin.join("pg_ctl"))
-                .args(["-D", &self.data(), "-m", "immediate", "stop"])
-                .output();
-        }
-    }
-}
-
-/// Where `initdb` and `pg_ctl` live: `pg_config --bindir`, else the `PATH`.
-fn server_bin_dir() -> Option<PathBuf> {
-    let from_config = Command::new("pg_config")
-        .arg("--bindir")
-        .output()
-        .ok()
-        .filter(|output| output.status.success())
-        .map(|output| PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()));
-    let from_path = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path).find(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file())
-    });
-    from_config.filter(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file()).or(from_path)
-}
-
-fn command_output(command: &mut Command) -> String {
-    let output = command.output().unwrap_or_else(|error| panic!("{command:?}: {error}"));
-    assert!(
-        output.status.success(),
-        "{command:?} failed ({}): {}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
 
 fn header() -> SessionHeader {
     let mut header = SessionHeader::new(SessionId::from("s-restart"), 1_000);
@@ -192,7 +63,7 @@ struct Seen {
 
 #[test]
 fn a_server_restarted_under_a_writer_loses_nothing_acknowledged_and_the_store_carries_on() {
-    let Some(server) = PrivateServer::start() else { return };
+    let Some(server) = PrivateCluster::start() else { return };
     let bound = Duration::from_secs(2);
     let config = PgConfig::from_url(&server.url("restart"))
         .unwrap()
