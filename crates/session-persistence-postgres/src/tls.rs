@@ -131,15 +131,14 @@ impl TlsSettings {
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|error| format!("TLS setup: {error}"))?;
+        let algorithms = provider.signature_verification_algorithms;
         let verifier: Arc<dyn ServerCertVerifier> = match self.checks() {
-            TlsMode::Disable | TlsMode::Prefer | TlsMode::Require => {
-                Arc::new(Unchecked { algorithms: provider.signature_verification_algorithms })
-            }
+            TlsMode::Disable | TlsMode::Prefer | TlsMode::Require => Arc::new(Lenient { chain: None, algorithms }),
             mode @ (TlsMode::VerifyCa | TlsMode::VerifyFull) => {
                 let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(self.roots()?), provider)
                     .build()
                     .map_err(|error| format!("TLS setup: {error}"))?;
-                if mode == TlsMode::VerifyFull { webpki } else { Arc::new(ChainOnly { webpki }) }
+                if mode == TlsMode::VerifyFull { webpki } else { Arc::new(Lenient { chain: Some(webpki), algorithms }) }
             }
         };
         let config = builder.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth();
@@ -190,23 +189,34 @@ where
     }
 }
 
-/// Accepts any certificate (`prefer`, `require`): the connection is encrypted, but the server is
-/// not authenticated. The handshake's signatures are still checked.
+/// The certificate check of every mode but `verify-full`: with `chain`, the certificate must chain
+/// to a trusted root and only a name that does not match is forgiven (`verify-ca`); without it,
+/// any certificate is accepted (`prefer`, `require`: encrypted, the server not authenticated).
+/// The handshake's signatures are always checked.
 #[derive(Debug)]
-struct Unchecked {
+struct Lenient {
+    chain: Option<Arc<WebPkiServerVerifier>>,
     algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ServerCertVerifier for Unchecked {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+        use rustls::{CertificateError, Error};
+        let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+            Err(Error::InvalidCertificate(CertificateError::NotValidForName))
+            | Err(Error::InvalidCertificate(CertificateError::NotValidForNameContext { .. })) => {
+                Ok(ServerCertVerified::assertion())
+            }
+            other => other,
+        }
     }
 
     fn verify_tls12_signature(
@@ -229,53 +239,5 @@ impl ServerCertVerifier for Unchecked {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.algorithms.supported_schemes()
-    }
-}
-
-/// Checks the chain but not the name (`verify-ca`).
-#[derive(Debug)]
-struct ChainOnly {
-    webpki: Arc<WebPkiServerVerifier>,
-}
-
-impl ServerCertVerifier for ChainOnly {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        use rustls::{CertificateError, Error};
-        match self.webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
-            Err(Error::InvalidCertificate(CertificateError::NotValidForName))
-            | Err(Error::InvalidCertificate(CertificateError::NotValidForNameContext { .. })) => {
-                Ok(ServerCertVerified::assertion())
-            }
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.webpki.supported_verify_schemes()
     }
 }
