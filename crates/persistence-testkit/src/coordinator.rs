@@ -136,9 +136,10 @@ async fn a_live_session_that_meets_the_writer_fence_stops_writing_until_it_is_re
     assert_eq!(two.read_from(&id, 0, &cancel).await.unwrap().events, theirs, "the stored log is the winner's");
 
     // Released without writing, then resumed from the store: the winner's log, writable again.
-    // (Released before it is detached: a detach also unbinds it, in a task of its own.)
-    let released = one.release(&id, &cancel).await.unwrap_err();
+    // Detached first, as a gateway does: the detach unbinds it in a task of its own, and the
+    // release reports the fence whichever of the two meets it.
     drop(one_store.detach(&id));
+    let released = one.release(&id, &cancel).await.unwrap_err();
     assert!(released.to_string().contains(&reason), "the release says the fenced events were not stored: {released}");
     assert!(one.fence(&id).is_none(), "a released session is not fenced any more");
     assert_eq!(one.durable_len(&id), None, "and it is not bound any more");

@@ -108,6 +108,10 @@ pub(crate) struct Inner {
     cache: Mutex<InspectCache>,
     /// The faults listings have already logged, so each is logged once, not on every listing.
     reported_faults: Mutex<HashSet<String>>,
+    /// The fence of each fenced live session unbound by a retire nobody awaited (a store's detach
+    /// retires in a task of its own), kept until a `release` of the id reports it or a new live
+    /// session takes the id.
+    unreported_fences: Mutex<HashMap<SessionId, PersistenceError>>,
 }
 
 /// How many distinct listing faults are remembered as logged; past it, the memory starts over
@@ -138,6 +142,7 @@ impl Coordinator {
                 live: Mutex::new(HashMap::new()),
                 cache: Mutex::new(cache),
                 reported_faults: Mutex::default(),
+                unreported_fences: Mutex::default(),
             }),
         })
     }
@@ -397,6 +402,7 @@ impl Inner {
         // A newer live session under the same id replaces the writer of a retired one; its
         // initialization decides whether it may own the stored log.
         live.insert(session.id().clone(), writer.clone());
+        self.unreported_fences.lock().remove(session.id());
         writer
     }
 
@@ -540,8 +546,12 @@ impl Inner {
             {
                 return Err(err);
             }
-            // Fenced before or by this drain: unbound without writing; the caller learns it.
+            // Fenced before or by this drain: unbound without writing; the caller learns it, and
+            // so does a later `release` of the id if this retire's caller does not await it.
             fenced = writer.fence_error();
+            if let Some(fence) = writer.fence_error() {
+                self.unreported_fences.lock().insert(session.id().clone(), fence);
+            }
             let mut live = self.live.lock();
             if live.get(session.id()).is_some_and(|current| Arc::ptr_eq(current, writer)) {
                 live.remove(session.id());
@@ -934,9 +944,14 @@ impl SessionPersistence for Coordinator {
     async fn release(&self, id: &SessionId, cancel: &CancellationToken) -> Result<()> {
         check_cancel(cancel)?;
         let writer = self.inner.live.lock().get(id).cloned();
-        match writer {
+        let released = match writer {
             Some(writer) => self.inner.retire(writer.session().clone()).await,
             None => Ok(()),
+        };
+        // A fence that a detach's own retire met first is this release's to report.
+        match self.inner.unreported_fences.lock().remove(id) {
+            Some(fence) => Err(fence),
+            None => released,
         }
     }
 
