@@ -19,7 +19,7 @@ use std::{
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use e2e::{
-    fleet::{self, Fleet},
+    fleet::{self, CountUnit, Fleet},
     workload::TranscriptBuilder,
 };
 use session_core::{SessionEvent, SessionHeader, SessionId};
@@ -28,7 +28,7 @@ use session_persistence::{
     encode_segment, project_key,
 };
 use session_persistence_postgres::{PgCheckpointStore, PgStore, TlsMode, testing::ScratchSchema};
-use session_projection::{CheckpointRows, ClientView, ProjectionRegistry, ProjectionUnit, UnitError};
+use session_projection::{CheckpointRows, ProjectionRegistry};
 use session_projection_cache::{
     CacheConfig, CheckpointRecord, CheckpointStore, MemoryCheckpointStore, ProjectionCache, RecordIdentity,
 };
@@ -265,37 +265,6 @@ fn catalog_at_scale(c: &mut Criterion) {
         });
     }
     group.finish();
-}
-
-/// Counts events, so a record's rows say how far it folded.
-struct CountUnit;
-
-impl ProjectionUnit for CountUnit {
-    type State = u64;
-
-    fn key(&self) -> &str {
-        "bench/count"
-    }
-
-    fn state_version(&self) -> u64 {
-        1
-    }
-
-    fn init(&self) -> u64 {
-        0
-    }
-
-    fn apply(&self, state: &u64, _event: &SessionEvent) -> Result<Option<u64>, UnitError> {
-        Ok(Some(state + 1))
-    }
-}
-
-impl ClientView for CountUnit {
-    type View = u64;
-
-    fn view(&self, state: &u64) -> u64 {
-        *state
-    }
 }
 
 /// `cold_snapshot` of a 100,001-event log from a record 1,000 events before its end: PostgreSQL

@@ -201,3 +201,36 @@ pub async fn list_before(persistence: &Arc<Coordinator>, n_children: usize) -> V
     }
     labels
 }
+
+/// `bench/count`: counts events, so a checkpoint record's rows say how far it folded
+/// (client-visible).
+#[derive(Debug)]
+pub struct CountUnit;
+
+impl session_projection::ProjectionUnit for CountUnit {
+    type State = u64;
+
+    fn key(&self) -> &str {
+        "bench/count"
+    }
+
+    fn state_version(&self) -> u64 {
+        1
+    }
+
+    fn init(&self) -> u64 {
+        0
+    }
+
+    fn apply(&self, state: &u64, _event: &SessionEvent) -> Result<Option<u64>, session_projection::UnitError> {
+        Ok(Some(state + 1))
+    }
+}
+
+impl session_projection::ClientView for CountUnit {
+    type View = u64;
+
+    fn view(&self, state: &u64) -> u64 {
+        *state
+    }
+}

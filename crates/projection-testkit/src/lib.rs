@@ -1,8 +1,10 @@
 //! Test-only projection units and helpers, shared by the integration tests of
-//! `session-projection` and `session-projection-cache` (a dev-dependency only; nothing ships it).
+//! `session-projection`, `session-projection-cache` and the storage crates' checkpoint tests (a
+//! dev-dependency only; nothing ships it).
 //!
 //! The units mirror the reference fixtures (`test/marks`, `test/count`) plus an accumulating
-//! `test/sum` state; each test crate keeps the units whose behaviour is specific to it.
+//! `test/sum` state and a client-visible `test/turns`; each test crate keeps the units whose
+//! behaviour is specific to it.
 
 use std::{
     panic,
@@ -11,7 +13,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use session_core::{Session, SessionEvent};
+use session_core::{JsonData, Session, SessionEvent};
 use session_projection::{ClientView, ProjectionUnit, UnitError};
 
 /// The clock origin of the test stores: 2026-03-02T09:00:00Z.
@@ -103,6 +105,48 @@ impl ClientView for Marks {
     fn view(&self, state: &Self::State) -> Value {
         json!({ "marks": state.as_ref().map(|state| state.marks.clone()).unwrap_or_default() })
     }
+}
+
+/// `test/turns`: client-visible, counts `turn/end` events.
+#[derive(Debug)]
+pub struct Turns;
+
+impl ProjectionUnit for Turns {
+    type State = u64;
+
+    fn key(&self) -> &str {
+        "test/turns"
+    }
+
+    fn state_version(&self) -> u64 {
+        1
+    }
+
+    fn init(&self) -> u64 {
+        0
+    }
+
+    fn apply(&self, state: &u64, event: &SessionEvent) -> Result<Option<u64>, UnitError> {
+        Ok((event.kind == "turn/end").then_some(state + 1))
+    }
+}
+
+impl ClientView for Turns {
+    type View = u64;
+
+    fn view(&self, state: &u64) -> u64 {
+        *state
+    }
+}
+
+/// One completed turn as stored events at `seq0` and `seq0 + 1`, for writing a log straight
+/// through a persistence.
+pub fn turn_events(seq0: u64) -> Vec<Arc<SessionEvent>> {
+    let data = |value| JsonData::from_value(&value).expect("plain JSON");
+    vec![
+        Arc::new(SessionEvent::new("turn/start", seq0, 1, data(json!({"turn": 1})))),
+        Arc::new(SessionEvent::new("turn/end", seq0 + 1, 2, data(json!({"turn": 1, "reason": {"kind": "completed"}})))),
+    ]
 }
 
 /// `test/count`: host-only, counts every event.

@@ -27,7 +27,8 @@ pub struct RecordRow {
 impl RecordRow {
     /// The row of `record`, stamped with this build's format and version.
     pub fn encode(record: &CheckpointRecord) -> RecordRow {
-        // Every map in a record is keyed by strings and holds JSON values: serializing cannot fail.
+        // Invariant: every map in a record is keyed by strings and holds JSON values, so
+        // serializing cannot fail.
         let text = serde_json::to_string(record).expect("a checkpoint record serializes to JSON");
         RecordRow {
             format: RECORD_FORMAT.to_owned(),

@@ -7,74 +7,12 @@
 //! Needs `SESSION_PG_URL` (see `crates/session-persistence-postgres/tests/it/main.rs`): without it
 //! the test says it was skipped, and fails under CI.
 
-use std::{
-    io::{BufRead, BufReader, Read, Write},
-    process::{Child, Command, Output, Stdio},
-};
+use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 use session_persistence_postgres::testing::{PrivateCluster, ScratchSchema, server_url};
 
-use crate::support::turn;
-
-/// A gateway process on `127.0.0.1:0`, killed on drop.
-struct Gateway {
-    child: Child,
-    addr: String,
-}
-
-impl Gateway {
-    fn start(store: &str) -> Gateway {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_apiproxy"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
-            .env_remove("APIPROXY_LOG")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let addr = line
-            .strip_prefix("apiproxy listening on http://")
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
-        Gateway { child, addr }
-    }
-
-    /// The `result` of one call.
-    fn call(&self, method: &str, payload: Value) -> Value {
-        let body = json!({"type": "client-request", "rpcId": "1", "method": method, "payload": payload}).to_string();
-        let mut stream = std::net::TcpStream::connect(&self.addr).unwrap();
-        write!(
-            stream,
-            "POST /api/{method} HTTP/1.1\r\nHost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-             connection: close\r\n\r\n{body}",
-            self.addr,
-            body.len()
-        )
-        .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-        let (_, body) = response.split_once("\r\n\r\n").unwrap();
-        let envelope: Value = serde_json::from_str(body).unwrap();
-        envelope["result"].clone()
-    }
-
-    fn ok(&self, method: &str, payload: Value) -> Value {
-        let result = self.call(method, payload);
-        assert_eq!(result["ok"], true, "{method}: {result}");
-        result["value"].clone()
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::support::{Gateway, turn};
 
 fn apiproxy(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_apiproxy")).args(args).env_remove("APIPROXY_LOG").output().unwrap()

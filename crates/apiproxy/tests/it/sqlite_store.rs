@@ -3,13 +3,14 @@
 
 use std::{
     fs,
-    io::{BufRead, BufReader, Read, Write},
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
-    process::{Command, Output, Stdio},
+    process::{Command, Output},
 };
 
 use serde_json::Value;
+
+use crate::support::Gateway;
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../session-persistence-sqlite/test_data/reference-sqlite")
@@ -82,36 +83,11 @@ fn the_cli_reads_verifies_and_repairs_a_sqlite_store() {
 fn serve_answers_from_a_sqlite_store() {
     let dir = tempfile::tempdir().unwrap();
     let path = private_copy(dir.path());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_apiproxy"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--store", &format!("sqlite:{}", path.display())])
-        .env_remove("APIPROXY_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line
-        .strip_prefix("apiproxy listening on http://")
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
-    let body =
-        r#"{"type":"client-request","rpcId":"1","method":"subagent.list","payload":{"parentSessionId":"sq-parent"}}"#;
-    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
-    write!(
-        stream,
-        "POST /api/subagent.list HTTP/1.1\r\nHost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let gateway = Gateway::start(&format!("sqlite:{}", path.display()));
+    let listed = gateway.ok("subagent.list", serde_json::json!({"parentSessionId": "sq-parent"})).to_string();
+    drop(gateway);
     for id in ["sq-child-continuable", "sq-child-oneshot", "sq-child-long", "sq-child-nodesc"] {
-        assert!(response.contains(id), "{id} in {response}");
+        assert!(listed.contains(id), "{id} in {listed}");
     }
     let checkpoints = session_persistence_sqlite::SqliteCheckpointStore::beside(&path);
     assert!(checkpoints.exists(), "the checkpoints live beside the session database");

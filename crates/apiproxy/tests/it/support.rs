@@ -1,7 +1,15 @@
 //! The test harness: a gateway on `127.0.0.1:0` over a temporary JSONL store, a raw HTTP client,
-//! a JSON-RPC helper and a WebSocket client. Every wait is bounded and waits on data, not time.
+//! a JSON-RPC helper, a WebSocket client, and an `apiproxy serve` process over any store. Every wait is bounded and waits on data, not time.
 
-use std::{fs, net::SocketAddr, path::Path, sync::Arc, time::Duration};
+use std::{
+    fs,
+    io::{BufRead, BufReader, Read, Write},
+    net::SocketAddr,
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::Arc,
+    time::Duration,
+};
 
 use apiproxy::{ApiProxy, ProxyConfig, ProxyParts, SessionStore};
 use futures::{SinkExt, StreamExt};
@@ -286,4 +294,65 @@ pub(crate) async fn session_with_turns(server: &Server, owner: Option<&str>, id:
         server.ok(owner, "session.append", json!({"sessionId": id, "events": turn(n)})).await;
     }
     id.to_owned()
+}
+
+/// A gateway process on `127.0.0.1:0`, killed on drop.
+pub(crate) struct Gateway {
+    child: Child,
+    addr: String,
+}
+
+impl Gateway {
+    /// `apiproxy serve --store STORE` on a port of its own, once it listens.
+    pub(crate) fn start(store: &str) -> Gateway {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_apiproxy"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
+            .env_remove("APIPROXY_LOG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let addr = line
+            .strip_prefix("apiproxy listening on http://")
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        Gateway { child, addr }
+    }
+
+    /// The `result` of one call.
+    pub(crate) fn call(&self, method: &str, payload: Value) -> Value {
+        let body = json!({"type": "client-request", "rpcId": "1", "method": method, "payload": payload}).to_string();
+        let mut stream = std::net::TcpStream::connect(&self.addr).unwrap();
+        write!(
+            stream,
+            "POST /api/{method} HTTP/1.1\r\nHost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+             connection: close\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        let (_, body) = response.split_once("\r\n\r\n").unwrap();
+        let envelope: Value = serde_json::from_str(body).unwrap();
+        envelope["result"].clone()
+    }
+
+    /// The `value` of one call that must succeed.
+    pub(crate) fn ok(&self, method: &str, payload: Value) -> Value {
+        let result = self.call(method, payload);
+        assert_eq!(result["ok"], true, "{method}: {result}");
+        result["value"].clone()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -4,54 +4,16 @@
 
 use std::sync::Arc;
 
+use projection_testkit::{Turns, turn_events};
 use serde_json::json;
-use session_core::{JsonData, ManualClock, SessionEvent, SessionHeader, SessionId};
+use session_core::{ManualClock, SessionHeader, SessionId};
 use session_persistence::{Coordinator, CoordinatorConfig, CountingBackend, SessionPersistence};
 use session_persistence_postgres::PgCheckpointStore;
-use session_projection::{ClientView, ProjectionRegistry, ProjectionUnit, UnitError};
+use session_projection::ProjectionRegistry;
 use session_projection_cache::{CacheConfig, CheckpointStore, ProjectionCache};
 use tokio_util::sync::CancellationToken;
 
 use crate::TestSchema;
-
-/// Counts `turn/end` events.
-struct Turns;
-
-impl ProjectionUnit for Turns {
-    type State = u64;
-
-    fn key(&self) -> &str {
-        "test/turns"
-    }
-
-    fn state_version(&self) -> u64 {
-        1
-    }
-
-    fn init(&self) -> u64 {
-        0
-    }
-
-    fn apply(&self, state: &u64, event: &SessionEvent) -> Result<Option<u64>, UnitError> {
-        Ok((event.kind == "turn/end").then_some(state + 1))
-    }
-}
-
-impl ClientView for Turns {
-    type View = u64;
-
-    fn view(&self, state: &u64) -> u64 {
-        *state
-    }
-}
-
-fn turn(seq0: u64) -> Vec<Arc<SessionEvent>> {
-    let data = |value| JsonData::from_value(&value).unwrap();
-    vec![
-        Arc::new(SessionEvent::new("turn/start", seq0, 1, data(json!({"turn": 1})))),
-        Arc::new(SessionEvent::new("turn/end", seq0 + 1, 2, data(json!({"turn": 1, "reason": {"kind": "completed"}})))),
-    ]
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
@@ -68,7 +30,7 @@ fn the_cache_keeps_its_records_in_the_store_schema_and_reads_tails_by_seek() {
         let cancel = CancellationToken::new();
         coordinator.create(SessionHeader::new(id.clone(), 1), &cancel).await.unwrap();
         for n in 0..50 {
-            coordinator.append(&id, turn(n * 2), &cancel).await.unwrap();
+            coordinator.append(&id, turn_events(n * 2), &cancel).await.unwrap();
         }
         let records = Arc::new(PgCheckpointStore::new(store.clone()));
         let registry = ProjectionRegistry::new();
@@ -88,7 +50,7 @@ fn the_cache_keeps_its_records_in_the_store_schema_and_reads_tails_by_seek() {
         let stored = tokio::task::block_in_place(|| records.get(&id).unwrap());
         assert!(stored.is_some(), "the cold read wrote its record back");
         for n in 50..60 {
-            coordinator.append(&id, turn(n * 2), &cancel).await.unwrap();
+            coordinator.append(&id, turn_events(n * 2), &cancel).await.unwrap();
         }
         // Another store over the same schema (as another gateway would have) serves the record.
         let other = Arc::new(tokio::task::block_in_place(|| schema.open()));

@@ -4,52 +4,14 @@
 
 use std::{fs, os::unix::fs::PermissionsExt, sync::Arc};
 
+use projection_testkit::{Turns, turn_events};
 use serde_json::json;
-use session_core::{JsonData, ManualClock, SessionEvent, SessionHeader, SessionId};
+use session_core::{ManualClock, SessionHeader, SessionId};
 use session_persistence::{Coordinator, CoordinatorConfig, CountingBackend, SessionPersistence};
 use session_persistence_sqlite::{SqliteCheckpointStore, SqliteConfig, SqliteStore, Target};
-use session_projection::{ClientView, ProjectionRegistry, ProjectionUnit, UnitError};
+use session_projection::ProjectionRegistry;
 use session_projection_cache::{CacheConfig, CheckpointStore, ProjectionCache};
 use tokio_util::sync::CancellationToken;
-
-/// Counts `turn/end` events.
-struct Turns;
-
-impl ProjectionUnit for Turns {
-    type State = u64;
-
-    fn key(&self) -> &str {
-        "test/turns"
-    }
-
-    fn state_version(&self) -> u64 {
-        1
-    }
-
-    fn init(&self) -> u64 {
-        0
-    }
-
-    fn apply(&self, state: &u64, event: &SessionEvent) -> Result<Option<u64>, UnitError> {
-        Ok((event.kind == "turn/end").then_some(state + 1))
-    }
-}
-
-impl ClientView for Turns {
-    type View = u64;
-
-    fn view(&self, state: &u64) -> u64 {
-        *state
-    }
-}
-
-fn turn(seq0: u64) -> Vec<Arc<SessionEvent>> {
-    let data = |value| JsonData::from_value(&value).unwrap();
-    vec![
-        Arc::new(SessionEvent::new("turn/start", seq0, 1, data(json!({"turn": 1})))),
-        Arc::new(SessionEvent::new("turn/end", seq0 + 1, 2, data(json!({"turn": 1, "reason": {"kind": "completed"}})))),
-    ]
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
@@ -66,7 +28,7 @@ fn the_cache_keeps_its_records_beside_the_session_database_and_reads_tails_by_se
         let cancel = CancellationToken::new();
         coordinator.create(SessionHeader::new(id.clone(), 1), &cancel).await.unwrap();
         for n in 0..50 {
-            coordinator.append(&id, turn(n * 2), &cancel).await.unwrap();
+            coordinator.append(&id, turn_events(n * 2), &cancel).await.unwrap();
         }
         let records_path = SqliteCheckpointStore::beside(&path);
         let records = Arc::new(SqliteCheckpointStore::open(&Target::File(records_path.clone())).unwrap());
@@ -86,7 +48,7 @@ fn the_cache_keeps_its_records_beside_the_session_database_and_reads_tails_by_se
         assert_eq!((snapshot.as_of_seq, snapshot.values["test/turns"].clone()), (99, json!(50)));
         assert!(records.get(&id).unwrap().is_some(), "the cold read wrote its record back");
         for n in 50..60 {
-            coordinator.append(&id, turn(n * 2), &cancel).await.unwrap();
+            coordinator.append(&id, turn_events(n * 2), &cancel).await.unwrap();
         }
         let reopened = Arc::new(SqliteCheckpointStore::open(&Target::File(records_path.clone())).unwrap());
         let tail_cache = cache(reopened);
