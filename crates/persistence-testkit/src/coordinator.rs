@@ -304,19 +304,21 @@ async fn long_logs_validate_the_same_with(h: &Cx<'_>, read_threads: ReadThreads)
 
     // A defect at seq 1,500 of another long log: a message without an id.
     let bad_id = SessionId::from("s-long-bad");
-    persistence.create(SessionHeader::new(bad_id.clone(), 1), &cancel).await.unwrap();
-    for turn in 0..750u64 {
-        persistence.append(&bad_id, self::turn(turn * 2), &cancel).await.unwrap();
-    }
-    let bad: Arc<SessionEvent> = Arc::new(
+    let mut log: Vec<Arc<SessionEvent>> = (0..750u64).flat_map(|turn| self::turn(turn * 2)).collect();
+    log.push(Arc::new(
         serde_json::from_value(json!({"type": "user/message", "seq": 1_500, "time": 5, "surfaceOp": "append",
             "data": {"role": "user", "source": {"kind": "user"}, "content": [], "id": ""}}))
         .unwrap(),
-    );
-    persistence.append(&bad_id, vec![bad], &cancel).await.unwrap();
-    for turn in 0..200u64 {
-        persistence.append(&bad_id, self::turn(1_501 + turn * 2), &cancel).await.unwrap();
-    }
+    ));
+    log.extend((0..200u64).flat_map(|turn| self::turn(1_501 + turn * 2)));
+    // No writer stores the defect (the storable check refuses it) ...
+    persistence.create(SessionHeader::new(bad_id.clone(), 1), &cancel).await.unwrap();
+    let refused = persistence.append(&bad_id, log.clone(), &cancel).await.unwrap_err();
+    assert!(refused.to_string().contains("lacks an identified message"), "{refused}");
+    // ... so the log is stored as another writer might have left it.
+    let raw_id = SessionId::from("s-long-bad-raw");
+    crate::legacy::store_raw(&persistence, &SessionHeader::new(raw_id.clone(), 1), &log);
+    let bad_id = raw_id;
     let err = persistence.inspect(&bad_id, &cancel).await.unwrap_err();
     assert!(err.to_string().contains("lacks an identified message"), "{err}");
     let (sink, _) =

@@ -55,6 +55,7 @@ pub mod inspect;
 mod legacy;
 mod persistence;
 mod runner;
+mod storable;
 #[cfg(test)]
 mod tests;
 
@@ -141,6 +142,7 @@ pub enum Damage {
 pub fn persistence_contract() -> Suite<dyn Place> {
     let mut cases = persistence::cases();
     cases.extend(legacy::cases());
+    cases.extend(storable::cases());
     Suite::new("persistence contract", cases)
 }
 

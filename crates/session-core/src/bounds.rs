@@ -87,6 +87,15 @@ impl HeaderField {
         }
         Err(TooLarge { what: Oversized::Header(self), size: value.len() as u64, limit: self.limit() as u64 })
     }
+
+    /// Checks that one value of the field is text every backend stores losslessly: no U+0000
+    /// (NUL), which a PostgreSQL `text` column cannot hold. The message names the field.
+    pub fn check_text(self, value: &str) -> Result<(), String> {
+        if value.contains('\0') {
+            return Err(format!("session header {self} must not contain U+0000 (NUL), which no session store keeps"));
+        }
+        Ok(())
+    }
 }
 
 impl fmt::Display for HeaderField {

@@ -21,15 +21,13 @@ pub enum SessionError {
         #[source]
         source: LosslessError,
     },
-    /// Append step 2: retired legacy vocabulary or invalid file-mutation receipts. The message
-    /// names the event (`session event "<type>" uses unsupported ...`).
-    #[error("{message}")]
-    Unsupported {
-        /// The type of the refused event.
-        kind: EventType,
-        /// The reference's text, which is also this error's message.
-        message: String,
-    },
+    /// Append step 2: the storable check refused the event (retired vocabulary, an unknown type,
+    /// a legacy or malformed shape, bad markers or receipts): a reader would refuse a log holding
+    /// it. [`Unstorable::rule`] says which rule.
+    ///
+    /// [`Unstorable::rule`]: crate::Unstorable::rule
+    #[error("{}", .0.message)]
+    Unstorable(crate::Unstorable),
     /// Append step 4: an observer appended to the session whose append it is being told about.
     #[error("session append cannot reenter while another append is being published")]
     Reentrant,

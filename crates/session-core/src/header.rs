@@ -148,6 +148,7 @@ impl SessionHeader {
     /// ([`SessionHeader::validate_stored`]), with the reference's messages.
     pub fn validate(&self, session_id: &SessionId) -> Result<(), HeaderError> {
         self.check_sizes()?;
+        self.check_text()?;
         self.validate_stored(session_id)
     }
 
@@ -156,16 +157,33 @@ impl SessionHeader {
     ///
     /// [`MAX_HEADER_JSON_BYTES`]: crate::MAX_HEADER_JSON_BYTES
     pub fn check_sizes(&self) -> Result<(), TooLarge> {
-        let fields = [
+        for (field, value) in self.string_fields() {
+            if let Some(value) = value {
+                field.check(value)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Each string field with its value, in key order.
+    fn string_fields(&self) -> [(HeaderField, Option<&str>); 5] {
+        [
             (HeaderField::Id, Some(self.id.as_str())),
             (HeaderField::Cwd, self.cwd.as_deref()),
             (HeaderField::ParentSession, self.parent_session.as_ref().map(SessionId::as_str)),
             (HeaderField::AgentPreset, self.agent_preset.as_deref()),
             (HeaderField::Owner, self.owner.as_deref()),
-        ];
+        ]
+    }
+
+    /// Refuses a string field holding U+0000 (NUL), in key order: a PostgreSQL `text` column
+    /// cannot hold it, so no backend stores it (a header every backend stores alike, never one
+    /// accepted and then lost).
+    pub fn check_text(&self) -> Result<(), HeaderError> {
+        let fields = self.string_fields();
         for (field, value) in fields {
             if let Some(value) = value {
-                field.check(value)?;
+                field.check_text(value).map_err(HeaderError::new)?;
             }
         }
         Ok(())

@@ -94,6 +94,7 @@ pub mod messages;
 mod mutations;
 mod repair;
 mod session;
+mod storable;
 mod store;
 mod surface;
 mod view;
@@ -121,6 +122,9 @@ pub use crate::{
     messages::{check_message_shape, check_message_shape_as, check_seed_event_shape},
     repair::{RepairScan, TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers},
     session::Session,
+    storable::{
+        KnownTypes, StorableRule, Unstorable, check_current_shape, check_storable, check_storable_shape, is_retired,
+    },
     store::{CreateOptions, FlushHook, ObserverId, SessionStore, StoreEvent, StoreObserver},
     surface::{SurfaceFold, SurfaceIntent, SurfaceReplacement, SurfaceState, fold_surface},
 };

@@ -29,6 +29,7 @@ use crate::{
     json::check_lossless_text,
     messages::check_seed_event_shape,
     mutations::{CommitOrder, carries_receipts, check_file_mutations, file_mutation_orders},
+    storable::{KnownTypes, check_storable_shape},
     store::StoreShared,
     surface::{SurfaceIntent, SurfacePlan, SurfaceState},
     view::{Field, object_text, present},
@@ -39,6 +40,8 @@ pub struct Session {
     id: SessionId,
     header: Arc<SessionHeader>,
     clock: Arc<dyn Clock>,
+    /// The event types this session accepts.
+    known: KnownTypes,
     first_live_seq: u64,
     /// The `Arc` this session lives in, to hand observers an `&Arc<Session>`.
     this: Weak<Session>,
@@ -126,17 +129,31 @@ impl Session {
     /// check. The header is validated next, size bounds included ([`SessionHeader::validate`]). If a seed was given (an empty one counts) and
     /// it does not already end in `session/end-seed`, that marker is appended with the clock's
     /// time. [`Session::first_live_seq`] is the seed length, before the marker.
+    ///
+    /// The session accepts the reference vocabulary only; [`Session::create_with_types`] takes
+    /// a host's own types too.
     pub fn create(
         header: SessionHeader,
         seed: Option<Vec<Arc<SessionEvent>>>,
         clock: Arc<dyn Clock>,
+    ) -> Result<Arc<Session>, SessionError> {
+        Session::create_with_types(header, seed, clock, KnownTypes::default())
+    }
+
+    /// [`Session::create`] for a session that accepts the event types `known` (the storable
+    /// check, [`check_storable`](crate::check_storable), runs on every seed event and every append against them).
+    pub fn create_with_types(
+        header: SessionHeader,
+        seed: Option<Vec<Arc<SessionEvent>>>,
+        clock: Arc<dyn Clock>,
+        known: KnownTypes,
     ) -> Result<Arc<Session>, SessionError> {
         let mut state = LogState::default();
         let seeded = seed.is_some();
         if let Some(seed) = seed {
             state.log.reserve(seed.len() + 1);
             for (index, event) in seed.into_iter().enumerate() {
-                admit_seed_event(&mut state, event, index as u64)?;
+                admit_seed_event(&mut state, &header.id, &known, event, index as u64)?;
             }
         }
         let first_live_seq = state.next_seq();
@@ -150,6 +167,7 @@ impl Session {
             id: header.id.clone(),
             header: Arc::new(header),
             clock,
+            known,
             first_live_seq,
             this: this.clone(),
             state: RwLock::new(state),
@@ -166,6 +184,11 @@ impl Session {
     /// The header, validated when the session was built and immutable since.
     pub fn header(&self) -> &Arc<SessionHeader> {
         &self.header
+    }
+
+    /// The event types this session accepts (see [`check_storable`](crate::check_storable)).
+    pub fn known_types(&self) -> &KnownTypes {
+        &self.known
     }
 
     /// The clock that stamps each appended event's `time`.
@@ -292,17 +315,17 @@ impl Session {
         data: JsonData,
         surface: Option<SurfaceIntent>,
     ) -> Result<Arc<SessionEvent>, SessionError> {
-        // Step 2: receipts, then retired vocabulary.
-        if carries_receipts(&kind) {
-            check_file_mutations(&data, &format!("session event \"{kind}\""))
-                .map_err(|message| SessionError::Unsupported { kind: kind.clone(), message })?;
-        }
         let (surface_op, source_event_seqs) = match surface {
             Some(intent) => (Some(intent.op), intent.source_event_seqs.map(Vec::into_boxed_slice)),
             None => (None, None),
         };
         let mut event = SessionEvent { kind, seq: 0, time: 0, data, source_event_seqs, surface_op, ignorable: false };
-        event.check_legacy().map_err(|message| SessionError::Unsupported { kind: event.kind.clone(), message })?;
+        // Step 2: the storable check (retired vocabulary, receipts, markers, legacy and message
+        // shapes, known types), so nothing a reader would refuse is ever acknowledged. It runs
+        // before the publication lock; the size needs the stamped envelope and comes later.
+        // Its refusal names the seq the event would have had.
+        event.seq = self.len();
+        check_storable_shape(&self.id, &event, &self.known).map_err(SessionError::Unstorable)?;
         let orders = file_mutation_orders(&event.data);
 
         // Step 4: one publication at a time; none from inside an observer of this session.
@@ -390,7 +413,13 @@ impl Drop for PublishingFlag<'_> {
 }
 
 /// Checks one seed event at `index` and commits it (reference 01 §2.4 step 1).
-fn admit_seed_event(state: &mut LogState, event: Arc<SessionEvent>, index: u64) -> Result<(), SessionError> {
+fn admit_seed_event(
+    state: &mut LogState,
+    session: &SessionId,
+    known: &KnownTypes,
+    event: Arc<SessionEvent>,
+    index: u64,
+) -> Result<(), SessionError> {
     let seed_error = |message: String| SessionError::InvalidSeed { index, message };
     let subject = || format!("seed event at index {index}");
     if check_lossless_text(event.data.as_str()).is_err() {
@@ -405,6 +434,10 @@ fn admit_seed_event(state: &mut LogState, event: Arc<SessionEvent>, index: u64) 
         check_file_mutations(&event.data, &subject()).map_err(seed_error)?;
     }
     event.check_legacy_at(&subject()).map_err(seed_error)?;
+    // The rest of the storable check: what a reader refuses that the reference's seed rules let
+    // through (retired `mode/set`, unknown types).
+    check_storable_shape(session, &event, known)
+        .map_err(|refused| seed_error(format!("{}: {}", subject(), refused.message)))?;
     if event.seq != index {
         return Err(SessionError::SeedNotContiguous { index, seq: event.seq });
     }

@@ -32,8 +32,8 @@ use futures::{
 use parking_lot::{Mutex, RwLock};
 
 use crate::{
-    Clock, ForkError, ForkErrorCode, HeaderError, HeaderMeta, ObserverError, Session, SessionError, SessionEvent,
-    SessionHeader, SessionId, StoreError,
+    Clock, ForkError, ForkErrorCode, HeaderError, HeaderMeta, KnownTypes, ObserverError, Session, SessionError,
+    SessionEvent, SessionHeader, SessionId, StoreError,
     session::{Publication, PublishingFlag},
     view::{Field, object_text, present, string},
 };
@@ -111,6 +111,8 @@ pub struct SessionStore {
 /// The part of the store a live session points back to (weakly).
 pub(crate) struct StoreShared {
     clock: Arc<dyn Clock>,
+    /// The event types sessions created from now on accept.
+    known: RwLock<KnownTypes>,
     registry: Mutex<Registry>,
     observers: RwLock<Listeners<dyn StoreObserver>>,
     flush_hooks: RwLock<Listeners<dyn FlushHook>>,
@@ -202,16 +204,38 @@ impl StoreShared {
 impl SessionStore {
     /// An empty store. `clock` stamps `createdAt` of the sessions it creates and is handed to
     /// each of them to stamp event times.
+    ///
+    /// Its sessions accept the reference vocabulary only; a host with event types of its own
+    /// uses [`SessionStore::with_known_types`], and a coordinator of `session-persistence`
+    /// attached to the store gives it the types its reads accept.
     pub fn new(clock: Arc<dyn Clock>) -> SessionStore {
+        SessionStore::with_known_types(clock, KnownTypes::default())
+    }
+
+    /// An empty store whose sessions accept the event types `known` (the storable check,
+    /// [`check_storable`](crate::check_storable), runs on every append against them).
+    pub fn with_known_types(clock: Arc<dyn Clock>, known: KnownTypes) -> SessionStore {
         SessionStore {
             shared: Arc::new(StoreShared {
                 clock,
+                known: RwLock::new(known),
                 registry: Mutex::new(Registry::default()),
                 observers: RwLock::new(Arc::from([])),
                 flush_hooks: RwLock::new(Arc::from([])),
                 next_listener_id: AtomicU64::new(1),
             }),
         }
+    }
+
+    /// The event types the sessions this store creates accept.
+    pub fn known_types(&self) -> KnownTypes {
+        self.shared.known.read().clone()
+    }
+
+    /// Makes sessions created from now on accept the event types `known`; sessions already in
+    /// the store keep the types they were created with.
+    pub fn set_known_types(&self, known: KnownTypes) {
+        *self.shared.known.write() = known;
     }
 
     /// The clock the store was built with.
@@ -308,7 +332,8 @@ impl SessionStore {
             })?,
         };
         let header = SessionHeader::from_meta(id, meta, created_at);
-        Ok(Session::create(header, seed, Arc::clone(&self.shared.clock))?)
+        let known = self.known_types();
+        Ok(Session::create_with_types(header, seed, Arc::clone(&self.shared.clock), known)?)
     }
 
     /// Enters a prepared session into the store and announces it with `Created`, exactly once.

@@ -17,7 +17,9 @@ use std::{
 };
 
 use parking_lot::Mutex;
-use session_core::{Session, SessionEvent, SessionHeader, SessionId, SessionStore, StoreEvent, StoreObserver};
+use session_core::{
+    KnownTypes, Session, SessionEvent, SessionHeader, SessionId, SessionStore, StoreEvent, StoreObserver,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -26,7 +28,7 @@ use crate::{
     keyed::{KeyedGuard, KeyedLocks, run_blocking, run_blocking_with},
     live::LiveWriter,
     persistence::{Inspection, SessionPersistence, StreamSink, StreamSummary, Streamed},
-    validate::{KnownTypes, ReadThreads, scan_validated},
+    validate::{ReadThreads, scan_validated},
 };
 
 /// Tuning of a [`Coordinator`]. Validated by [`Coordinator::new`].
@@ -159,10 +161,30 @@ impl Coordinator {
     /// [`SessionPersistence::flush`] waits for them.
     ///
     /// Must be called inside a Tokio runtime: the write-behind timers run on it.
+    ///
+    /// The store's sessions accept the event types this coordinator's reads accept
+    /// ([`CoordinatorConfig::known_types`]): `attach` gives them to the store, for the sessions it
+    /// creates from then on, so a host registers its own types once. It fails with
+    /// `InvalidInput`, attaching nothing, when the store already accepts a type these reads would
+    /// refuse.
     pub fn attach(&self, store: &Arc<SessionStore>) -> Result<()> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             PersistenceError::invalid_input("Coordinator::attach must be called inside a Tokio runtime")
         })?;
+        let known = &self.inner.config.known_types;
+        let mut unreadable = store.known_types().missing_from(known);
+        for session in store.list() {
+            unreadable.extend(session.known_types().missing_from(known));
+        }
+        if !unreadable.is_empty() {
+            unreadable.sort();
+            unreadable.dedup();
+            return Err(PersistenceError::invalid_input(format!(
+                "the session store accepts event types this coordinator's reads refuse: {}; add them to CoordinatorConfig::known_types",
+                unreadable.join(", ")
+            )));
+        }
+        store.set_known_types(known.clone());
         let observer = Arc::new(LiveObserver { inner: Arc::downgrade(&self.inner), runtime });
         store.add_flush_hook(observer.clone());
         store.add_observer(observer);
@@ -298,8 +320,9 @@ impl Inner {
     }
 
     /// Appends a validated, contiguous batch for a tracked id. The caller holds the id lock.
-    /// Every event is checked (seq, size bound, markers, legacy vocabulary) before the backend
-    /// sees any of them, so a refused batch stores nothing.
+    /// Every event is checked (its seq, then the storable check against the configured known
+    /// types: what a reader would refuse, or could not hold) before the backend sees any of
+    /// them, so a refused batch stores nothing.
     async fn append_tracked(&self, state: &mut IdState, events: Vec<Arc<SessionEvent>>) -> Result<()> {
         if events.is_empty() {
             return Ok(());
@@ -313,20 +336,9 @@ impl Inner {
                     event.seq
                 )));
             }
-            // Every backend gets only what a reader can hold: a record of at most MAX_EVENT_BYTES.
-            event.check_size()?;
-            event.check_markers().map_err(|err| {
-                PersistenceError::invalid_input(format!(
-                    "cannot append event \"{}\" at seq {} to session \"{id}\": {err}",
-                    event.kind, event.seq
-                ))
-            })?;
-            event.check_legacy().map_err(|err| {
-                PersistenceError::invalid_input(format!(
-                    "cannot append event \"{}\" at seq {} to session \"{id}\": {err}",
-                    event.kind, event.seq
-                ))
-            })?;
+            // The storable check: a backend gets only what a reader accepts (and can hold).
+            session_core::check_storable(&id, event, &self.config.known_types)
+                .map_err(|refused| PersistenceError::unstorable(&id, idx, refused))?;
         }
         let mut events = events;
         loop {

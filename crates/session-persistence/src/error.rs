@@ -2,7 +2,7 @@
 
 use std::{fmt, io, path::PathBuf};
 
-use session_core::{HeaderError, SessionId, TooLarge};
+use session_core::{HeaderError, SessionId, TooLarge, Unstorable};
 
 /// Where a corruption or refusal was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,6 +159,19 @@ pub enum PersistenceError {
         /// The rule that failed and, where it can, how to fix it.
         message: String,
     },
+    /// An event of an append is one a reader would refuse (the storable check,
+    /// [`session_core::check_storable`]: retired vocabulary, an unknown type, a legacy or
+    /// malformed shape, bad markers or receipts). Nothing of the batch was stored.
+    #[error("cannot append to session \"{id}\": batch event {index}: {source}")]
+    Unstorable {
+        /// The session appended to.
+        id: SessionId,
+        /// The refused event's index in the batch.
+        index: usize,
+        /// The event, the rule it breaks and why.
+        #[source]
+        source: Unstorable,
+    },
     /// A header field or an event is over its size bound ([`session_core::TooLarge`] names the
     /// field or event, its size and the limit). Refused before anything is stored: a reader
     /// could not read it back.
@@ -175,6 +188,16 @@ impl PersistenceError {
     /// A `Corrupt` error of `kind` at `location`.
     pub fn corrupt(kind: CorruptKind, location: Location, message: impl Into<String>) -> PersistenceError {
         PersistenceError::Corrupt { kind, location, message: message.into() }
+    }
+
+    /// The refusal of the event at `index` of a batch appended to `id` by the storable check:
+    /// [`PersistenceError::TooLarge`] for one over the size bound, else
+    /// [`PersistenceError::Unstorable`].
+    pub fn unstorable(id: &SessionId, index: usize, refused: Unstorable) -> PersistenceError {
+        match refused.too_large {
+            Some(too_large) => PersistenceError::TooLarge(too_large),
+            None => PersistenceError::Unstorable { id: id.clone(), index, source: refused },
+        }
     }
 
     /// An `InvalidInput` error with `message`.

@@ -148,5 +148,8 @@ pub use crate::{
         Inspection, SessionPersistence, StreamSink, StreamSummary, Streamed, inspect_each_into, inspect_into,
         stream_each,
     },
-    validate::{KnownTypes, ReadThreads},
+    validate::ReadThreads,
 };
+/// The event types a read accepts without `ignorable: true` (owned by `session-core`, which
+/// runs the same storable check on every write).
+pub use session_core::KnownTypes;

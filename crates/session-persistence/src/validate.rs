@@ -3,7 +3,6 @@
 //! closers are computed on the way.
 
 use std::{
-    collections::HashSet,
     path::PathBuf,
     sync::{
         Arc, OnceLock,
@@ -11,40 +10,14 @@ use std::{
     },
 };
 
-use session_core::{LegacyImport, RepairScan, SessionEvent, SessionHeader, SessionId, SurfaceState, messages};
-use smol_str::SmolStr;
+use session_core::{
+    KnownTypes, LegacyImport, RepairScan, SessionEvent, SessionHeader, SessionId, StorableRule, SurfaceState,
+};
 
 use crate::{
     backend::{Backend, ScanSink},
     error::{CorruptKind, Location, PersistenceError, Result},
 };
-
-/// The event types a reader accepts without `ignorable: true`. Every event of a read is looked
-/// up, so the set uses a fast non-cryptographic hash (the keys are not attacker-chosen at scale:
-/// a reader builds the set once from its vocabulary).
-#[derive(Debug, Clone)]
-pub struct KnownTypes(Arc<HashSet<SmolStr, foldhash::fast::FixedState>>);
-
-impl KnownTypes {
-    /// The reference vocabulary plus `extra`.
-    pub fn with_extra(extra: impl IntoIterator<Item = impl Into<SmolStr>>) -> KnownTypes {
-        let mut set: HashSet<SmolStr, foldhash::fast::FixedState> =
-            session_core::KNOWN_SESSION_EVENT_TYPES.iter().map(SmolStr::new).collect();
-        set.extend(extra.into_iter().map(Into::into));
-        KnownTypes(Arc::new(set))
-    }
-
-    /// Whether `kind` is in the set (a read accepts such an event without `ignorable: true`).
-    pub fn contains(&self, kind: &str) -> bool {
-        self.0.contains(kind)
-    }
-}
-
-impl Default for KnownTypes {
-    fn default() -> KnownTypes {
-        KnownTypes::with_extra(std::iter::empty::<SmolStr>())
-    }
-}
 
 /// Imports each event from the legacy shapes, validates it and forwards it to `inner`; tracks
 /// what repair needs.
@@ -127,28 +100,28 @@ impl<'a> ValidatingSink<'a> {
     /// The retired vocabulary no import exists for (reference 01 §1.4), refused before the
     /// legacy import as the reference does.
     fn check_vocabulary(&self, event: &SessionEvent) -> Result<()> {
-        match event.kind.as_str() {
-            "request/header-delta" | "mode/set" => Err(self.unsupported(format!(
+        if session_core::is_retired(&event.kind) {
+            return Err(self.unsupported(format!(
                 "session \"{}\" contains unsupported legacy {} event at seq {}",
                 self.id, event.kind, event.seq
-            ))),
-            _ => Ok(()),
+            )));
         }
+        Ok(())
     }
 
     /// Checks an event in its current shape.
     fn check(&mut self, event: &SessionEvent) -> Result<()> {
-        // The unknown-type check runs after the import: a `steering/message` reads as the
-        // `user/message` it became.
-        if !event.ignorable && !self.known.contains(&event.kind) {
-            return Err(self.unsupported(format!(
+        // The rules of the storable check that apply to an event in its current shape (the
+        // unknown-type check runs after the import: a `steering/message` reads as the
+        // `user/message` it became); the writers run the same check before they store anything.
+        session_core::check_current_shape(event, self.known).map_err(|refused| match refused.rule {
+            StorableRule::UnknownType => self.unsupported(format!(
                 "session \"{}\" contains event type \"{}\" (seq {}) unknown to this harness and not marked ignorable; refusing to interpret the log — it was likely written by a newer harness",
                 self.id, event.kind, event.seq
-            )));
-        }
-        messages::check_message_shape(event).map_err(|err| self.invalid(err))?;
+            )),
+            _ => self.invalid(refused.message),
+        })?;
         // The surface rules include the marker rules (`check_markers`).
-        event.check_legacy().map_err(|err| self.invalid(err))?;
         if !self.suffix_only {
             self.surface.apply(event).map_err(|err| self.invalid(err))?;
         }

@@ -5,10 +5,10 @@ use std::{collections::HashSet, sync::Arc};
 
 use serde_json::{Value, json};
 use session_core::{
-    CreateOptions, HeaderField, HeaderMeta, JsonData, LegacyImport, Oversized, Session, SessionEvent, SessionHeader,
-    SessionId, StoreError, TooLarge, messages,
+    CreateOptions, HeaderField, HeaderMeta, JsonData, Oversized, Session, SessionEvent, SessionHeader, SessionId,
+    StoreError, TooLarge,
 };
-use session_persistence::{KnownTypes, PageKey, PageRequest, PersistenceError, StoredHeader, keyed::run_blocking};
+use session_persistence::{PageKey, PageRequest, PersistenceError, StoredHeader, keyed::run_blocking};
 use session_projection::{ProjectionUnit, Snapshot};
 use tokio_util::sync::CancellationToken;
 
@@ -22,8 +22,8 @@ use crate::{
     wire::{
         ErrorKind, Issue, PathSegment, ProjectionsBlock, RpcError, SessionSummary,
         payload::{
-            AppendRequest, CreateRequest, ForkRequest, HistoryRequest, ListPageRequest, NewEvent, ReleaseRequest,
-            encode_cursor, too_large_issue,
+            AppendRequest, CreateRequest, ForkRequest, HistoryRequest, ListPageRequest, ReleaseRequest, encode_cursor,
+            too_large_issue,
         },
     },
 };
@@ -465,30 +465,6 @@ pub(super) async fn fork(
     }
 }
 
-/// Checks what the append path does not but a cold read does, so an accepted event never makes
-/// the stored log unreadable: a known type, a current shape (readers import the reference's
-/// legacy shapes, but nothing writes them any more, and a malformed one makes the log
-/// unreadable), a well-formed message.
-fn check_appendable(known: &KnownTypes, session: &SessionId, event: &NewEvent, seq: u64) -> Result<JsonData, String> {
-    if !known.contains(&event.kind) || matches!(event.kind.as_str(), "request/header-delta" | "mode/set") {
-        return Err(format!(
-            "event type \"{}\" is not in the session vocabulary; a reader would refuse the log",
-            event.kind
-        ));
-    }
-    let data = JsonData::from_value(&event.data).map_err(|error| format!("data is not lossless JSON: {error}"))?;
-    let mut probe = SessionEvent::new(event.kind.as_str(), seq, 0, data);
-    probe.surface_op = event.surface.as_ref().map(|surface| surface.op);
-    if LegacyImport::new(session.clone()).import(&probe)?.is_some() {
-        return Err(format!(
-            "this {} is in a legacy shape that readers import (reference 01 §3.7) but this build does not write",
-            probe.kind
-        ));
-    }
-    messages::check_message_shape(&probe)?;
-    Ok(probe.data)
-}
-
 /// The live session a write-side call addresses: the caller's own (another owner's answers as an
 /// unknown id), through the subagent ownership fence.
 fn addressed_live(
@@ -618,11 +594,12 @@ fn append_batch(
             format!("session \"{id}\" has moved on"),
         ));
     }
-    let known = KnownTypes::default();
     let (mut first, mut last) = (None, None);
     for (idx, event) in request.events.into_iter().enumerate() {
-        let data = check_appendable(&known, session.id(), &event, session.len())
-            .map_err(|message| rejected(idx, last, message))?;
+        // The session runs the storable check (the coordinator's known types, the read side's
+        // rules), so an accepted event never makes the stored log unreadable.
+        let data = JsonData::from_value(&event.data)
+            .map_err(|error| rejected(idx, last, format!("data is not lossless JSON: {error}")))?;
         let descriptor =
             if event.kind == "step/start" { first_step_descriptor(shared, session.id()) } else { Ok(None) };
         if let Some(descriptor) = descriptor.map_err(|error| rejected(idx, last, error.to_string()))? {

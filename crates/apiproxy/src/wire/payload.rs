@@ -307,6 +307,9 @@ impl<'a> Fields<'a> {
         if let Some(Err(too_large)) = value.map(|value| field.check(value)) {
             self.issues.push(too_large_issue(&too_large, vec![PathSegment::from(key)]));
         }
+        if let Some(Err(message)) = value.map(|value| field.check_text(value)) {
+            self.issue("custom", key, message);
+        }
     }
 
     /// An optional string (any content).

@@ -173,6 +173,9 @@ async fn payload_validation() {
         bad("session.create", json!({"sessionId": "a/b"}), "sessionId"),
         bad("session.create", json!({"sessionId": ".."}), "sessionId"),
         bad("session.create", json!({"cwd": "relative/dir"}), "cwd"),
+        // A value one backend cannot store losslessly is refused by all (PostgreSQL text holds no NUL).
+        bad("session.create", json!({"cwd": "/work/a\u{0}b"}), "cwd"),
+        bad("session.create", json!({"agentPreset": "p\u{0}"}), "agentPreset"),
         bad("session.create", json!({"cwd": "/a", "workspaceId": "w"}), ""),
         bad("session.append", json!({"sessionId": "s", "events": []}), "events"),
         bad("session.append", json!({"sessionId": "s", "events": [{"data": {}}]}), "events"),

@@ -104,6 +104,9 @@ async fn create_list_append_release_resume() {
     // Rejected events: unknown vocabulary, a malformed message, a surface rule; nothing appended.
     let cases = [
         json!({"type": "made/up", "data": {}}),
+        json!({"type": "mode/set", "data": {"mode": "plan"}}),
+        json!({"type": "custom/unknown", "data": {}}),
+        json!({"type": "user/message", "surfaceOp": "append", "data": {"message": 7}}),
         json!({"type": "user/message", "surfaceOp": "append", "data": {"role": "user"}}),
         json!({"type": "user/message", "data": {"id": "u", "role": "user", "source": {"kind": "user"}, "content": []}}),
     ];

@@ -253,7 +253,7 @@ fn rejects_a_live_child_id_before_validating_the_boundary() {
 #[test]
 fn the_child_inherits_only_lineage() {
     let clock = super::clock();
-    let store = SessionStore::new(Arc::clone(&clock) as _);
+    let store = SessionStore::with_known_types(Arc::clone(&clock) as _, super::known());
     let meta = HeaderMeta {
         cwd: Some("/srv".into()),
         origin: Some(Origin::Subagent),

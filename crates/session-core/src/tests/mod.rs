@@ -26,8 +26,13 @@ pub(super) fn clock() -> Arc<ManualClock> {
     Arc::new(ManualClock::new(T0))
 }
 
+/// The host event types these tests append (a host registers its own types once).
+pub(super) fn known() -> crate::KnownTypes {
+    crate::KnownTypes::with_extra(["plugin/note", "plugin/echo", "test/bracket-open", "test/log-only", "tool/output"])
+}
+
 pub(super) fn store() -> SessionStore {
-    SessionStore::new(clock())
+    SessionStore::with_known_types(clock(), known())
 }
 
 pub(super) fn id(text: &str) -> SessionId {
@@ -37,7 +42,7 @@ pub(super) fn id(text: &str) -> SessionId {
 /// A detached session with a minimal header.
 pub(super) fn detached(session_id: &str) -> Arc<Session> {
     let header = SessionHeader::new(id(session_id), T0 as u64);
-    Session::create(header, None, clock()).expect("a minimal header is valid")
+    Session::create_with_types(header, None, clock(), known()).expect("a minimal header is valid")
 }
 
 pub(super) fn user_message(message_id: &str, text: &str) -> Value {

@@ -134,7 +134,7 @@ proptest! {
 
     #[test]
     fn a_fork_child_is_the_seed_prefix_plus_end_seed(ops in prop::collection::vec(op(), 0..8), pick in any::<prop::sample::Index>()) {
-        let store = SessionStore::new(clock());
+        let store = SessionStore::with_known_types(clock(), super::known());
         let source = store.create(Some(id("source")), CreateOptions::default()).unwrap();
         build(&source, &ops);
         let events = source.events();
@@ -165,9 +165,9 @@ proptest! {
 
     #[test]
     fn replay_is_deterministic_and_idempotent(ops in prop::collection::vec(op(), 0..8)) {
-        let original = Session::create(SessionHeader::new(id("a"), 0), None, clock()).unwrap();
+        let original = Session::create_with_types(SessionHeader::new(id("a"), 0), None, clock(), super::known()).unwrap();
         build(&original, &ops);
-        let replayed = Session::create(SessionHeader::new(id("b"), 0), Some(original.events().to_vec()), clock()).unwrap();
+        let replayed = Session::create_with_types(SessionHeader::new(id("b"), 0), Some(original.events().to_vec()), clock(), super::known()).unwrap();
         let n = original.events().len();
         prop_assert_eq!(&replayed.events()[..n], &original.events()[..]);
         prop_assert_eq!(replayed.events().len(), n + 1);
@@ -177,7 +177,7 @@ proptest! {
         prop_assert_eq!(replayed.open_turn(), original.open_turn());
 
         // Reopening the replay adds nothing, and a fresh parse of the serialized log replays the same.
-        let reopened = Session::create(SessionHeader::new(id("c"), 0), Some(replayed.events().to_vec()), clock()).unwrap();
+        let reopened = Session::create_with_types(SessionHeader::new(id("c"), 0), Some(replayed.events().to_vec()), clock(), super::known()).unwrap();
         prop_assert_eq!(&reopened.events()[..], &replayed.events()[..]);
         prop_assert_eq!(reopened.first_live_seq(), replayed.events().len() as u64);
         let decoded: Vec<Arc<SessionEvent>> = replayed
@@ -185,7 +185,7 @@ proptest! {
             .iter()
             .map(|event| Arc::new(serde_json::from_str(&serde_json::to_string(event).unwrap()).unwrap()))
             .collect();
-        let from_text = Session::create(SessionHeader::new(id("d"), 0), Some(decoded), clock()).unwrap();
+        let from_text = Session::create_with_types(SessionHeader::new(id("d"), 0), Some(decoded), clock(), super::known()).unwrap();
         prop_assert_eq!(&from_text.events()[..], &replayed.events()[..]);
         assert_contiguous(&original);
         assert_contiguous(&replayed);

@@ -169,11 +169,24 @@ fn append_rejections() {
 }
 
 #[test]
-fn plain_append_does_not_check_message_shapes() {
+fn append_refuses_what_a_reader_would_refuse() {
     let session = detached("shapes");
-    let event = session.append("user/message", &json!({}), Some(SurfaceIntent::append())).unwrap();
-    assert_eq!(event.seq, 0);
-    assert_eq!(session.surface_nodes(), [0]);
+    let refused = [
+        ("user/message", json!({}), Some(SurfaceIntent::append()), crate::StorableRule::MessageShape),
+        ("user/message", json!({"message": 7}), Some(SurfaceIntent::append()), crate::StorableRule::MessageShape),
+        ("mode/set", json!({"mode": "plan"}), None, crate::StorableRule::Retired),
+        ("custom/unknown", json!({}), None, crate::StorableRule::UnknownType),
+        ("turn/start", json!({"turn": 1, "trigger": {"kind": "user"}}), None, crate::StorableRule::LegacyShape),
+    ];
+    for (kind, data, surface, rule) in refused {
+        match session.append(kind, &data, surface) {
+            Err(crate::SessionError::Unstorable(unstorable)) => {
+                assert_eq!((unstorable.rule, unstorable.kind.as_str(), unstorable.seq), (rule, kind, 0), "{data}");
+            }
+            other => panic!("{kind} {data}: expected a storable refusal, got {other:?}"),
+        }
+    }
+    assert!(session.is_empty(), "nothing refused entered the log");
 }
 
 #[test]
@@ -312,7 +325,7 @@ fn payload_of_encoded_size(size: usize) -> JsonData {
 
 #[test]
 fn append_refuses_an_event_over_the_size_bound_and_keeps_the_log() {
-    let session = Session::create(header("big"), None, clock()).unwrap();
+    let session = Session::create_with_types(header("big"), None, clock(), super::known()).unwrap();
     let over = payload_of_encoded_size(crate::MAX_EVENT_BYTES + 1);
     let err = session.append_data("tool/output", over, None).unwrap_err();
     let expected = crate::TooLarge {

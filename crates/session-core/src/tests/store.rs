@@ -64,7 +64,7 @@ fn create_validates_meta_and_seed() {
     assert_eq!(err.to_string(), "session header cwd must be an absolute path, got \"relative\"");
     assert!(!store.contains(&id("bad")));
 
-    let negative_clock = SessionStore::new(Arc::new(crate::ManualClock::new(-1)));
+    let negative_clock = SessionStore::with_known_types(Arc::new(crate::ManualClock::new(-1)), super::known());
     let err = negative_clock.create(None, CreateOptions::default()).unwrap_err();
     assert_eq!(err.to_string(), "session header createdAt must be a non-negative safe integer");
 
@@ -86,7 +86,7 @@ fn observers_hear_the_lifecycle_in_order() {
     let detached_session = store.detach(&id("s")).unwrap();
     assert!(Arc::ptr_eq(&detached_session, &session));
     assert!(!session.is_attached());
-    append(&session, "turn/end", json!({"turn": 1}));
+    append(&session, "turn/end", json!({"turn": 1, "reason": {"kind": "completed"}}));
     assert_eq!(take(&lines), ["a: created s", "a: event s 1 turn/start", "a: disposed s"]);
     assert!(store.detach(&id("s")).is_none());
     assert!(store.list().is_empty());
@@ -96,7 +96,7 @@ fn observers_hear_the_lifecycle_in_order() {
     append(&prepared, "turn/start", json!({"turn": 1}));
     assert!(!store.contains(&id("p")));
     store.publish(&prepared).unwrap();
-    append(&prepared, "turn/end", json!({"turn": 1}));
+    append(&prepared, "turn/end", json!({"turn": 1, "reason": {"kind": "completed"}}));
     assert_eq!(take(&lines), ["a: created p", "a: event p 1 turn/end"]);
 }
 
@@ -227,7 +227,7 @@ fn detach_inside_a_publication_is_deferred_until_it_unwinds() {
     }));
     store.add_observer(Recorder::new("later", &lines));
     let session = store.create(Some(id("d")), CreateOptions::default()).unwrap();
-    append(&session, "turn/end", json!({"turn": 1}));
+    append(&session, "turn/end", json!({"turn": 1, "reason": {"kind": "completed"}}));
     assert!(!store.contains(&id("d")));
     assert_eq!(
         take(&lines),
@@ -358,7 +358,7 @@ fn flush_semantics() {
 #[test]
 fn clock_is_shared_with_sessions() {
     let clock = clock();
-    let store = SessionStore::new(Arc::clone(&clock) as _);
+    let store = SessionStore::with_known_types(Arc::clone(&clock) as _, super::known());
     let session = store.create(None, CreateOptions::default()).unwrap();
     clock.advance(25);
     let event = append(&session, "turn/start", json!({"turn": 1}));

@@ -45,7 +45,7 @@ fn user(text: &str) -> Value {
 #[test]
 fn append_and_marker_rules() {
     check("user/message", user("x"), Some(SurfaceIntent::append()), Ok((&[0, 2, 3, 4, 5], 0)));
-    check("turn/end", json!({"turn": 1}), None, Ok((&[0, 2, 3, 4], 0)));
+    check("turn/end", json!({"turn": 1, "reason": {"kind": "completed"}}), None, Ok((&[0, 2, 3, 4], 0)));
     check(
         "user/message",
         user("x"),
@@ -54,7 +54,7 @@ fn append_and_marker_rules() {
     );
     check(
         "turn/end",
-        json!({"turn": 1}),
+        json!({"turn": 1, "reason": {"kind": "completed"}}),
         Some(SurfaceIntent::append()),
         Err("session event \"turn/end\" is not surface-eligible and cannot carry surfaceOp"),
     );
