@@ -165,9 +165,28 @@ pub fn checkpoint_store_contract() -> Suite<dyn CheckpointPlace> {
 /// named in the invoking module: the generated module sees its items). With `, when $cond`, each
 /// test passes without running its case when `$cond` is false (a server that is not configured).
 ///
-/// ```ignore
-/// persistence_testkit::persistence_contract!(sqlite_file, Sessions::file);
-/// persistence_testkit::persistence_contract!(postgres, Schema::fresh, when server_url().is_some());
+/// ```
+/// use std::sync::Arc;
+///
+/// use session_persistence::{Backend, MemoryStore};
+///
+/// struct Shared(Arc<MemoryStore>);
+///
+/// impl persistence_testkit::Place for Shared {
+///     fn open(&self) -> Arc<dyn Backend> {
+///         self.0.clone()
+///     }
+/// }
+///
+/// fn configured() -> bool {
+///     true
+/// }
+///
+/// // `memory::round_trip`, `memory::crash_recovery_of_an_open_step`, ...
+/// persistence_testkit::persistence_contract!(memory, || Shared(Arc::new(MemoryStore::new())));
+/// // The same cases, run only when `configured()` says so.
+/// persistence_testkit::persistence_contract!(when_configured, || Shared(Arc::new(MemoryStore::new())), when configured());
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! persistence_contract {
