@@ -254,8 +254,8 @@ async fn main() -> anyhow::Result<()> {
     let kinds: Vec<&str> = suffix.events.iter().map(|event| event.kind.as_str()).collect();
     println!("read_from(2), served by the seeking scan_from: {kinds:?}");
 
-    // 2. The store proven by the test kit. A backend's tests run whole suites
-    // (`run_persistence_contract(Fresh::new)`, see the tests below); here, three of its cases.
+    // 2. The store proven by the test kit. A backend's tests write one test per case
+    // (`persistence_contract!(persistence, Fresh::new)`, see the tests below); here, three cases.
     // The kit runs each case on a runtime of its own, so it runs on a blocking thread here.
     let report = tokio::task::spawn_blocking(|| {
         let wanted =
@@ -271,13 +271,6 @@ async fn main() -> anyhow::Result<()> {
 mod tests {
     use super::Fresh;
 
-    #[test]
-    fn the_btree_store_passes_the_persistence_contract() {
-        persistence_testkit::run_persistence_contract(Fresh::new);
-    }
-
-    #[test]
-    fn the_btree_store_passes_the_coordinator_contract() {
-        persistence_testkit::run_coordinator_contract(Fresh::new);
-    }
+    persistence_testkit::persistence_contract!(persistence, Fresh::new);
+    persistence_testkit::coordinator_contract!(coordinator, Fresh::new);
 }

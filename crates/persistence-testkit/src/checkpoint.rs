@@ -8,13 +8,10 @@ use serde_json::{Value, json};
 use session_core::SessionId;
 use session_projection_cache::{CheckpointRecord, CheckpointStore};
 
-use crate::{
-    CheckpointPlace, Damage,
-    runner::{Case, cases},
-};
+use crate::{CheckpointPlace, Damage};
 
 /// A checkpoint case's context: its place.
-type Cx<'a> = crate::runner::Cx<'a, dyn CheckpointPlace>;
+pub(crate) type Cx<'a> = crate::runner::Cx<'a, dyn CheckpointPlace>;
 
 impl Cx<'_> {
     /// The place's store, called off the case's async threads, as the projection
@@ -50,18 +47,6 @@ impl CheckpointStore for OffRuntime {
     }
 }
 
-pub(crate) fn cases() -> Vec<Case<dyn CheckpointPlace>> {
-    cases![
-        records_round_trip,
-        a_put_replaces_the_whole_record,
-        absent_ids_read_as_none_and_remove_as_false,
-        removing_a_record_leaves_the_others,
-        records_survive_reopening,
-        records_keep_every_field,
-        a_damaged_record_reads_as_absent_and_the_next_put_replaces_it,
-    ]
-}
-
 fn record_of(value: Value) -> CheckpointRecord {
     let record: CheckpointRecord = serde_json::from_value(value).expect("the kit's records are well formed");
     record.validate().expect("the kit's records are valid");
@@ -76,7 +61,7 @@ fn record(seq: i64) -> CheckpointRecord {
     }))
 }
 
-async fn records_round_trip(h: &Cx<'_>) {
+pub(crate) async fn records_round_trip(h: &Cx<'_>) {
     let store = h.open();
     let (a, b) = (SessionId::from("a"), SessionId::from("odd/id ~ é"));
     store.put(&a, &record(1)).unwrap();
@@ -87,7 +72,7 @@ async fn records_round_trip(h: &Cx<'_>) {
     assert_eq!(store.get(&SessionId::from("c")).unwrap(), None);
 }
 
-async fn a_put_replaces_the_whole_record(h: &Cx<'_>) {
+pub(crate) async fn a_put_replaces_the_whole_record(h: &Cx<'_>) {
     let store = h.open();
     let id = SessionId::from("s-replace");
     let first = record_of(json!({
@@ -108,7 +93,7 @@ async fn a_put_replaces_the_whole_record(h: &Cx<'_>) {
     assert_eq!(store.get(&id).unwrap(), Some(second), "no row or failure of the replaced record remains");
 }
 
-async fn absent_ids_read_as_none_and_remove_as_false(h: &Cx<'_>) {
+pub(crate) async fn absent_ids_read_as_none_and_remove_as_false(h: &Cx<'_>) {
     let store = h.open();
     let id = SessionId::from("s-absent");
     assert_eq!(store.get(&id).unwrap(), None);
@@ -119,7 +104,7 @@ async fn absent_ids_read_as_none_and_remove_as_false(h: &Cx<'_>) {
     assert!(!store.remove(&id).unwrap());
 }
 
-async fn removing_a_record_leaves_the_others(h: &Cx<'_>) {
+pub(crate) async fn removing_a_record_leaves_the_others(h: &Cx<'_>) {
     let store = h.open();
     let (a, b) = (SessionId::from("s-a"), SessionId::from("s-b"));
     store.put(&a, &record(3)).unwrap();
@@ -132,7 +117,7 @@ async fn removing_a_record_leaves_the_others(h: &Cx<'_>) {
     assert_eq!(store.get(&a).unwrap(), Some(record(5)), "a removed id can be written again");
 }
 
-async fn records_survive_reopening(h: &Cx<'_>) {
+pub(crate) async fn records_survive_reopening(h: &Cx<'_>) {
     let store = h.open();
     let (kept, removed) = (SessionId::from("s-kept"), SessionId::from("s-removed"));
     store.put(&kept, &record(1)).unwrap();
@@ -145,7 +130,7 @@ async fn records_survive_reopening(h: &Cx<'_>) {
     assert_eq!(reopened.get(&removed).unwrap(), None, "so is a remove");
 }
 
-async fn records_keep_every_field(h: &Cx<'_>) {
+pub(crate) async fn records_keep_every_field(h: &Cx<'_>) {
     let store = h.open();
     let id = SessionId::from("s-fields");
     let full = record_of(json!({
@@ -176,7 +161,7 @@ async fn records_keep_every_field(h: &Cx<'_>) {
     assert_eq!(h.open().get(&id).unwrap(), Some(full), "every field survives reopening");
 }
 
-async fn a_damaged_record_reads_as_absent_and_the_next_put_replaces_it(h: &Cx<'_>) {
+pub(crate) async fn a_damaged_record_reads_as_absent_and_the_next_put_replaces_it(h: &Cx<'_>) {
     let store = h.open();
     let (id, other) = (SessionId::from("s"), SessionId::from("t"));
     store.put(&id, &record(1)).unwrap();

@@ -12,28 +12,10 @@ use session_core::{
 use session_persistence::{Backend, Coordinator, CoordinatorConfig, CountingBackend, ReadThreads, SessionPersistence};
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    Place,
-    runner::{Case, cases},
-};
+use crate::Place;
 
 /// A coordinator case's context: its place.
-type Cx<'a> = crate::runner::Cx<'a, dyn Place>;
-
-pub(crate) fn cases() -> Vec<Case<dyn Place>> {
-    cases![
-        events_inside_one_window_are_written_as_one_batch,
-        a_failed_write_keeps_the_batch_in_order_and_the_next_flush_writes_it,
-        inspections_are_cached_until_the_log_changes,
-        the_inspection_cache_is_bounded_by_entries_and_bytes,
-        invalid_configuration_is_rejected_with_the_reference_messages,
-        long_logs_validate_the_same_on_the_relay_thread_always,
-        long_logs_validate_the_same_on_the_relay_thread_never,
-        long_logs_validate_the_same_on_the_relay_thread_auto,
-        a_live_session_that_meets_the_writer_fence_stops_writing_until_it_is_resumed,
-        a_write_whose_reply_was_lost_is_not_taken_for_another_writer,
-    ]
-}
+pub(crate) type Cx<'a> = crate::runner::Cx<'a, dyn Place>;
 
 fn live_store(persistence: &Coordinator) -> Arc<SessionStore> {
     let store = Arc::new(SessionStore::new(Arc::new(ManualClock::new(1_000))));
@@ -45,7 +27,7 @@ fn meta() -> HeaderMeta {
     HeaderMeta { cwd: Some("/work".into()), ..HeaderMeta::default() }
 }
 
-async fn events_inside_one_window_are_written_as_one_batch(h: &Cx<'_>) {
+pub(crate) async fn events_inside_one_window_are_written_as_one_batch(h: &Cx<'_>) {
     let backend = Arc::new(CountingBackend::new(h.place.open()));
     let config = CoordinatorConfig { write_batch_max_delay: Duration::from_millis(50), ..CoordinatorConfig::default() };
     let persistence = Coordinator::new(backend.clone(), config).unwrap();
@@ -68,7 +50,7 @@ async fn events_inside_one_window_are_written_as_one_batch(h: &Cx<'_>) {
     assert_eq!(read.events.len(), 20);
 }
 
-async fn a_failed_write_keeps_the_batch_in_order_and_the_next_flush_writes_it(h: &Cx<'_>) {
+pub(crate) async fn a_failed_write_keeps_the_batch_in_order_and_the_next_flush_writes_it(h: &Cx<'_>) {
     let backend = Arc::new(CountingBackend::new(h.place.open()));
     let persistence = Coordinator::new(backend.clone(), CoordinatorConfig::default()).unwrap();
     let store = live_store(&persistence);
@@ -95,7 +77,7 @@ fn append_turn(session: &Session, turn: u64) {
 /// fenced: its flushes fail at once with the conflict and nothing more reaches the store; a
 /// release unbinds it without writing; resumed from the store, it holds the second host's log and
 /// writes again. Runs where two opens are two writers of one store ([`Place::shared_writers`]).
-async fn a_live_session_that_meets_the_writer_fence_stops_writing_until_it_is_resumed(h: &Cx<'_>) {
+pub(crate) async fn a_live_session_that_meets_the_writer_fence_stops_writing_until_it_is_resumed(h: &Cx<'_>) {
     if !h.place.shared_writers() {
         h.note("skipped: the place has no concurrent writers (Place::shared_writers)");
         return;
@@ -157,7 +139,7 @@ async fn a_live_session_that_meets_the_writer_fence_stops_writing_until_it_is_re
 /// A batch that committed but whose reply was lost: the retry meets the fence, the coordinator
 /// finds its own batch stored there, and goes on without fencing the session or writing the
 /// batch twice. Runs where the backend fences writers ([`Place::shared_writers`]).
-async fn a_write_whose_reply_was_lost_is_not_taken_for_another_writer(h: &Cx<'_>) {
+pub(crate) async fn a_write_whose_reply_was_lost_is_not_taken_for_another_writer(h: &Cx<'_>) {
     if !h.place.shared_writers() {
         h.note("skipped: the place has no concurrent writers (Place::shared_writers)");
         return;
@@ -201,7 +183,7 @@ fn turn(seq0: u64) -> Vec<Arc<SessionEvent>> {
         .collect()
 }
 
-async fn inspections_are_cached_until_the_log_changes(h: &Cx<'_>) {
+pub(crate) async fn inspections_are_cached_until_the_log_changes(h: &Cx<'_>) {
     let backend = Arc::new(CountingBackend::new(h.place.open()));
     let persistence = Coordinator::new(backend.clone(), CoordinatorConfig::default()).unwrap();
     let cancel = CancellationToken::new();
@@ -229,7 +211,7 @@ async fn inspections_are_cached_until_the_log_changes(h: &Cx<'_>) {
     assert_eq!(persistence.n_locked_ids(), 0, "per-id locks are dropped once unused");
 }
 
-async fn the_inspection_cache_is_bounded_by_entries_and_bytes(h: &Cx<'_>) {
+pub(crate) async fn the_inspection_cache_is_bounded_by_entries_and_bytes(h: &Cx<'_>) {
     let backend = Arc::new(CountingBackend::new(h.place.open()));
     let config =
         CoordinatorConfig { inspect_cache_entries: 2, inspect_cache_bytes: 1 << 20, ..CoordinatorConfig::default() };
@@ -252,7 +234,7 @@ async fn the_inspection_cache_is_bounded_by_entries_and_bytes(h: &Cx<'_>) {
     }
 }
 
-async fn invalid_configuration_is_rejected_with_the_reference_messages(h: &Cx<'_>) {
+pub(crate) async fn invalid_configuration_is_rejected_with_the_reference_messages(h: &Cx<'_>) {
     let backend: Arc<dyn Backend> = h.place.open();
     let zero = CoordinatorConfig { inspect_cache_entries: 0, ..CoordinatorConfig::default() };
     assert_eq!(
@@ -269,15 +251,15 @@ async fn invalid_configuration_is_rejected_with_the_reference_messages(h: &Cx<'_
 /// Long logs are validated on a second thread when reads may use helpers: results, errors and
 /// closers are the same as on one thread, including a defect deep in the log. One case per
 /// setting, each on a place of its own (the cases write the same ids).
-async fn long_logs_validate_the_same_on_the_relay_thread_always(h: &Cx<'_>) {
+pub(crate) async fn long_logs_validate_the_same_on_the_relay_thread_always(h: &Cx<'_>) {
     long_logs_validate_the_same_with(h, ReadThreads::Always).await;
 }
 
-async fn long_logs_validate_the_same_on_the_relay_thread_never(h: &Cx<'_>) {
+pub(crate) async fn long_logs_validate_the_same_on_the_relay_thread_never(h: &Cx<'_>) {
     long_logs_validate_the_same_with(h, ReadThreads::Never).await;
 }
 
-async fn long_logs_validate_the_same_on_the_relay_thread_auto(h: &Cx<'_>) {
+pub(crate) async fn long_logs_validate_the_same_on_the_relay_thread_auto(h: &Cx<'_>) {
     long_logs_validate_the_same_with(h, ReadThreads::Auto).await;
 }
 

@@ -10,21 +10,9 @@ use session_core::{CreateOptions, HeaderMeta, SessionEvent, SessionHeader, Sessi
 use session_persistence::{CollectSink, Coordinator, PersistenceError, SessionPersistence};
 
 use crate::{
-    Place,
     inspect::{data, kinds, message_id, message_ids, resume},
     persistence::{Cx, cancel, event, header, plain, store},
-    runner::{Case, cases},
 };
-
-pub(crate) fn cases() -> Vec<Case<dyn Place>> {
-    cases![
-        pre_identity_logs_read_with_legacy_message_ids,
-        pre_react_loop_logs_read_as_current,
-        malformed_legacy_records_are_refused_with_the_reference_messages,
-        repairs_and_appends_after_a_legacy_log_never_rewrite_its_lines,
-        pre_identity_legacy_logs_import_and_bad_current_messages_are_corrupt,
-    ]
-}
 
 /// Writes `events` as stored bytes, bypassing the append checks (a `steering/message` carries a
 /// surface marker no current event of its type may carry).
@@ -136,7 +124,7 @@ fn pre_react_loop_log() -> Vec<Arc<SessionEvent>> {
     ]
 }
 
-async fn pre_identity_logs_read_with_legacy_message_ids(h: &Cx<'_>) {
+pub(crate) async fn pre_identity_logs_read_with_legacy_message_ids(h: &Cx<'_>) {
     let id = SessionId::from("legacy-message-load");
     let persistence = h.open();
     // A log the reference wrote: no writer of this build writes these shapes any more.
@@ -174,7 +162,7 @@ async fn pre_identity_logs_read_with_legacy_message_ids(h: &Cx<'_>) {
     assert_eq!(stored_bytes(h, &header(id.as_str())), before);
 }
 
-async fn pre_react_loop_logs_read_as_current(h: &Cx<'_>) {
+pub(crate) async fn pre_react_loop_logs_read_as_current(h: &Cx<'_>) {
     let id = SessionId::from("pre-react-loop-load");
     let persistence = h.open();
     store_raw(&persistence, &header(id.as_str()), &pre_react_loop_log());
@@ -310,7 +298,7 @@ fn validation_message(err: &PersistenceError) -> String {
     message.clone()
 }
 
-async fn malformed_legacy_records_are_refused_with_the_reference_messages(h: &Cx<'_>) {
+pub(crate) async fn malformed_legacy_records_are_refused_with_the_reference_messages(h: &Cx<'_>) {
     let persistence = h.open();
     for (name, record, kind) in malformed_legacy() {
         let id = SessionId::from(name);
@@ -366,7 +354,7 @@ fn interrupted_legacy_log() -> Vec<Arc<SessionEvent>> {
     pre_react_loop_log().into_iter().take(4).collect()
 }
 
-async fn repairs_and_appends_after_a_legacy_log_never_rewrite_its_lines(h: &Cx<'_>) {
+pub(crate) async fn repairs_and_appends_after_a_legacy_log_never_rewrite_its_lines(h: &Cx<'_>) {
     // A cold load closes the open turn after the stored legacy lines.
     let id = SessionId::from("legacy-open");
     let persistence = h.open();
@@ -427,7 +415,7 @@ async fn repairs_and_appends_after_a_legacy_log_never_rewrite_its_lines(h: &Cx<'
 /// A pre-identity message appended through the trait (first written for the SQLite backend's
 /// copy of the contract): imported on read as the reference imports it, while a current-shape
 /// message with the wrong role is corrupt, never legacy.
-async fn pre_identity_legacy_logs_import_and_bad_current_messages_are_corrupt(h: &Cx<'_>) {
+pub(crate) async fn pre_identity_legacy_logs_import_and_bad_current_messages_are_corrupt(h: &Cx<'_>) {
     let persistence = h.open();
     let id = SessionId::from("s-legacy");
     let legacy = event(json!({"type": "user/message", "seq": 1, "time": 1, "surfaceOp": "append",

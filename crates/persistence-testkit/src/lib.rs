@@ -1,29 +1,30 @@
-//! The backend test kit: the contract suites a storage backend must pass, runnable from any crate
-//! with one call, each case reported by name.
+//! The backend test kit: the contract suites a storage backend must pass, one `#[test]` per case
+//! in any crate with one macro call per suite.
 //!
 //! A team that writes its own [`session_persistence::Backend`] (or
 //! [`session_projection_cache::CheckpointStore`]) proves it here, with the very cases the built-in
 //! backends pass:
 //!
-//! - [`run_persistence_contract`]: the persistence contract (reference 01 §7.1 and §7.2) through a
+//! - [`persistence_contract!`]: the persistence contract (reference 01 §7.1 and §7.2) through a
 //!   [`Coordinator`](session_persistence::Coordinator) over your backend: create, append, list,
 //!   inspect, stream, read from a seq, load, crash repair, the live write-behind path, forks,
-//!   resumes, batched streams, and logs in the reference's earlier (legacy) event shapes;
-//! - [`run_coordinator_contract`]: the coordinator's own mechanics over your backend wrapped in a
+//!   resumes, batched streams, logs in the reference's earlier (legacy) event shapes, and the
+//!   queries a backend may answer its own way (`list_children` over random trees, `list_page`,
+//!   `header`, `survey`) checked against the whole listing;
+//! - [`coordinator_contract!`]: the coordinator's own mechanics over your backend wrapped in a
 //!   [`CountingBackend`](session_persistence::CountingBackend): write-behind batching, a failed
 //!   write kept and retried, the inspection cache and its bounds, long logs validated alike on
 //!   every thread setting;
-//! - [`run_checkpoint_store_contract`]: a checkpoint store's round trip, whole-record replace,
+//! - [`checkpoint_store_contract!`]: a checkpoint store's round trip, whole-record replace,
 //!   absent ids, removal, reopening, and (where the store can be damaged) what a damaged record
 //!   does.
 //!
 //! You describe your storage once, as a [`Place`] (or a [`CheckpointPlace`]): one fresh, empty
-//! storage place per case that can be opened again over the same bytes. Each runner runs every
-//! case on a place of its own under its own Tokio runtime, catches a failing case's panic, prints
-//! `ok <case>` or `FAILED <case>: <message>` for each, and at the end panics naming every case
-//! that failed, so one `#[test]` per backend gives a per-case report (`cargo test -- --nocapture`
-//! shows the passing cases too). A [`Suite`] runs a subset ([`Suite::only`]) or returns the report
-//! without panicking ([`Suite::check`]).
+//! storage place per case that can be opened again over the same bytes. A suite macro writes a
+//! module of one `#[test]` per case, named after the case, so the cases run in parallel and
+//! `cargo test <case>` runs one. Each test runs its case on a place of its own under its own Tokio
+//! runtime and prints `ok <case>` (with what it skipped, such as a check the place has no hook
+//! for) or fails with `FAILED <case> (at <file:line>): <message>`:
 //!
 //! ```
 //! use std::sync::Arc;
@@ -39,21 +40,26 @@
 //!     }
 //! }
 //!
-//! // In a backend's tests this is `run_persistence_contract(|| ...)` in one `#[test]`; here a
-//! // single case, to keep the example short.
+//! // In a backend's tests: `persistence_testkit::persistence_contract!(memory, || Shared(...));`
+//! // writes `mod memory { #[test] fn round_trip() ... }`. A [`Suite`] runs cases in one call:
+//! // here a single case, to keep the example short.
 //! let report = persistence_testkit::persistence_contract()
 //!     .only(|case| case == "round_trip")
 //!     .run(|| Shared(Arc::new(MemoryStore::new())));
 //! assert_eq!(report.passed(), 1);
 //! ```
 //!
-//! The kit asserts with panics, like any test; it is meant for `[dev-dependencies]`.
+//! The [`Suite`] values ([`persistence_contract()`] and the others) run a subset
+//! ([`Suite::only`]), one case ([`Suite::run_case`]), or return a report without panicking
+//! ([`Suite::check`]). The kit asserts with panics, like any test; it is meant for
+//! `[dev-dependencies]`.
 
 mod checkpoint;
 mod coordinator;
 pub mod inspect;
 mod legacy;
 mod persistence;
+mod queries;
 mod runner;
 mod storable;
 #[cfg(test)]
@@ -69,7 +75,7 @@ pub use crate::runner::{CaseReport, IntoPlace, Outcome, Report, Suite};
 
 /// One case's storage: a fresh, empty place that can be opened again over the same bytes.
 ///
-/// The runners ask for a new place for every case (`fresh` in [`run_persistence_contract`]), and
+/// The suites ask for a new place for every case (`fresh` in [`persistence_contract!`]), and
 /// drop it after the case. A case may open the place several times to check what survives a
 /// restart: each [`open`](Place::open) must see everything the backends opened before it
 /// acknowledged. Before opening again the case has dropped the coordinators over the previous
@@ -140,38 +146,198 @@ pub enum Damage {
 
 /// The persistence contract suite, to run a subset of it or read its case names.
 pub fn persistence_contract() -> Suite<dyn Place> {
-    let mut cases = persistence::cases();
-    cases.extend(legacy::cases());
-    cases.extend(storable::cases());
-    Suite::new("persistence contract", cases)
+    Suite::new("persistence contract", crate::__persistence_cases! { __case_table!() })
 }
 
-/// The coordinator contract suite, to run a subset of it or read its case names.
+/// The coordinator contract suite, to run a subset of it or read its case names. Its cases wrap
+/// each opened backend in a [`CountingBackend`](session_persistence::CountingBackend), which they
+/// count reads and appends with and inject write failures through.
 pub fn coordinator_contract() -> Suite<dyn Place> {
-    Suite::new("coordinator contract", coordinator::cases())
+    Suite::new("coordinator contract", crate::__coordinator_cases! { __case_table!() })
 }
 
 /// The checkpoint-store contract suite, to run a subset of it or read its case names.
 pub fn checkpoint_store_contract() -> Suite<dyn CheckpointPlace> {
-    Suite::new("checkpoint-store contract", checkpoint::cases())
+    Suite::new("checkpoint-store contract", crate::__checkpoint_cases! { __case_table!() })
 }
 
-/// Runs every case of the persistence contract, each on a place of its own from `fresh`, and
-/// panics naming every case that failed. See the [crate documentation](crate).
-pub fn run_persistence_contract<P: Place + 'static>(fresh: impl Fn() -> P) -> Report {
-    persistence_contract().run(fresh)
+/// Writes `mod $module` with one `#[test]` per case of the persistence contract, named after the
+/// case, each running it on a place of its own from `$fresh` (an `impl Fn() -> impl Place`,
+/// named in the invoking module: the generated module sees its items). With `, when $cond`, each
+/// test passes without running its case when `$cond` is false (a server that is not configured).
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use session_persistence::{Backend, MemoryStore};
+///
+/// struct Shared(Arc<MemoryStore>);
+///
+/// impl persistence_testkit::Place for Shared {
+///     fn open(&self) -> Arc<dyn Backend> {
+///         self.0.clone()
+///     }
+/// }
+///
+/// fn configured() -> bool {
+///     true
+/// }
+///
+/// // `memory::round_trip`, `memory::crash_recovery_of_an_open_step`, ...
+/// persistence_testkit::persistence_contract!(memory, || Shared(Arc::new(MemoryStore::new())));
+/// // The same cases, run only when `configured()` says so.
+/// persistence_testkit::persistence_contract!(when_configured, || Shared(Arc::new(MemoryStore::new())), when configured());
+/// # fn main() {}
+/// ```
+#[macro_export]
+macro_rules! persistence_contract {
+    ($module:ident, $fresh:expr $(,)?) => {
+        $crate::__persistence_cases! { __case_tests!(persistence_contract, $module, $fresh, when true) }
+    };
+    ($module:ident, $fresh:expr, when $when:expr $(,)?) => {
+        $crate::__persistence_cases! { __case_tests!(persistence_contract, $module, $fresh, when $when) }
+    };
 }
 
-/// Runs every case of the coordinator contract, each on a place of its own from `fresh`, and
-/// panics naming every case that failed. The cases wrap each opened backend in a
-/// [`CountingBackend`](session_persistence::CountingBackend), which they count reads and appends
-/// with and inject write failures through.
-pub fn run_coordinator_contract<P: Place + 'static>(fresh: impl Fn() -> P) -> Report {
-    coordinator_contract().run(fresh)
+/// Writes `mod $module` with one `#[test]` per case of the coordinator contract, as
+/// [`persistence_contract!`] does.
+#[macro_export]
+macro_rules! coordinator_contract {
+    ($module:ident, $fresh:expr $(,)?) => {
+        $crate::__coordinator_cases! { __case_tests!(coordinator_contract, $module, $fresh, when true) }
+    };
+    ($module:ident, $fresh:expr, when $when:expr $(,)?) => {
+        $crate::__coordinator_cases! { __case_tests!(coordinator_contract, $module, $fresh, when $when) }
+    };
 }
 
-/// Runs every case of the checkpoint-store contract, each on a place of its own from `fresh`, and
-/// panics naming every case that failed.
-pub fn run_checkpoint_store_contract<P: CheckpointPlace + 'static>(fresh: impl Fn() -> P) -> Report {
-    checkpoint_store_contract().run(fresh)
+/// Writes `mod $module` with one `#[test]` per case of the checkpoint-store contract, as
+/// [`persistence_contract!`] does; `$fresh` makes a [`CheckpointPlace`].
+#[macro_export]
+macro_rules! checkpoint_store_contract {
+    ($module:ident, $fresh:expr $(,)?) => {
+        $crate::__checkpoint_cases! { __case_tests!(checkpoint_store_contract, $module, $fresh, when true) }
+    };
+    ($module:ident, $fresh:expr, when $when:expr $(,)?) => {
+        $crate::__checkpoint_cases! { __case_tests!(checkpoint_store_contract, $module, $fresh, when $when) }
+    };
+}
+
+// The case lists: each suite's cases, in the order they run, as `module::case_fn`. The one place
+// a case is added: the suite (`Suite`) and the tests a suite macro writes are both built from it.
+// Each calls back `$crate::$then!` with its arguments and the list.
+
+/// The persistence contract's cases (the legacy-log and query cases run on the same context).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __persistence_cases {
+    ($then:ident!($($args:tt)*)) => {
+        $crate::$then! { ($($args)*) [
+            persistence::round_trip,
+            persistence::create_validates_the_whole_header_and_reserves_nothing_on_failure,
+            persistence::crash_recovery_of_an_open_step,
+            persistence::crash_recovery_of_pending_tool_calls,
+            persistence::lists_only_written_sessions_and_honours_cancellation,
+            persistence::read_from_serves_stored_suffixes_without_closers,
+            persistence::revisions_are_stable_and_change_on_append,
+            persistence::append_rejects_stale_and_gapped_batches,
+            persistence::missing_sessions_are_not_found_and_duplicates_are_refused,
+            persistence::append_adopts_a_stored_session,
+            persistence::unknown_event_types_are_refused_unless_ignorable,
+            persistence::live_sessions_are_written_behind_and_flushed,
+            persistence::store_flush_barrier_persists_everything_appended_before_it,
+            persistence::an_empty_live_session_is_never_written,
+            persistence::fork_seed_is_persisted_exactly_once_with_its_end_seed,
+            persistence::resume_claims_the_loaded_log_without_rewriting_it,
+            persistence::a_new_live_session_cannot_take_over_a_stored_id,
+            persistence::streaming_inspection_matches_the_materialized_view,
+            persistence::a_live_session_is_inspected_live_before_its_first_write,
+            persistence::release_lets_go_of_a_detached_session_at_once,
+            persistence::batched_streams_equal_single_streams_in_request_order,
+            persistence::a_cancelled_batch_fails_every_read_as_cancelled,
+            persistence::a_batch_reads_at_most_its_lanes_at_once,
+            persistence::a_dropped_batch_starts_no_further_read,
+            persistence::a_panicking_sink_panics_the_batch,
+            persistence::a_stream_finishes_its_sink_once_after_the_last_event,
+            persistence::a_persistence_breaking_the_stream_contract_gives_errors_not_panics,
+            legacy::pre_identity_logs_read_with_legacy_message_ids,
+            legacy::pre_react_loop_logs_read_as_current,
+            legacy::malformed_legacy_records_are_refused_with_the_reference_messages,
+            legacy::repairs_and_appends_after_a_legacy_log_never_rewrite_its_lines,
+            legacy::pre_identity_legacy_logs_import_and_bad_current_messages_are_corrupt,
+            queries::list_children_is_the_family_of_the_listing_over_random_trees,
+            queries::list_page_pages_concatenate_to_the_newest_first_listing,
+            queries::stored_header_matches_the_scanned_header_and_revision,
+            queries::survey_covers_the_listing,
+            storable::refused_kinds_are_never_acknowledged_and_the_log_reads_back,
+            storable::acknowledged_events_read_back_identically_through_a_fresh_reader,
+        ] }
+    };
+}
+
+/// The coordinator contract's cases.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __coordinator_cases {
+    ($then:ident!($($args:tt)*)) => {
+        $crate::$then! { ($($args)*) [
+            coordinator::events_inside_one_window_are_written_as_one_batch,
+            coordinator::a_failed_write_keeps_the_batch_in_order_and_the_next_flush_writes_it,
+            coordinator::inspections_are_cached_until_the_log_changes,
+            coordinator::the_inspection_cache_is_bounded_by_entries_and_bytes,
+            coordinator::invalid_configuration_is_rejected_with_the_reference_messages,
+            coordinator::long_logs_validate_the_same_on_the_relay_thread_always,
+            coordinator::long_logs_validate_the_same_on_the_relay_thread_never,
+            coordinator::long_logs_validate_the_same_on_the_relay_thread_auto,
+            coordinator::a_live_session_that_meets_the_writer_fence_stops_writing_until_it_is_resumed,
+            coordinator::a_write_whose_reply_was_lost_is_not_taken_for_another_writer,
+        ] }
+    };
+}
+
+/// The checkpoint-store contract's cases.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __checkpoint_cases {
+    ($then:ident!($($args:tt)*)) => {
+        $crate::$then! { ($($args)*) [
+            checkpoint::records_round_trip,
+            checkpoint::a_put_replaces_the_whole_record,
+            checkpoint::absent_ids_read_as_none_and_remove_as_false,
+            checkpoint::removing_a_record_leaves_the_others,
+            checkpoint::records_survive_reopening,
+            checkpoint::records_keep_every_field,
+            checkpoint::a_damaged_record_reads_as_absent_and_the_next_put_replaces_it,
+        ] }
+    };
+}
+
+/// A case list as the kit's case table (kit-internal: it names the kit's private case functions).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __case_table {
+    (() [$($module:ident::$case:ident),* $(,)?]) => {
+        vec![$($crate::runner::Case { name: stringify!($case), run: |h| Box::pin($crate::$module::$case(h)) }),*]
+    };
+}
+
+/// A case list as a module of `#[test]`s, one per case, each running its case by name.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __case_tests {
+    (($suite:ident, $test_module:ident, $fresh:expr, when $when:expr) [$($module:ident::$case:ident),* $(,)?]) => {
+        mod $test_module {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $(
+                #[test]
+                fn $case() {
+                    if $when {
+                        $crate::$suite().run_case(stringify!($case), $fresh);
+                    }
+                }
+            )*
+        }
+    };
 }

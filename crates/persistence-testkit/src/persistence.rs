@@ -9,11 +9,7 @@ use session_core::{CreateOptions, HeaderMeta, ManualClock, SessionEvent, Session
 use session_persistence::{Coordinator, CoordinatorConfig, PersistenceError, SessionPersistence};
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    Place,
-    inspect::kinds,
-    runner::{Case, cases},
-};
+use crate::{Place, inspect::kinds};
 
 /// A persistence case's context: its place.
 pub(crate) type Cx<'a> = crate::runner::Cx<'a, dyn Place>;
@@ -26,38 +22,6 @@ impl Cx<'_> {
             CoordinatorConfig { write_batch_max_delay: Duration::from_millis(20), ..CoordinatorConfig::default() };
         Coordinator::new(self.place.open(), config).unwrap()
     }
-}
-
-pub(crate) fn cases() -> Vec<Case<dyn Place>> {
-    cases![
-        round_trip,
-        create_validates_the_whole_header_and_reserves_nothing_on_failure,
-        crash_recovery_of_an_open_step,
-        crash_recovery_of_pending_tool_calls,
-        lists_only_written_sessions_and_honours_cancellation,
-        read_from_serves_stored_suffixes_without_closers,
-        revisions_are_stable_and_change_on_append,
-        append_rejects_stale_and_gapped_batches,
-        missing_sessions_are_not_found_and_duplicates_are_refused,
-        append_adopts_a_stored_session,
-        unknown_event_types_are_refused_unless_ignorable,
-        live_sessions_are_written_behind_and_flushed,
-        store_flush_barrier_persists_everything_appended_before_it,
-        an_empty_live_session_is_never_written,
-        fork_seed_is_persisted_exactly_once_with_its_end_seed,
-        resume_claims_the_loaded_log_without_rewriting_it,
-        a_new_live_session_cannot_take_over_a_stored_id,
-        streaming_inspection_matches_the_materialized_view,
-        a_live_session_is_inspected_live_before_its_first_write,
-        release_lets_go_of_a_detached_session_at_once,
-        batched_streams_equal_single_streams_in_request_order,
-        a_cancelled_batch_fails_every_read_as_cancelled,
-        a_batch_reads_at_most_its_lanes_at_once,
-        a_dropped_batch_starts_no_further_read,
-        a_panicking_sink_panics_the_batch,
-        a_stream_finishes_its_sink_once_after_the_last_event,
-        a_persistence_breaking_the_stream_contract_gives_errors_not_panics,
-    ]
 }
 
 pub(crate) fn cancel() -> CancellationToken {
@@ -110,7 +74,7 @@ fn seqs(events: &[Arc<SessionEvent>]) -> Vec<u64> {
     events.iter().map(|event| event.seq).collect()
 }
 
-async fn round_trip(h: &Cx<'_>) {
+pub(crate) async fn round_trip(h: &Cx<'_>) {
     let persistence = h.open();
     persistence.create(header("s-1"), &cancel()).await.unwrap();
     persistence.append(&SessionId::from("s-1"), one_turn(0, 1), &cancel()).await.unwrap();
@@ -121,7 +85,7 @@ async fn round_trip(h: &Cx<'_>) {
     assert_eq!(loaded.events.to_vec(), one_turn(0, 1));
 }
 
-async fn create_validates_the_whole_header_and_reserves_nothing_on_failure(h: &Cx<'_>) {
+pub(crate) async fn create_validates_the_whole_header_and_reserves_nothing_on_failure(h: &Cx<'_>) {
     let persistence = h.open();
     let mut bad = header("s-1");
     bad.cwd = Some("relative/dir".into());
@@ -143,7 +107,7 @@ fn open_step_log() -> Vec<Arc<SessionEvent>> {
     events
 }
 
-async fn crash_recovery_of_an_open_step(h: &Cx<'_>) {
+pub(crate) async fn crash_recovery_of_an_open_step(h: &Cx<'_>) {
     let id = SessionId::from("s-open");
     let persistence = h.open();
     persistence.create(header("s-open"), &cancel()).await.unwrap();
@@ -170,7 +134,7 @@ async fn crash_recovery_of_an_open_step(h: &Cx<'_>) {
     assert_eq!(kinds(&reloaded.events[11..]), ["turn/start", "turn/end"]);
 }
 
-async fn crash_recovery_of_pending_tool_calls(h: &Cx<'_>) {
+pub(crate) async fn crash_recovery_of_pending_tool_calls(h: &Cx<'_>) {
     let id = SessionId::from("s-tools");
     let events = vec![
         plain("turn/start", 0, json!({"turn": 1})),
@@ -197,7 +161,7 @@ async fn crash_recovery_of_pending_tool_calls(h: &Cx<'_>) {
     assert_eq!(inspected.events[6].source_event_seqs, None);
 }
 
-async fn lists_only_written_sessions_and_honours_cancellation(h: &Cx<'_>) {
+pub(crate) async fn lists_only_written_sessions_and_honours_cancellation(h: &Cx<'_>) {
     let persistence = h.open();
     assert_eq!(persistence.list_snapshots(&cancel()).await.unwrap(), session_persistence::Listing::default());
     persistence.create(header("s-lazy"), &cancel()).await.unwrap();
@@ -219,7 +183,7 @@ async fn lists_only_written_sessions_and_honours_cancellation(h: &Cx<'_>) {
     assert_eq!(persistence.read_from(&id, 0, &cancel()).await.unwrap().events.len(), 6, "nothing was written");
 }
 
-async fn read_from_serves_stored_suffixes_without_closers(h: &Cx<'_>) {
+pub(crate) async fn read_from_serves_stored_suffixes_without_closers(h: &Cx<'_>) {
     let id = SessionId::from("s-read");
     let persistence = h.open();
     persistence.create(header("s-read"), &cancel()).await.unwrap();
@@ -237,7 +201,7 @@ async fn read_from_serves_stored_suffixes_without_closers(h: &Cx<'_>) {
     assert_eq!(missing.to_string(), "session \"nope\" not found");
 }
 
-async fn revisions_are_stable_and_change_on_append(h: &Cx<'_>) {
+pub(crate) async fn revisions_are_stable_and_change_on_append(h: &Cx<'_>) {
     let id = SessionId::from("s-rev");
     let persistence = h.open();
     persistence.create(header("s-rev"), &cancel()).await.unwrap();
@@ -250,7 +214,7 @@ async fn revisions_are_stable_and_change_on_append(h: &Cx<'_>) {
     assert_ne!(persistence.list_snapshots(&cancel()).await.unwrap().headers[0].revision, first.headers[0].revision);
 }
 
-async fn append_rejects_stale_and_gapped_batches(h: &Cx<'_>) {
+pub(crate) async fn append_rejects_stale_and_gapped_batches(h: &Cx<'_>) {
     let id = SessionId::from("s-gap");
     let persistence = h.open();
     persistence.create(header("s-gap"), &cancel()).await.unwrap();
@@ -264,7 +228,7 @@ async fn append_rejects_stale_and_gapped_batches(h: &Cx<'_>) {
     assert_eq!(persistence.read_from(&id, 0, &cancel()).await.unwrap().events.len(), 6);
 }
 
-async fn missing_sessions_are_not_found_and_duplicates_are_refused(h: &Cx<'_>) {
+pub(crate) async fn missing_sessions_are_not_found_and_duplicates_are_refused(h: &Cx<'_>) {
     let persistence = h.open();
     let missing = SessionId::from("missing");
     assert!(persistence.load(&missing, &cancel()).await.unwrap_err().is_not_found());
@@ -280,7 +244,7 @@ async fn missing_sessions_are_not_found_and_duplicates_are_refused(h: &Cx<'_>) {
     );
 }
 
-async fn append_adopts_a_stored_session(h: &Cx<'_>) {
+pub(crate) async fn append_adopts_a_stored_session(h: &Cx<'_>) {
     let id = SessionId::from("s-adopt");
     let persistence = h.open();
     persistence.create(header("s-adopt"), &cancel()).await.unwrap();
@@ -296,7 +260,7 @@ async fn append_adopts_a_stored_session(h: &Cx<'_>) {
     assert_eq!(kinds(&loaded.events[6..]), ["turn/start", "turn/end"]);
 }
 
-async fn unknown_event_types_are_refused_unless_ignorable(h: &Cx<'_>) {
+pub(crate) async fn unknown_event_types_are_refused_unless_ignorable(h: &Cx<'_>) {
     let persistence = h.open();
     let id = SessionId::from("s-future");
     let mut future = one_turn(0, 1);
@@ -340,7 +304,7 @@ fn append_turn(session: &session_core::Session, turn: u64) {
     session.append("turn/end", &json!({"turn": turn, "reason": {"kind": "completed"}}), None).unwrap();
 }
 
-async fn live_sessions_are_written_behind_and_flushed(h: &Cx<'_>) {
+pub(crate) async fn live_sessions_are_written_behind_and_flushed(h: &Cx<'_>) {
     let persistence = h.open();
     let store = store();
     persistence.attach(&store).unwrap();
@@ -369,7 +333,7 @@ async fn live_sessions_are_written_behind_and_flushed(h: &Cx<'_>) {
     assert_eq!(loaded.header.cwd.as_deref(), Some("/work/project"));
 }
 
-async fn store_flush_barrier_persists_everything_appended_before_it(h: &Cx<'_>) {
+pub(crate) async fn store_flush_barrier_persists_everything_appended_before_it(h: &Cx<'_>) {
     let persistence = h.open();
     let store = store();
     persistence.attach(&store).unwrap();
@@ -381,7 +345,7 @@ async fn store_flush_barrier_persists_everything_appended_before_it(h: &Cx<'_>) 
     assert_eq!(read.events.len(), 4);
 }
 
-async fn an_empty_live_session_is_never_written(h: &Cx<'_>) {
+pub(crate) async fn an_empty_live_session_is_never_written(h: &Cx<'_>) {
     let persistence = h.open();
     let store = store();
     persistence.attach(&store).unwrap();
@@ -391,7 +355,7 @@ async fn an_empty_live_session_is_never_written(h: &Cx<'_>) {
     assert!(persistence.list(&cancel()).await.unwrap().is_empty());
 }
 
-async fn fork_seed_is_persisted_exactly_once_with_its_end_seed(h: &Cx<'_>) {
+pub(crate) async fn fork_seed_is_persisted_exactly_once_with_its_end_seed(h: &Cx<'_>) {
     let persistence = h.open();
     let store = store();
     persistence.attach(&store).unwrap();
@@ -406,7 +370,7 @@ async fn fork_seed_is_persisted_exactly_once_with_its_end_seed(h: &Cx<'_>) {
     assert_eq!(read.header.parent_session.as_ref().map(SessionId::as_str), Some("s-parent"));
 }
 
-async fn resume_claims_the_loaded_log_without_rewriting_it(h: &Cx<'_>) {
+pub(crate) async fn resume_claims_the_loaded_log_without_rewriting_it(h: &Cx<'_>) {
     let id = SessionId::from("s-resume");
     {
         let persistence = h.open();
@@ -429,7 +393,7 @@ async fn resume_claims_the_loaded_log_without_rewriting_it(h: &Cx<'_>) {
     assert_eq!(kinds(&read.events), ["turn/start", "turn/end", "session/end-seed", "turn/start", "turn/end"]);
 }
 
-async fn a_new_live_session_cannot_take_over_a_stored_id(h: &Cx<'_>) {
+pub(crate) async fn a_new_live_session_cannot_take_over_a_stored_id(h: &Cx<'_>) {
     let id = SessionId::from("s-taken");
     let persistence = h.open();
     persistence.create(header("s-taken"), &cancel()).await.unwrap();
@@ -446,7 +410,7 @@ async fn a_new_live_session_cannot_take_over_a_stored_id(h: &Cx<'_>) {
     assert_eq!(read.events.to_vec(), one_turn(0, 1), "the stored log is untouched");
 }
 
-async fn streaming_inspection_matches_the_materialized_view(h: &Cx<'_>) {
+pub(crate) async fn streaming_inspection_matches_the_materialized_view(h: &Cx<'_>) {
     let id = SessionId::from("s-stream");
     let persistence = h.open();
     persistence.create(header("s-stream"), &cancel()).await.unwrap();
@@ -470,7 +434,7 @@ async fn streaming_inspection_matches_the_materialized_view(h: &Cx<'_>) {
     assert_eq!((cached.n_events, cached.n_closers), (11, 2));
 }
 
-async fn a_live_session_is_inspected_live_before_its_first_write(h: &Cx<'_>) {
+pub(crate) async fn a_live_session_is_inspected_live_before_its_first_write(h: &Cx<'_>) {
     let persistence = h.open();
     let store = store();
     persistence.attach(&store).unwrap();
@@ -484,7 +448,7 @@ async fn a_live_session_is_inspected_live_before_its_first_write(h: &Cx<'_>) {
     assert!(matches!(err, Err(PersistenceError::Conflict { .. })), "{err:?}");
 }
 
-async fn release_lets_go_of_a_detached_session_at_once(h: &Cx<'_>) {
+pub(crate) async fn release_lets_go_of_a_detached_session_at_once(h: &Cx<'_>) {
     let persistence = h.open();
     let store = store();
     persistence.attach(&store).unwrap();
@@ -540,7 +504,7 @@ fn collected(sink: Box<dyn session_persistence::StreamSink>) -> Vec<SessionEvent
     sink.downcast::<session_persistence::CollectSink>().unwrap().events
 }
 
-async fn batched_streams_equal_single_streams_in_request_order(h: &Cx<'_>) {
+pub(crate) async fn batched_streams_equal_single_streams_in_request_order(h: &Cx<'_>) {
     let (persistence, _store) = three_stored_and_one_live(h).await;
     let order = ["s-b", "s-missing", "s-a", "s-live", "s-c"];
     for lanes in [0, 1, 2, 16] {
@@ -577,7 +541,7 @@ async fn batched_streams_equal_single_streams_in_request_order(h: &Cx<'_>) {
     assert!(batch.is_empty());
 }
 
-async fn a_cancelled_batch_fails_every_read_as_cancelled(h: &Cx<'_>) {
+pub(crate) async fn a_cancelled_batch_fails_every_read_as_cancelled(h: &Cx<'_>) {
     let persistence = h.open();
     three_stored(&persistence).await;
     let cancelled = cancel();
@@ -619,7 +583,7 @@ impl session_persistence::ScanSink for OverlapSink {
     }
 }
 
-async fn a_batch_reads_at_most_its_lanes_at_once(h: &Cx<'_>) {
+pub(crate) async fn a_batch_reads_at_most_its_lanes_at_once(h: &Cx<'_>) {
     let persistence = h.open();
     three_stored(&persistence).await;
     let overlap = Arc::new(Overlap::default());
@@ -645,7 +609,7 @@ impl session_persistence::ScanSink for PanicSink {
     }
 }
 
-async fn a_panicking_sink_panics_the_batch(h: &Cx<'_>) {
+pub(crate) async fn a_panicking_sink_panics_the_batch(h: &Cx<'_>) {
     use futures::FutureExt;
     let persistence = h.open();
     three_stored(&persistence).await;
@@ -695,7 +659,7 @@ impl session_persistence::ScanSink for HeldSink {
     }
 }
 
-async fn a_dropped_batch_starts_no_further_read(h: &Cx<'_>) {
+pub(crate) async fn a_dropped_batch_starts_no_further_read(h: &Cx<'_>) {
     let persistence = Arc::new(h.open());
     three_stored(&persistence).await;
     let (entered_tx, entered) = std::sync::mpsc::channel();
@@ -746,7 +710,7 @@ impl session_persistence::ScanSink for FinishSink {
     }
 }
 
-async fn a_stream_finishes_its_sink_once_after_the_last_event(h: &Cx<'_>) {
+pub(crate) async fn a_stream_finishes_its_sink_once_after_the_last_event(h: &Cx<'_>) {
     let (persistence, _store) = three_stored_and_one_live(h).await;
     for name in ["s-b", "s-live"] {
         let id = SessionId::from(name);
@@ -788,6 +752,38 @@ impl SessionPersistence for Misbehaving {
         cancel: &CancellationToken,
     ) -> session_persistence::Result<session_persistence::Listing> {
         self.0.list_snapshots(cancel).await
+    }
+
+    async fn list_children(
+        &self,
+        parent: &SessionId,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<session_persistence::Listing> {
+        self.0.list_children(parent, cancel).await
+    }
+
+    async fn list_page(
+        &self,
+        request: &session_persistence::PageRequest,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<session_persistence::HeaderPage> {
+        self.0.list_page(request, cancel).await
+    }
+
+    async fn stored_header(
+        &self,
+        id: &SessionId,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<Option<session_persistence::StoredHeader>> {
+        self.0.stored_header(id, cancel).await
+    }
+
+    fn durable_len(&self, id: &SessionId) -> Option<u64> {
+        self.0.durable_len(id)
+    }
+
+    fn fence(&self, id: &SessionId) -> Option<String> {
+        self.0.fence(id)
     }
 
     async fn inspect(
@@ -838,12 +834,16 @@ impl SessionPersistence for Misbehaving {
         self.0.flush(id, cancel).await
     }
 
+    async fn release(&self, id: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<()> {
+        self.0.release(id, cancel).await
+    }
+
     fn locate(&self, header: &SessionHeader) -> Option<PathBuf> {
         self.0.locate(header)
     }
 }
 
-async fn a_persistence_breaking_the_stream_contract_gives_errors_not_panics(h: &Cx<'_>) {
+pub(crate) async fn a_persistence_breaking_the_stream_contract_gives_errors_not_panics(h: &Cx<'_>) {
     let persistence = h.open();
     three_stored(&persistence).await;
     let misbehaving = Misbehaving(persistence);

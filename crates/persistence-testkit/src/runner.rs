@@ -1,5 +1,6 @@
-//! Runs a suite's cases one by one, each on a fresh place under its own Tokio runtime, catching
-//! a failing case's panic, and reports every case by name.
+//! Runs a suite's cases, each on a fresh place under its own Tokio runtime, catching a failing
+//! case's panic, and reports every case by name: one case (what each `#[test]` the suite macros
+//! write runs) or a whole suite in one call.
 
 use std::{
     any::Any,
@@ -21,14 +22,6 @@ pub(crate) struct Case<S: ?Sized + 'static> {
     pub(crate) name: &'static str,
     pub(crate) run: for<'a> fn(&'a Cx<'a, S>) -> CaseFuture<'a>,
 }
-
-/// Builds a case table from `async fn name(h: &Cx<'_, S>)` items, named after the functions.
-macro_rules! cases {
-    ($($name:ident),* $(,)?) => {
-        vec![$(crate::runner::Case { name: stringify!($name), run: |h| Box::pin($name(h)) }),*]
-    };
-}
-pub(crate) use cases;
 
 /// What a case gets: its place, and a way to say what it skipped.
 pub(crate) struct Cx<'a, S: ?Sized> {
@@ -119,6 +112,25 @@ impl<S: ?Sized + 'static> Suite<S> {
     pub fn run<P: IntoPlace<S>>(&self, fresh: impl Fn() -> P) -> Report {
         let report = self.check(fresh);
         report.assert_passed();
+        report
+    }
+
+    /// Runs the one case named `case` on a place from `fresh`, prints its report line and
+    /// returns it, or panics with that line when the case failed. This is what each `#[test]`
+    /// of the suite macros ([`persistence_contract!`](crate::persistence_contract!) and the
+    /// others) runs.
+    ///
+    /// # Panics
+    ///
+    /// When the case fails, or the suite has no case named `case`.
+    pub fn run_case<P: IntoPlace<S>>(&self, case: &str, fresh: impl FnOnce() -> P) -> CaseReport {
+        let Some(found) = self.cases.iter().find(|found| found.name == case) else {
+            panic!("the {} has no case named {case:?}; its cases: {:?}", self.name, self.case_names())
+        };
+        let report = run_case(found, fresh().into_place());
+        if !report.passed() {
+            panic!("{}: {report}", self.name);
+        }
         report
     }
 }

@@ -17,19 +17,9 @@ use session_core::{
 use session_persistence::{Coordinator, CoordinatorConfig, PersistenceError, SessionPersistence};
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    Place,
-    runner::{Case, cases},
-};
+use crate::Place;
 
 type Cx<'a> = crate::runner::Cx<'a, dyn Place>;
-
-pub(crate) fn cases() -> Vec<Case<dyn Place>> {
-    cases![
-        refused_kinds_are_never_acknowledged_and_the_log_reads_back,
-        acknowledged_events_read_back_identically_through_a_fresh_reader,
-    ]
-}
 
 /// The host's own event type, registered once in the coordinator's configuration.
 const HOST_TYPE: &str = "host/note";
@@ -77,7 +67,7 @@ fn append_live(session: &session_core::Session, attempt: &Attempt) -> Result<Arc
     session.append(attempt.kind, &attempt.data, attempt.surface.then(SurfaceIntent::append))
 }
 
-async fn refused_kinds_are_never_acknowledged_and_the_log_reads_back(h: &Cx<'_>) {
+pub(crate) async fn refused_kinds_are_never_acknowledged_and_the_log_reads_back(h: &Cx<'_>) {
     let id = SessionId::from("storable-live");
     let acknowledged = {
         let persistence = open(h);
@@ -158,7 +148,7 @@ fn attempts() -> impl Strategy<Value = Vec<Attempt>> {
     prop::collection::vec(attempt, 1..12)
 }
 
-async fn acknowledged_events_read_back_identically_through_a_fresh_reader(h: &Cx<'_>) {
+pub(crate) async fn acknowledged_events_read_back_identically_through_a_fresh_reader(h: &Cx<'_>) {
     // Generated inputs without shrinking: the case is async and reopens its place, which a
     // proptest body cannot; a failure prints the whole input.
     let mut runner = TestRunner::new(Config { cases: 16, ..Config::default() });

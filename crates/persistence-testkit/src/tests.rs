@@ -8,7 +8,9 @@ use std::{
 };
 
 use session_core::{SessionEvent, SessionHeader, SessionId};
-use session_persistence::{Listing, MemoryStore, Revision, ScanOutcome, ScanSink, TornTail};
+use session_persistence::{
+    HeaderPage, Listing, MemoryStore, PageRequest, Revision, ScanOutcome, ScanSink, StoredHeader, SurveyEntry, TornTail,
+};
 use session_projection_cache::{CheckpointRecord, MemoryCheckpointStore};
 use tokio_util::sync::CancellationToken;
 
@@ -72,6 +74,120 @@ impl Backend for Forgetful {
         self.0.list(cancel)
     }
 }
+
+/// A memory store whose own answers to the overridable queries are each a little wrong: a family
+/// without its last child, pages that ignore where they start, a header with another revision, a
+/// survey without its last log.
+#[derive(Debug, Default)]
+struct Skewed(MemoryStore);
+
+impl Backend for Skewed {
+    fn name(&self) -> &'static str {
+        "skewed"
+    }
+
+    fn scan(
+        &self,
+        id: &SessionId,
+        cancel: &CancellationToken,
+        sink: &mut dyn ScanSink,
+    ) -> session_persistence::Result<Option<ScanOutcome>> {
+        self.0.scan(id, cancel, sink)
+    }
+
+    fn revision(&self, id: &SessionId) -> session_persistence::Result<Option<Revision>> {
+        self.0.revision(id)
+    }
+
+    fn header(&self, id: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<Option<StoredHeader>> {
+        let stored = self.0.header(id, cancel)?;
+        Ok(stored.map(|stored| StoredHeader { revision: Revision::new("stale"), ..stored }))
+    }
+
+    fn append_batch(
+        &self,
+        header: &SessionHeader,
+        events: &[Arc<SessionEvent>],
+        materialized: bool,
+    ) -> session_persistence::Result<()> {
+        self.0.append_batch(header, events, materialized)
+    }
+
+    fn commit_repair(
+        &self,
+        header: &SessionHeader,
+        torn: Option<&TornTail>,
+        closers: &[SessionEvent],
+    ) -> session_persistence::Result<()> {
+        self.0.commit_repair(header, torn, closers)
+    }
+
+    fn list(&self, cancel: &CancellationToken) -> session_persistence::Result<Listing> {
+        self.0.list(cancel)
+    }
+
+    fn list_children(&self, parent: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<Listing> {
+        let mut family = self.0.list(cancel)?.family_of(parent);
+        if let Some(last) =
+            family.headers.iter().rposition(|stored| stored.header.parent_session.as_ref() == Some(parent))
+        {
+            family.headers.remove(last);
+        }
+        Ok(family)
+    }
+
+    fn list_page(&self, request: &PageRequest, cancel: &CancellationToken) -> session_persistence::Result<HeaderPage> {
+        let first = PageRequest { after: None, ..request.clone() };
+        Ok(HeaderPage::from_listing(self.0.list(cancel)?, &first))
+    }
+
+    fn survey(&self, cancel: &CancellationToken) -> session_persistence::Result<Vec<SurveyEntry>> {
+        let mut entries = self.0.survey(cancel)?;
+        entries.pop();
+        Ok(entries)
+    }
+}
+
+const QUERIES: [&str; 4] = [
+    "list_children_is_the_family_of_the_listing_over_random_trees",
+    "list_page_pages_concatenate_to_the_newest_first_listing",
+    "stored_header_matches_the_scanned_header_and_revision",
+    "survey_covers_the_listing",
+];
+
+#[test]
+fn the_query_cases_catch_a_backend_whose_own_queries_disagree_with_its_listing() {
+    let suite = persistence_contract().only(|case| QUERIES.contains(&case));
+    assert_eq!(suite.case_names(), QUERIES);
+    suite.run(|| Shared(Arc::new(MemoryStore::new())));
+    let report = suite.check(|| Shared(Arc::new(Skewed::default())));
+    let failed: Vec<&str> = report.failures().iter().map(|case| case.name).collect();
+    assert_eq!(failed, QUERIES, "{report:?}");
+}
+
+#[test]
+fn one_case_runs_by_name_and_an_unknown_name_is_refused() {
+    let report = persistence_contract().run_case("round_trip", || Shared(Arc::new(MemoryStore::new())));
+    assert_eq!(report.to_string(), "ok round_trip");
+    let panic = panic::catch_unwind(AssertUnwindSafe(|| {
+        persistence_contract().run_case("round_trip", || Shared(Arc::new(Forgetful::default())))
+    }))
+    .unwrap_err();
+    let message = panic.downcast_ref::<String>().expect("a formatted message");
+    assert!(message.starts_with("persistence contract: FAILED round_trip (at "), "{message}");
+    let panic = panic::catch_unwind(AssertUnwindSafe(|| {
+        coordinator_contract().run_case("no_such_case", || Shared(Arc::new(MemoryStore::new())))
+    }))
+    .unwrap_err();
+    let message = panic.downcast_ref::<String>().expect("a formatted message");
+    assert!(message.starts_with("the coordinator contract has no case named \"no_such_case\""), "{message}");
+}
+
+// The suite macros, as a backend crate invokes them: one `#[test]` per case, here on the memory
+// stores (`kit_memory_persistence::round_trip`, ...).
+crate::persistence_contract!(kit_memory_persistence, || Shared(Arc::new(MemoryStore::new())));
+crate::coordinator_contract!(kit_memory_coordinator, || Shared(Arc::new(MemoryStore::new())));
+crate::checkpoint_store_contract!(kit_memory_checkpoints, || Records(Arc::new(MemoryCheckpointStore::new())));
 
 const SELECTED: [&str; 3] =
     ["round_trip", "append_rejects_stale_and_gapped_batches", "an_empty_live_session_is_never_written"];

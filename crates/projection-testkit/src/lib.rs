@@ -13,11 +13,50 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use session_core::{JsonData, Session, SessionEvent};
+use session_core::{JsonData, KnownTypes, ManualClock, Session, SessionEvent, SessionStore};
 use session_projection::{ClientView, ProjectionUnit, UnitError};
 
 /// The clock origin of the test stores: 2026-03-02T09:00:00Z.
 pub const T0: i64 = 1_772_442_000_000;
+
+/// The event types the projection tests append (a host registers its own types once; a store of
+/// [`store`] accepts these).
+pub const TEST_EVENT_TYPES: &[&str] = &[
+    "test/add",
+    "test/bad-state",
+    "test/batch",
+    "test/blob",
+    "test/count",
+    "test/descriptor",
+    "test/drifting",
+    "test/fail",
+    "test/flaky",
+    "test/forgetful",
+    "test/fragile-view",
+    "test/huge",
+    "test/label",
+    "test/mark",
+    "test/marks",
+    "test/mean",
+    "test/n",
+    "test/ok",
+    "test/other",
+    "test/sum",
+    "test/ticket",
+    "test/title",
+    "test/touch",
+    "test/turns",
+];
+
+/// [`TEST_EVENT_TYPES`] with the reference vocabulary.
+pub fn known_types() -> KnownTypes {
+    KnownTypes::with_extra(TEST_EVENT_TYPES.iter().copied())
+}
+
+/// A store whose sessions accept [`TEST_EVENT_TYPES`], on a manual clock at [`T0`].
+pub fn store() -> Arc<SessionStore> {
+    Arc::new(SessionStore::with_known_types(Arc::new(ManualClock::new(T0)), known_types()))
+}
 
 /// Appends a test event to a live session.
 pub fn append(session: &Session, kind: &str, data: Value) -> Arc<SessionEvent> {

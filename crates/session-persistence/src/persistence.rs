@@ -53,6 +53,12 @@ impl<T: ScanSink + Send + Any> StreamSink for T {}
 ///
 /// Every operation takes a cancellation token: a call whose token fires returns
 /// [`PersistenceError::Cancelled`](crate::PersistenceError::Cancelled) and leaves nothing half-written.
+///
+/// The [`Coordinator`](crate::Coordinator) is its one implementation; the others wrap it (to count
+/// or fail calls in tests). So no method the coordinator answers its own way has a default body: a
+/// wrapper must forward each one, and cannot fall back silently to a cut of
+/// [`list_snapshots`](Self::list_snapshots) that never reaches the backend's own query. Only
+/// [`list`](Self::list), which the coordinator answers from `list_snapshots` too, has one.
 #[async_trait::async_trait]
 pub trait SessionPersistence: Send + Sync + fmt::Debug {
     /// Registers intent to store a new session. Nothing is written until the first non-empty append.
@@ -75,46 +81,33 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
 
     /// What a listing of `parent`'s subagent children needs: `parent`, its children, and of each
     /// child's own subagent children at least one per owner ([`Listing::family_of`]), with the faults whose header
-    /// names one of them. The default filters [`list_snapshots`](Self::list_snapshots); a
-    /// persistence over an indexed backend answers it for the cost of the family.
-    async fn list_children(&self, parent: &SessionId, cancel: &CancellationToken) -> Result<Listing> {
-        Ok(self.list_snapshots(cancel).await?.family_of(parent))
-    }
+    /// names one of them: a part of [`list_snapshots`](Self::list_snapshots) cut by
+    /// [`Listing::family_of`] (all of it over a backend without an index), for the cost of the
+    /// family over an indexed one.
+    async fn list_children(&self, parent: &SessionId, cancel: &CancellationToken) -> Result<Listing>;
 
-    /// One page of the stored headers, newest first ([`PageRequest`], [`HeaderPage`]). The
-    /// default cuts it from [`list_snapshots`](Self::list_snapshots).
-    async fn list_page(&self, request: &PageRequest, cancel: &CancellationToken) -> Result<HeaderPage> {
-        Ok(HeaderPage::from_listing(self.list_snapshots(cancel).await?, request))
-    }
+    /// One page of the stored headers, newest first ([`PageRequest`], [`HeaderPage`]): what
+    /// [`HeaderPage::from_listing`] cuts from [`list_snapshots`](Self::list_snapshots).
+    async fn list_page(&self, request: &PageRequest, cancel: &CancellationToken) -> Result<HeaderPage>;
 
     /// The header of `id`'s stored log with its revision, read without reading the log's events
     /// (one small read at most). `Ok(None)` if nothing is stored under `id`. Lets a caller decide
     /// about a session (is it taken? whose is it?) before paying for a read, and without the
-    /// time a read takes telling anything. The default filters [`list_snapshots`](Self::list_snapshots).
-    async fn stored_header(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<StoredHeader>> {
-        let listing = self.list_snapshots(cancel).await?;
-        if let Some(fault) = listing.faults.into_iter().find(|fault| &fault.id == id) {
-            return Err(fault.error);
-        }
-        Ok(listing.headers.into_iter().find(|stored| &stored.header.id == id))
-    }
+    /// time a read takes telling anything.
+    async fn stored_header(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<StoredHeader>>;
 
     /// How many events of the live session `id` are durable (written and fsynced), if this
     /// persistence writes it: the durable watermark is `durable_len - 1`. `None` when it does
-    /// not know (the default), or does not hold `id` live.
-    fn durable_len(&self, _id: &SessionId) -> Option<u64> {
-        None
-    }
+    /// not know, or does not hold `id` live.
+    fn durable_len(&self, id: &SessionId) -> Option<u64>;
 
     /// Why the live session `id` can no longer be written through this persistence, when it
     /// cannot: one of its writes met a conflict, which no retry heals (another process or host
     /// moved its stored log on: the writer fence). Its flushes then fail at once with this
     /// reason, its unwritten events stay in memory only, and a release unbinds it without
-    /// writing, so it can be resumed from the store. `None` (the default) when it can be written
-    /// or is not held live.
-    fn fence(&self, _id: &SessionId) -> Option<String> {
-        None
-    }
+    /// writing, so it can be resumed from the store. `None` when it can be written or is not
+    /// held live.
+    fn fence(&self, id: &SessionId) -> Option<String>;
 
     /// The balanced view of a session, without changing storage: a cold log gets its crash
     /// closers in memory; a live session gets its current snapshot.
@@ -130,17 +123,15 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
     /// one read's failure leaves the others alone. A fired `cancel` fails the reads not yet
     /// finished with `Cancelled`.
     ///
-    /// The default runs `inspect_stream` per read. A backend that reads on blocking threads
-    /// should override it to keep `lanes` threads reading back to back, without a hand-off
-    /// between the async side and a thread per read.
+    /// The coordinator keeps `lanes` blocking threads reading back to back, without a hand-off
+    /// between the async side and a thread per read; [`stream_each`] runs `inspect_stream` per
+    /// read instead.
     async fn inspect_streams(
         &self,
         reads: Vec<(SessionId, Box<dyn StreamSink>)>,
         lanes: usize,
         cancel: &CancellationToken,
-    ) -> Vec<Streamed> {
-        stream_each(self, reads, lanes, cancel).await
-    }
+    ) -> Vec<Streamed>;
 
     /// The stored events with `seq >= from_seq`: no closers, no repair, no caching.
     async fn read_from(&self, id: &SessionId, from_seq: u64, cancel: &CancellationToken) -> Result<Inspection>;
@@ -154,18 +145,16 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
 
     /// Lets go of a live session that its store no longer holds: writes what it buffered, then
     /// forgets the binding, so the id is served cold from then on and may be resumed at once.
-    /// Idempotent; the default only flushes.
-    async fn release(&self, id: &SessionId, cancel: &CancellationToken) -> Result<()> {
-        self.flush(id, cancel).await
-    }
+    /// Idempotent.
+    async fn release(&self, id: &SessionId, cancel: &CancellationToken) -> Result<()>;
 
     /// Where `header`'s log lives, if the backend has files.
     fn locate(&self, header: &SessionHeader) -> Option<PathBuf>;
 }
 
-/// The default [`SessionPersistence::inspect_streams`]: one
-/// [`inspect_stream`](SessionPersistence::inspect_stream) per read, at most `lanes` at once.
-/// For wrappers that override `inspect_streams` and still want the per-read path.
+/// [`SessionPersistence::inspect_streams`] as one
+/// [`inspect_stream`](SessionPersistence::inspect_stream) per read, at most `lanes` at once: for
+/// wrappers whose `inspect_streams` wants the per-read path (and their own `inspect_stream`).
 pub async fn stream_each<P: SessionPersistence + ?Sized>(
     persistence: &P,
     reads: Vec<(SessionId, Box<dyn StreamSink>)>,

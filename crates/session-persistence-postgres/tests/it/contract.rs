@@ -63,23 +63,6 @@ impl CheckpointPlace for Schema {
     }
 }
 
-#[test]
-fn a_postgres_schema_passes_the_persistence_contract() {
-    if server_url().is_some() {
-        persistence_testkit::run_persistence_contract(Schema::fresh);
-    }
-}
-
-#[test]
-fn a_postgres_schema_passes_the_coordinator_contract() {
-    if server_url().is_some() {
-        persistence_testkit::run_coordinator_contract(Schema::fresh);
-    }
-}
-
-#[test]
-fn a_postgres_checkpoint_store_passes_the_checkpoint_store_contract() {
-    if server_url().is_some() {
-        persistence_testkit::run_checkpoint_store_contract(Schema::fresh);
-    }
-}
+persistence_testkit::persistence_contract!(persistence, Schema::fresh, when server_url().is_some());
+persistence_testkit::coordinator_contract!(coordinator, Schema::fresh, when server_url().is_some());
+persistence_testkit::checkpoint_store_contract!(checkpoint_store, Schema::fresh, when server_url().is_some());

@@ -43,25 +43,10 @@ impl Place for Sessions {
     }
 }
 
-#[test]
-fn a_sqlite_file_passes_the_persistence_contract() {
-    persistence_testkit::run_persistence_contract(Sessions::file);
-}
-
-#[test]
-fn a_sqlite_memory_database_passes_the_persistence_contract() {
-    persistence_testkit::run_persistence_contract(Sessions::memory);
-}
-
-#[test]
-fn a_sqlite_file_passes_the_coordinator_contract() {
-    persistence_testkit::run_coordinator_contract(Sessions::file);
-}
-
-#[test]
-fn a_sqlite_memory_database_passes_the_coordinator_contract() {
-    persistence_testkit::run_coordinator_contract(Sessions::memory);
-}
+persistence_testkit::persistence_contract!(file_persistence, Sessions::file);
+persistence_testkit::persistence_contract!(memory_persistence, Sessions::memory);
+persistence_testkit::coordinator_contract!(file_coordinator, Sessions::file);
+persistence_testkit::coordinator_contract!(memory_coordinator, Sessions::memory);
 
 /// A fresh SQLite checkpoint database: a file in a temp dir (damaged through a connection of
 /// its own), or an in-memory one shared by every open.
@@ -111,14 +96,7 @@ impl CheckpointPlace for Checkpoints {
     }
 }
 
-#[test]
-fn a_sqlite_checkpoint_file_passes_the_checkpoint_store_contract() {
-    persistence_testkit::run_checkpoint_store_contract(|| Checkpoints::File(tempfile::tempdir().unwrap()));
-}
-
-#[test]
-fn a_sqlite_checkpoint_memory_database_passes_the_checkpoint_store_contract() {
-    persistence_testkit::run_checkpoint_store_contract(|| {
-        Checkpoints::Memory(Arc::new(SqliteCheckpointStore::open(&Target::Memory).unwrap()))
-    });
-}
+persistence_testkit::checkpoint_store_contract!(checkpoint_file, || Checkpoints::File(tempfile::tempdir().unwrap()));
+persistence_testkit::checkpoint_store_contract!(checkpoint_memory, || {
+    Checkpoints::Memory(Arc::new(SqliteCheckpointStore::open(&Target::Memory).unwrap()))
+});

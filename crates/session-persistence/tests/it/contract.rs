@@ -66,32 +66,9 @@ impl persistence_testkit::Place for Harness {
     }
 }
 
-#[test]
-fn the_memory_store_passes_the_persistence_contract() {
-    persistence_testkit::run_persistence_contract(|| Harness::new(Kind::Memory));
-}
-
-#[test]
-fn the_raw_jsonl_store_passes_the_persistence_contract() {
-    persistence_testkit::run_persistence_contract(|| Harness::new(Kind::JsonlRaw));
-}
-
-#[test]
-fn the_zstd_jsonl_store_passes_the_persistence_contract() {
-    persistence_testkit::run_persistence_contract(|| Harness::new(Kind::JsonlZstd));
-}
-
-#[test]
-fn the_memory_store_passes_the_coordinator_contract() {
-    persistence_testkit::run_coordinator_contract(|| Harness::new(Kind::Memory));
-}
-
-#[test]
-fn the_raw_jsonl_store_passes_the_coordinator_contract() {
-    persistence_testkit::run_coordinator_contract(|| Harness::new(Kind::JsonlRaw));
-}
-
-#[test]
-fn the_zstd_jsonl_store_passes_the_coordinator_contract() {
-    persistence_testkit::run_coordinator_contract(|| Harness::new(Kind::JsonlZstd));
-}
+persistence_testkit::persistence_contract!(memory_persistence, || Harness::new(Kind::Memory));
+persistence_testkit::persistence_contract!(jsonl_raw_persistence, || Harness::new(Kind::JsonlRaw));
+persistence_testkit::persistence_contract!(jsonl_zstd_persistence, || Harness::new(Kind::JsonlZstd));
+persistence_testkit::coordinator_contract!(memory_coordinator, || Harness::new(Kind::Memory));
+persistence_testkit::coordinator_contract!(jsonl_raw_coordinator, || Harness::new(Kind::JsonlRaw));
+persistence_testkit::coordinator_contract!(jsonl_zstd_coordinator, || Harness::new(Kind::JsonlZstd));

@@ -50,12 +50,5 @@ impl CheckpointPlace for Disk {
     }
 }
 
-#[test]
-fn the_memory_checkpoint_store_passes_the_checkpoint_store_contract() {
-    persistence_testkit::run_checkpoint_store_contract(|| Memory(Arc::new(MemoryCheckpointStore::new())));
-}
-
-#[test]
-fn the_disk_checkpoint_store_passes_the_checkpoint_store_contract() {
-    persistence_testkit::run_checkpoint_store_contract(|| Disk(tempfile::tempdir().unwrap()));
-}
+persistence_testkit::checkpoint_store_contract!(memory, || Memory(Arc::new(MemoryCheckpointStore::new())));
+persistence_testkit::checkpoint_store_contract!(disk, || Disk(tempfile::tempdir().unwrap()));

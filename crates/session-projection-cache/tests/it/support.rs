@@ -380,6 +380,38 @@ impl SessionPersistence for Counting {
         self.inner.list_snapshots(cancel).await
     }
 
+    async fn list_children(
+        &self,
+        parent: &SessionId,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<Listing> {
+        self.inner.list_children(parent, cancel).await
+    }
+
+    async fn list_page(
+        &self,
+        request: &session_persistence::PageRequest,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<session_persistence::HeaderPage> {
+        self.inner.list_page(request, cancel).await
+    }
+
+    async fn stored_header(
+        &self,
+        id: &SessionId,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<Option<session_persistence::StoredHeader>> {
+        self.inner.stored_header(id, cancel).await
+    }
+
+    fn durable_len(&self, id: &SessionId) -> Option<u64> {
+        self.inner.durable_len(id)
+    }
+
+    fn fence(&self, id: &SessionId) -> Option<String> {
+        self.inner.fence(id)
+    }
+
     async fn inspect(&self, id: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<Inspection> {
         self.record(id, Call::Inspect);
         self.pass_gate().await;
@@ -395,6 +427,16 @@ impl SessionPersistence for Counting {
         self.record(id, Call::Stream);
         self.pass_gate().await;
         self.inner.inspect_stream(id, cancel, sink).await
+    }
+
+    /// One recorded stream per read, through [`inspect_stream`](Self::inspect_stream).
+    async fn inspect_streams(
+        &self,
+        reads: Vec<(SessionId, Box<dyn StreamSink>)>,
+        lanes: usize,
+        cancel: &CancellationToken,
+    ) -> Vec<session_persistence::Streamed> {
+        session_persistence::stream_each(self, reads, lanes, cancel).await
     }
 
     async fn read_from(
@@ -419,6 +461,10 @@ impl SessionPersistence for Counting {
             return Err(PersistenceError::invalid_input("disk unavailable (injected)"));
         }
         self.inner.flush(id, cancel).await
+    }
+
+    async fn release(&self, id: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<()> {
+        self.inner.release(id, cancel).await
     }
 
     fn locate(&self, header: &SessionHeader) -> Option<PathBuf> {

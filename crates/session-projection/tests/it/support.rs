@@ -21,7 +21,7 @@ use session_projection::{
 };
 
 pub(crate) fn store() -> Arc<SessionStore> {
-    Arc::new(SessionStore::new(Arc::new(ManualClock::new(T0))))
+    Arc::new(SessionStore::with_known_types(Arc::new(ManualClock::new(T0)), projection_testkit::known_types()))
 }
 
 /// A store with a registry attached to it.

@@ -21,8 +21,8 @@ use session_core::{
     SessionStore, SurfaceIntent, SurfaceOp, is_surface_eligible,
 };
 use session_persistence::{
-    Backend, Compression, Coordinator, CoordinatorConfig, Inspection, JsonlConfig, JsonlStore, Listing,
-    PersistenceError, SessionPersistence, StreamSink, StreamSummary, Streamed,
+    Backend, Compression, Coordinator, CoordinatorConfig, HeaderPage, Inspection, JsonlConfig, JsonlStore, Listing,
+    PageRequest, PersistenceError, SessionPersistence, StoredHeader, StreamSink, StreamSummary, Streamed,
 };
 use session_persistence_postgres::testing::{ScratchSchema, server_url};
 use session_persistence_sqlite::{SqliteConfig, SqliteStore};
@@ -624,6 +624,30 @@ impl Counting {
         }
     }
 
+    /// A listing through the list fault: counted, then `list` (the real persistence's listing)
+    /// unless the fault answers instead.
+    async fn listed(
+        &self,
+        cancel: &CancellationToken,
+        list: impl Future<Output = session_persistence::Result<Listing>>,
+    ) -> session_persistence::Result<Listing> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        self.entered.notify_waiters();
+        let fault = self.list_fault.lock().clone();
+        match fault {
+            ListFault::None => list.await,
+            ListFault::Fail(message) => Err(injected(message)),
+            ListFault::CancelThenOk(token) => {
+                token.cancel();
+                list.await
+            }
+            ListFault::PendUntilCancelled => {
+                cancel.cancelled().await;
+                Err(PersistenceError::Cancelled)
+            }
+        }
+    }
+
     fn count_read(&self, child: &SessionId, cancel: &CancellationToken) {
         *self.reads.lock().entry(child.clone()).or_default() += 1;
         self.tokens.lock().insert(child.clone(), cancel.clone());
@@ -668,21 +692,41 @@ impl SessionPersistence for Counting {
     }
 
     async fn list_snapshots(&self, cancel: &CancellationToken) -> session_persistence::Result<Listing> {
-        self.lists.fetch_add(1, Ordering::SeqCst);
-        self.entered.notify_waiters();
-        let fault = self.list_fault.lock().clone();
-        match fault {
-            ListFault::None => self.inner.list_snapshots(cancel).await,
-            ListFault::Fail(message) => Err(injected(message)),
-            ListFault::CancelThenOk(token) => {
-                token.cancel();
-                self.inner.list_snapshots(cancel).await
-            }
-            ListFault::PendUntilCancelled => {
-                cancel.cancelled().await;
-                Err(PersistenceError::Cancelled)
-            }
-        }
+        self.listed(cancel, self.inner.list_snapshots(cancel)).await
+    }
+
+    /// Counted and failed as a listing, and answered by the real persistence's own query (over
+    /// PostgreSQL, `PgStore::list_children`'s SQL).
+    async fn list_children(
+        &self,
+        parent: &SessionId,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<Listing> {
+        self.listed(cancel, self.inner.list_children(parent, cancel)).await
+    }
+
+    async fn list_page(
+        &self,
+        request: &PageRequest,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<HeaderPage> {
+        self.inner.list_page(request, cancel).await
+    }
+
+    async fn stored_header(
+        &self,
+        id: &SessionId,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<Option<StoredHeader>> {
+        self.inner.stored_header(id, cancel).await
+    }
+
+    fn durable_len(&self, id: &SessionId) -> Option<u64> {
+        self.inner.durable_len(id)
+    }
+
+    fn fence(&self, id: &SessionId) -> Option<String> {
+        self.inner.fence(id)
     }
 
     async fn inspect(&self, id: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<Inspection> {
@@ -767,6 +811,10 @@ impl SessionPersistence for Counting {
 
     async fn flush(&self, id: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<()> {
         self.inner.flush(id, cancel).await
+    }
+
+    async fn release(&self, id: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<()> {
+        self.inner.release(id, cancel).await
     }
 
     fn locate(&self, header: &SessionHeader) -> Option<PathBuf> {
