@@ -415,7 +415,13 @@ async fn an_older_cut_never_replaces_a_newer_one() {
     let world = World::with_units(Units::Reference);
     let session = world.session_with("s", HeaderMeta { cwd: Some("/work".into()), ..HeaderMeta::default() });
     // A detached twin of the same lifetime, two events behind.
-    let twin = session_core::Session::create(session.header().as_ref().clone(), None, world.clock.clone()).unwrap();
+    let twin = session_core::Session::create_with_types(
+        session.header().as_ref().clone(),
+        None,
+        world.clock.clone(),
+        crate::support::known_types(),
+    )
+    .unwrap();
     for n in 0..5 {
         mark(&session, &[n.to_string().as_str()]);
     }
@@ -427,8 +433,13 @@ async fn an_older_cut_never_replaces_a_newer_one() {
     // Many writes racing: whatever order they land in, the newest cut stays.
     let cuts: Vec<_> = (0..8)
         .map(|n| {
-            let twin =
-                session_core::Session::create(session.header().as_ref().clone(), None, world.clock.clone()).unwrap();
+            let twin = session_core::Session::create_with_types(
+                session.header().as_ref().clone(),
+                None,
+                world.clock.clone(),
+                crate::support::known_types(),
+            )
+            .unwrap();
             for m in 0..(6 + n) {
                 mark(&twin, &[format!("{n}.{m}").as_str()]);
             }
