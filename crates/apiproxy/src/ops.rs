@@ -429,9 +429,8 @@ pub async fn verify_log(coordinator: &Coordinator, header: &SessionHeader, optio
     let cancel = CancellationToken::new();
     let path = coordinator.locate(header);
     let report = |n_events, status| LogReport { id: id.clone(), path: path.clone(), n_events, status };
-    let backend = Arc::clone(coordinator.backend());
     let (scan_id, scan_cancel) = (id.clone(), cancel.clone());
-    let scanned = run_blocking_with(&backend, move |backend| {
+    let scanned = run_blocking_with(coordinator.backend(), move |backend| {
         let mut sink = CountSink::default();
         backend.scan(&scan_id, &scan_cancel, &mut sink)
     })
@@ -477,8 +476,7 @@ pub async fn verify(
     options: VerifyOptions,
     mut progress: impl FnMut(usize, usize, &LogReport),
 ) -> Result<Vec<LogReport>, ProxyError> {
-    let backend = Arc::clone(coordinator.backend());
-    let survey = run_blocking_with(&backend, |backend| backend.survey(&CancellationToken::new())).await?;
+    let survey = run_blocking_with(coordinator.backend(), |backend| backend.survey(&CancellationToken::new())).await?;
     let total = survey.len();
     let mut reports = Vec::with_capacity(total);
     for (idx, entry) in survey.into_iter().enumerate() {
