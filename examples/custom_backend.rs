@@ -257,7 +257,7 @@ async fn main() -> anyhow::Result<()> {
     // 2. The store proven by the test kit. A backend's tests write one test per case
     // (`persistence_contract!(persistence, Fresh::new)`, see the tests below); here, three cases.
     // The kit runs each case on a runtime of its own, so it runs on a blocking thread here.
-    let report = tokio::task::spawn_blocking(|| {
+    let report = session_persistence::keyed::run_blocking(|| {
         let wanted =
             ["round_trip", "crash_recovery_of_an_open_step", "read_from_serves_stored_suffixes_without_closers"];
         persistence_testkit::persistence_contract().only(|case| wanted.contains(&case)).run(Fresh::new)

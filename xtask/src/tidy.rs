@@ -176,6 +176,48 @@ fn no_ignored_or_should_panic_tests_and_no_stubs() {
 }
 
 #[test]
+fn the_hop_to_the_blocking_pool_has_one_home() {
+    // Built with concat! so this file does not match its own pattern.
+    let pattern = concat!("spawn_", "blocking(");
+    let home = Path::new("crates/session-persistence/src/keyed.rs");
+    let mut problems = Vec::new();
+    for path in rust_files().into_iter().chain(example_files()) {
+        let path_text = relative(&path);
+        // Library and example code only: tests and the test-only crates may drive the pool as
+        // they need to.
+        let library =
+            path_text.starts_with("crates/") && path_text.contains("/src/") || path_text.starts_with("examples/");
+        let test_only =
+            ["crates/persistence-testkit/", "crates/projection-testkit/"].iter().any(|dir| path_text.starts_with(dir));
+        if !library || test_only || Path::new(&path_text) == home {
+            continue;
+        }
+        for (line_idx, line) in read(&path).lines().enumerate() {
+            if !line.trim_start().starts_with("//") && line.contains(pattern) {
+                problems.push(format!(
+                    "{path_text}:{}: calls `{pattern}` directly; use `session_persistence::keyed::run_blocking` \
+                     (a panic resumes in the caller, a cancellation at shutdown is a typed error)",
+                    line_idx + 1
+                ));
+            }
+        }
+    }
+    report("the hop to the blocking pool", problems);
+}
+
+/// The examples' `.rs` files (a package outside [`SOURCE_DIRS`]).
+fn example_files() -> Vec<PathBuf> {
+    let dir = project_root().join("examples");
+    let mut files: Vec<PathBuf> = fs::read_dir(&dir)
+        .unwrap_or_else(|err| panic!("cannot read {}: {err}", dir.display()))
+        .map(|entry| entry.unwrap_or_else(|err| panic!("cannot read {}: {err}", dir.display())).path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "rs"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
 fn every_crate_inherits_workspace_lints() {
     let (members, _) = workspace_graph();
     let mut problems = Vec::new();

@@ -19,7 +19,7 @@ use apiproxy::{
 use clap::{Parser, Subcommand, ValueEnum};
 use session_core::SessionStore;
 use session_persistence::Coordinator;
-use session_persistence::{Compression, SessionPersistence};
+use session_persistence::{Compression, SessionPersistence, keyed::run_blocking};
 use session_persistence_postgres::{SCHEMA_VERSION, SetupOutcome};
 use session_projection::ProjectionRegistry;
 use session_projection_cache::{BackfillOptions, CacheConfig, CacheError, ProjectionCache};
@@ -456,7 +456,7 @@ async fn gateway(options: &StoreLocation, config: ProxyConfig) -> Result<(Arc<Co
     // Opening waits (briefly) for a held lock and creates directories: blocking work, so it runs
     // on the blocking pool, as does opening the checkpoint store below.
     let opening = options.clone();
-    let coordinator = tokio::task::spawn_blocking(move || ops::open_location_writable(&opening))
+    let coordinator = run_blocking(move || ops::open_location_writable(&opening))
         .await?
         .with_context(|| format!("cannot open the session store {}", options.path().display()))?;
     let store = Arc::new(SessionStore::new(Arc::new(SystemClock)));
@@ -467,7 +467,7 @@ async fn gateway(options: &StoreLocation, config: ProxyConfig) -> Result<(Arc<Co
     // second database beside a SQLite one. They are derived data: deleting them loses nothing but
     // log reads.
     let location = options.clone();
-    let checkpoints = tokio::task::spawn_blocking(move || ops::open_checkpoints(&location))
+    let checkpoints = run_blocking(move || ops::open_checkpoints(&location))
         .await?
         .with_context(|| format!("cannot open the projection cache of {}", options.path().display()))?;
     let cache = ProjectionCache::new(

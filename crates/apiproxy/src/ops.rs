@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use session_core::{Clock, SessionHeader, SessionId, SessionStore};
 use session_persistence::{
     Compression, Coordinator, CoordinatorConfig, Inspection, JsonlConfig, JsonlStore, Listing, PersistenceError,
-    ScanSink, SessionPersistence, StoreEncoding, inspect_into,
+    ScanSink, SessionPersistence, StoreEncoding, inspect_into, keyed::run_blocking_with,
 };
 use session_persistence_postgres::{PgCheckpointStore, PgConfig, PgStore, SetupOutcome, is_postgres_url};
 use session_persistence_sqlite::{SqliteCheckpointStore, SqliteConfig, SqliteStore};
@@ -78,15 +78,6 @@ impl PgLocation {
     }
 }
 
-/// Runs blocking work that must not run on an async worker thread (a PostgreSQL store blocks on
-/// a runtime of its own) on a thread of its own, and waits for it.
-fn off_runtime<T: Send>(work: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|scope| match scope.spawn(work).join() {
-        Ok(value) => value,
-        Err(panic) => std::panic::resume_unwind(panic),
-    })
-}
-
 /// The prefix of a `--store` argument that names a SQLite database.
 pub const SQLITE_PREFIX: &str = "sqlite:";
 
@@ -132,7 +123,7 @@ pub fn open_location_writable(location: &StoreLocation) -> Result<Arc<Coordinato
         StoreLocation::Jsonl(options) => open_writable(options),
         StoreLocation::Sqlite { path } => backend_coordinator(Arc::new(SqliteStore::open(SqliteConfig::file(path))?)),
         StoreLocation::Postgres(location) => {
-            let (store, outcome) = off_runtime(|| PgStore::setup(&location.config))?;
+            let (store, outcome) = PgStore::setup(&location.config)?;
             match outcome {
                 SetupOutcome::Created => {
                     tracing::info!(store = %location.shown.display(), "created the session store schema")
@@ -151,7 +142,7 @@ pub fn open_location_writable(location: &StoreLocation) -> Result<Arc<Coordinato
 /// says what it did; other stores need none (`None`).
 pub fn setup_location(location: &StoreLocation) -> Result<Option<SetupOutcome>, ProxyError> {
     match location {
-        StoreLocation::Postgres(location) => Ok(Some(off_runtime(|| PgStore::setup(&location.config))?.1)),
+        StoreLocation::Postgres(location) => Ok(Some(PgStore::setup(&location.config)?.1)),
         StoreLocation::Jsonl(_) | StoreLocation::Sqlite { .. } => Ok(None),
     }
 }
@@ -167,9 +158,7 @@ pub fn open_location_read_only(location: &StoreLocation) -> Result<Arc<Coordinat
             }
             backend_coordinator(Arc::new(SqliteStore::open_for_reading(path)?))
         }
-        StoreLocation::Postgres(location) => {
-            backend_coordinator(Arc::new(off_runtime(|| PgStore::open(&location.config))?))
-        }
+        StoreLocation::Postgres(location) => backend_coordinator(Arc::new(PgStore::open(&location.config)?)),
     }
 }
 
@@ -199,7 +188,7 @@ pub fn open_checkpoints(
             Ok(Arc::new(SqliteCheckpointStore::open(&session_persistence_sqlite::Target::File(records))?))
         }
         StoreLocation::Postgres(location) => {
-            let store = off_runtime(|| PgStore::open(&location.config))
+            let store = PgStore::open(&location.config)
                 .map_err(|error| session_projection_cache::CacheError::Storage { message: error.to_string() })?;
             Ok(Arc::new(PgCheckpointStore::new(Arc::new(store))))
         }
@@ -440,22 +429,18 @@ pub async fn verify_log(coordinator: &Coordinator, header: &SessionHeader, optio
     let cancel = CancellationToken::new();
     let path = coordinator.locate(header);
     let report = |n_events, status| LogReport { id: id.clone(), path: path.clone(), n_events, status };
-    let backend = Arc::clone(coordinator.backend());
     let (scan_id, scan_cancel) = (id.clone(), cancel.clone());
-    let scanned = tokio::task::spawn_blocking(move || {
+    let scanned = run_blocking_with(coordinator.backend(), move |backend| {
         let mut sink = CountSink::default();
         backend.scan(&scan_id, &scan_cancel, &mut sink)
     })
     .await;
     let torn = match scanned {
-        Ok(Ok(Some(outcome))) => outcome.torn.is_some(),
-        Ok(Ok(None)) => {
+        Ok(Some(outcome)) => outcome.torn.is_some(),
+        Ok(None) => {
             return report(0, LogStatus::Unreadable { message: "the log vanished during the scan".to_owned() });
         }
-        Ok(Err(error)) => return report(0, classify(error)),
-        Err(join_error) => {
-            return report(0, LogStatus::Unreadable { message: format!("the scan failed: {join_error}") });
-        }
+        Err(error) => return report(0, classify(error)),
     };
     let (n_events, closers) = match inspect_into(coordinator, &id, &cancel, CountSink::default()).await {
         Ok((sink, summary)) => (sink.n_events, summary.n_closers),
@@ -491,11 +476,7 @@ pub async fn verify(
     options: VerifyOptions,
     mut progress: impl FnMut(usize, usize, &LogReport),
 ) -> Result<Vec<LogReport>, ProxyError> {
-    let backend = Arc::clone(coordinator.backend());
-    let survey = match tokio::task::spawn_blocking(move || backend.survey(&CancellationToken::new())).await {
-        Ok(survey) => survey?,
-        Err(join_error) => std::panic::resume_unwind(join_error.into_panic()),
-    };
+    let survey = run_blocking_with(coordinator.backend(), |backend| backend.survey(&CancellationToken::new())).await?;
     let total = survey.len();
     let mut reports = Vec::with_capacity(total);
     for (idx, entry) in survey.into_iter().enumerate() {

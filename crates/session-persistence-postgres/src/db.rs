@@ -1,14 +1,23 @@
 //! The connection side: a small Tokio runtime of the store's own that drives the async client's
 //! connections, a `deadpool-postgres` pool on it, and the bridge the synchronous [`Backend`]
-//! calls cross (`block_on` with a time bound per query). Errors become [`PersistenceError`]s that
-//! never carry the password.
+//! calls cross (a wait on the store's runtime with a time bound per query, from whatever thread
+//! calls: see [`Db::run`]). Errors become [`PersistenceError`]s that never carry the password.
 //!
 //! [`Backend`]: session_persistence::Backend
 
-use std::{fmt, future::Future, io, path::PathBuf, time::Duration};
+use std::{
+    fmt,
+    future::Future,
+    io,
+    path::PathBuf,
+    sync::Arc,
+    task::{Context, Poll, Wake, Waker},
+    time::Duration,
+};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use session_persistence::{PersistenceError, Result};
+use tokio::runtime::RuntimeFlavor;
 use tokio_postgres::error::SqlState;
 
 use crate::config::{PgConfig, scrub};
@@ -83,14 +92,22 @@ impl Db {
         Ok(Db { runtime: Some(runtime), pool, shown, password: config.password(), query_timeout: config.query_timeout })
     }
 
-    /// Runs `work` with a pooled connection, on the calling thread, blocking it until done.
+    /// Runs `work` with a pooled connection, blocking the calling thread until it is done. Works
+    /// from any thread, and never panics for want of the right one:
     ///
-    /// Must not be called on an async runtime's worker thread (the coordinator calls backends on
-    /// the blocking pool, where this is allowed).
+    /// - outside a Tokio runtime (a plain thread, or Tokio's blocking pool, where the coordinator
+    ///   calls backends), it blocks on the store's runtime;
+    /// - on a worker of a multi-thread runtime, it does the same inside
+    ///   `tokio::task::block_in_place`, so that worker's other tasks move to another worker while
+    ///   it waits;
+    /// - on a current-thread runtime, whose one thread cannot be handed off, it polls `work` on
+    ///   this thread with the store's runtime entered (the connections, the pool and the timers
+    ///   all run there, so nothing waits for the caller's runtime: no deadlock), and blocks that
+    ///   thread until the answer comes, for at most the query timeout per step.
     pub(crate) fn run<T>(&self, work: impl AsyncFnOnce(&mut Client) -> Result<T>) -> Result<T> {
         // Invariant: the runtime lives until drop.
         let runtime = self.runtime.as_ref().expect("the runtime lives as long as the pool");
-        runtime.block_on(async {
+        let call = async {
             let mut client = self.pool.get().await.map_err(|error| self.pool_error(error))?;
             let result = work(&mut client).await;
             if matches!(result, Err(PersistenceError::Io { .. })) {
@@ -99,7 +116,21 @@ impl Db {
                 drop(deadpool_postgres::Object::take(client));
             }
             result
-        })
+        };
+        match tokio::runtime::Handle::try_current().map(|caller| caller.runtime_flavor()) {
+            Err(_) => runtime.block_on(call),
+            // Also right on the multi-thread runtime's blocking pool, where `block_in_place`
+            // only runs the closure.
+            Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(|| runtime.block_on(call)),
+            // A current-thread runtime (its worker, where `block_on` would panic, or its blocking
+            // pool: the two cannot be told apart, and this is right on both).
+            Ok(_) => {
+                let _entered = runtime.enter();
+                // Unconstrained: the caller's task budget must not make the store's timers and
+                // channels yield forever to a task that cannot yield.
+                wait_here(tokio::task::unconstrained(call))
+            }
+        }
     }
 
     /// One step of a query, bounded by the query timeout.
@@ -179,6 +210,30 @@ impl Db {
 
     pub(crate) fn scrub(&self, text: &str) -> String {
         scrub(text, self.password.as_deref())
+    }
+}
+
+/// Polls `future` to its end on the calling thread, parking the thread between polls (what a
+/// current-thread runtime's worker can do without Tokio's `block_on`, which refuses to nest).
+fn wait_here<F: Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut context = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+        // A spurious wake-up only costs one more poll.
+        std::thread::park();
     }
 }
 

@@ -98,7 +98,8 @@ fn to_sql_seq(seq: u64) -> i64 {
 impl PgStore {
     /// Creates the schema's tables if they are missing (or migrates an older version), then
     /// opens the store: the explicit setup step a gateway runs on start. Refuses a schema of a
-    /// newer version. Blocks: async callers run it on the blocking pool.
+    /// newer version. Blocks (from any thread; see the crate documentation): async callers run it on
+    /// the blocking pool.
     pub fn setup(config: &PgConfig) -> Result<(PgStore, SetupOutcome)> {
         let db = Db::new(config)?;
         let schema = config.schema.clone();
@@ -107,7 +108,8 @@ impl PgStore {
     }
 
     /// Opens a store that is set up at this build's schema version; a missing store is refused
-    /// with the setup step to run. Blocks: async callers run it on the blocking pool.
+    /// with the setup step to run. Blocks (from any thread; see the crate documentation): async
+    /// callers run it on the blocking pool.
     pub fn open(config: &PgConfig) -> Result<PgStore> {
         let db = Db::new(config)?;
         let schema = config.schema.clone();

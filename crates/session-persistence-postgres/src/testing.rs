@@ -74,7 +74,7 @@ impl ScratchSchema {
     pub fn new() -> Option<ScratchSchema> {
         let schema = ScratchSchema::bare()?;
         let config = schema.config.clone();
-        off_async(move || PgStore::setup(&config).map(drop)).expect("set up a scratch schema");
+        PgStore::setup(&config).map(drop).expect("set up a scratch schema");
         Some(schema)
     }
 
@@ -105,15 +105,14 @@ impl ScratchSchema {
         &self.url
     }
 
-    /// A new store over the schema, with connections of its own. Callable from async code: the
-    /// store is opened on a thread of its own.
+    /// A new store over the schema, with connections of its own. Callable from async code, as
+    /// every store call is (see the crate documentation).
     ///
     /// # Panics
     ///
     /// When the store cannot be opened.
     pub fn open(&self) -> PgStore {
-        let config = self.config.clone();
-        off_async(move || PgStore::open(&config)).expect("open the scratch schema's store")
+        PgStore::open(&self.config).expect("open the scratch schema's store")
     }
 
     /// Runs `statements` (simple-query protocol, `{s}` standing for the schema's name) and
@@ -177,7 +176,7 @@ fn run_sql(config: &PgConfig, statements: &str) -> Result<Vec<Vec<Option<String>
     })
 }
 
-/// Runs `work` on a thread of its own: the store blocks on a runtime of its own, which an async
+/// Runs `work` on a thread of its own: [`run_sql`] blocks on a runtime of its own, which an async
 /// caller's thread must not do.
 fn off_async<T: Send>(work: impl FnOnce() -> T + Send) -> T {
     std::thread::scope(|scope| scope.spawn(work).join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))

@@ -25,7 +25,8 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     backend::{Backend, HeaderPage, Listing, LogFault, PageRequest, Revision, ScanOutcome, ScanSink, StoredHeader},
     error::{PersistenceError, Result},
-    keyed::{KeyedGuard, KeyedLocks, run_blocking, run_blocking_with},
+    // A backend call's hop to the blocking pool: the one helper, under the name the call sites use.
+    keyed::{BlockingCancelled, KeyedGuard, KeyedLocks, run_blocking, run_blocking_with as blocking},
     live::LiveWriter,
     persistence::{Inspection, SessionPersistence, StreamSink, StreamSummary, Streamed},
     validate::{ReadThreads, scan_validated},
@@ -222,14 +223,6 @@ impl Coordinator {
         let cache = self.inner.cache.lock();
         (cache.entries.len(), cache.bytes)
     }
-}
-
-/// Runs a blocking backend call on the blocking pool.
-async fn blocking<T: Send + 'static>(
-    backend: &Arc<dyn Backend>,
-    call: impl FnOnce(&dyn Backend) -> Result<T> + Send + 'static,
-) -> Result<T> {
-    run_blocking_with(backend, call).await
 }
 
 fn check_cancel(cancel: &CancellationToken) -> Result<()> {
@@ -806,7 +799,7 @@ impl SessionPersistence for Coordinator {
     async fn inspect_stream(&self, id: &SessionId, cancel: &CancellationToken, sink: Box<dyn StreamSink>) -> Streamed {
         check_cancel(cancel)?;
         let (inner, id, cancel) = (Arc::clone(&self.inner), id.clone(), cancel.clone());
-        run_blocking(move || inner.stream(&id, &cancel, sink)).await
+        run_blocking(move || inner.stream(&id, &cancel, sink)).await?
     }
 
     /// Keeps `lanes` blocking threads reading back to back: each takes the next read when it
@@ -829,7 +822,7 @@ impl SessionPersistence for Coordinator {
             .map(|_| {
                 let (inner, queue, stop, cancel) =
                     (Arc::clone(&self.inner), Arc::clone(&queue), Arc::clone(&stop), cancel.clone());
-                tokio::task::spawn_blocking(move || {
+                run_blocking(move || {
                     let mut done = Vec::new();
                     while !stop.load(Ordering::Acquire) {
                         let Some((idx, (id, sink))) = queue.lock().next() else { break };
@@ -856,11 +849,7 @@ impl SessionPersistence for Coordinator {
                 }
                 Ok(Err(payload)) => panic = panic.or(Some(payload)),
                 // A lane the runtime cancelled before it ran leaves its reads unfinished (below).
-                Err(join_error) => {
-                    if let Ok(payload) = join_error.try_into_panic() {
-                        panic = panic.or(Some(payload));
-                    }
-                }
+                Err(BlockingCancelled) => {}
             }
         }
         if let Some(payload) = panic {

@@ -2,11 +2,13 @@
 //! holds an entry only while someone holds or awaits it, and the hop to Tokio's blocking pool
 //! that every file-touching call takes.
 
-use std::{collections::HashMap, fmt, sync::Arc};
+use std::{collections::HashMap, fmt, future::Future, sync::Arc};
 
 use parking_lot::Mutex;
 use session_core::SessionId;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+
+use crate::error::PersistenceError;
 
 /// One async mutex per session id, created on first use and dropped once nobody holds or awaits
 /// it, so the registry does not grow with the number of ids ever touched.
@@ -83,24 +85,62 @@ impl Drop for KeyedGuard<'_> {
     }
 }
 
-/// Runs `call` on Tokio's blocking pool and waits for it; a panic in `call` resumes in the
-/// caller. Every file-touching call of the storage layers goes through here, so no runtime
-/// thread ever waits on the disk.
-pub async fn run_blocking<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> T {
-    match tokio::task::spawn_blocking(call).await {
-        Ok(result) => result,
-        Err(join_error) => std::panic::resume_unwind(join_error.into_panic()),
+/// A call sent to Tokio's blocking pool that never ran to its end because the runtime shut down
+/// first (the pool drops queued calls at shutdown, and refuses new ones once it has begun). Not a
+/// bug, so not a panic: the caller reports it as its own cancellation (for the storage crates,
+/// `PersistenceError::Cancelled`, through the `From` impl below).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the blocking call was cancelled: the runtime is shutting down")]
+pub struct BlockingCancelled;
+
+impl From<BlockingCancelled> for PersistenceError {
+    fn from(_: BlockingCancelled) -> PersistenceError {
+        PersistenceError::Cancelled
     }
 }
 
-/// [`run_blocking`] with a shared handle: `call` gets `&S` on the blocking pool.
-pub async fn run_blocking_with<S, T>(shared: &Arc<S>, call: impl FnOnce(&S) -> T + Send + 'static) -> T
+/// Runs `call` on Tokio's blocking pool and waits for it. This is the one hop to the blocking pool
+/// of the workspace: every file-touching or connection-blocking call of the storage layers goes
+/// through here, so no runtime thread ever waits on the disk or a database.
+///
+/// The call is handed to the pool when this function is called (not when the future is first
+/// polled), so several calls started side by side run side by side. A panic in `call` resumes in
+/// the caller; a call the runtime dropped at shutdown is [`BlockingCancelled`].
+///
+/// # Panics
+///
+/// Outside a Tokio runtime's context (as `tokio::task::spawn_blocking` does), and when `call`
+/// panics.
+pub fn run_blocking<T: Send + 'static>(
+    call: impl FnOnce() -> T + Send + 'static,
+) -> impl Future<Output = std::result::Result<T, BlockingCancelled>> + Send + 'static {
+    let task = tokio::task::spawn_blocking(call);
+    async move {
+        match task.await {
+            Ok(result) => Ok(result),
+            Err(join_error) => match join_error.try_into_panic() {
+                Ok(payload) => std::panic::resume_unwind(payload),
+                // The only other way a blocking task ends early: the runtime cancelled it.
+                Err(_cancelled) => Err(BlockingCancelled),
+            },
+        }
+    }
+}
+
+/// [`run_blocking`] for a fallible call with a shared handle: `call` gets `&S` on the blocking
+/// pool, and a cancellation becomes the call's own error type (`Cancelled`).
+pub fn run_blocking_with<S, T, E>(
+    shared: &Arc<S>,
+    call: impl FnOnce(&S) -> std::result::Result<T, E> + Send + 'static,
+) -> impl Future<Output = std::result::Result<T, E>> + Send + 'static
 where
     S: ?Sized + Send + Sync + 'static,
     T: Send + 'static,
+    E: From<BlockingCancelled> + Send + 'static,
 {
     let shared = Arc::clone(shared);
-    run_blocking(move || call(&shared)).await
+    let task = run_blocking(move || call(&shared));
+    async move { task.await? }
 }
 
 #[cfg(test)]
@@ -133,6 +173,44 @@ mod tests {
     async fn a_panic_on_the_blocking_pool_resumes_in_the_caller() {
         let caught = tokio::spawn(run_blocking(|| -> u8 { std::panic::panic_any("boom") })).await.unwrap_err();
         assert_eq!(*caught.into_panic().downcast::<&str>().unwrap(), "boom");
-        assert_eq!(run_blocking(|| 7).await, 7);
+        assert_eq!(run_blocking(|| 7).await, Ok(7));
+    }
+
+    #[tokio::test]
+    async fn a_fallible_call_keeps_its_own_error() {
+        let shared = Arc::new(5u64);
+        let doubled: Result<u64, PersistenceError> = run_blocking_with(&shared, |n| Ok(n * 2)).await;
+        assert_eq!(doubled.unwrap(), 10);
+        let failed: Result<u64, PersistenceError> = run_blocking_with(&shared, |_| {
+            Err(PersistenceError::io(std::path::PathBuf::from("store"), std::io::Error::other("refused")))
+        })
+        .await;
+        assert!(matches!(failed, Err(PersistenceError::Io { .. })), "{failed:?}");
+    }
+
+    /// A runtime that has shut down drops the calls handed to its blocking pool: the caller gets a
+    /// cancellation, not a panic (what `Ctrl-C` on a gateway used to print).
+    #[test]
+    fn a_call_on_a_runtime_that_shut_down_is_cancelled_not_a_panic() {
+        for flavor in ["current_thread", "multi_thread"] {
+            let runtime = match flavor {
+                "current_thread" => tokio::runtime::Builder::new_current_thread().build().unwrap(),
+                _ => tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap(),
+            };
+            let handle = runtime.handle().clone();
+            runtime.shutdown_background();
+            let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (plain, fallible) = {
+                let _entered = handle.enter();
+                let flag = Arc::clone(&ran);
+                let plain = run_blocking(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
+                let fallible = run_blocking_with(&Arc::new(()), |()| Ok::<_, PersistenceError>(1));
+                (plain, fallible)
+            };
+            assert_eq!(futures::executor::block_on(plain), Err(BlockingCancelled), "{flavor}");
+            let fallible = futures::executor::block_on(fallible);
+            assert!(matches!(fallible, Err(PersistenceError::Cancelled)), "{flavor}: {fallible:?}");
+            assert!(!ran.load(std::sync::atomic::Ordering::SeqCst), "{flavor}: a cancelled call never runs");
+        }
     }
 }

@@ -19,7 +19,7 @@ use serde_json::Map;
 use session_core::{Clock, Session, SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
     CorruptKind, Location, PersistenceError, ScanSink, SessionPersistence, inspect_into,
-    keyed::{KeyedGuard, KeyedLocks, run_blocking_with},
+    keyed::{BlockingCancelled, KeyedGuard, KeyedLocks, run_blocking, run_blocking_with},
 };
 use session_projection::{CheckpointRows, Failures, ProjectionRegistry, RestoreFold, Restored, Snapshot};
 use tokio::sync::Notify;
@@ -226,10 +226,33 @@ impl ProjectionCache {
     /// A value is served only from a row at its unit's current version whose state decodes; a
     /// unit whose fold failed on this log is reported in `failures`, as a live snapshot reports
     /// it. `as_of_seq` is the lowest watermark among the served values (under-claiming is safe for
-    /// a reader that keeps the higher seq). Reads the record inline (one small read at most), so
-    /// it blocks: async callers run it on the blocking pool (the subagent listing and the
-    /// gateway's `session.list` look up all their cold sessions in one hop).
-    pub fn cached_snapshot(&self, header: &SessionHeader) -> Option<Snapshot> {
+    /// a reader that keeps the higher seq). The record is read on the blocking pool (one small
+    /// read at most), so this may be awaited on any runtime; a store that fails, or a runtime
+    /// shutting down, reads as no record.
+    pub async fn cached_snapshot(&self, header: &SessionHeader) -> Option<Snapshot> {
+        let headers = vec![Arc::new(header.clone())];
+        self.cached_snapshots(headers).await.pop().flatten()
+    }
+
+    /// [`cached_snapshot`](Self::cached_snapshot) of each of `headers`, in order, looked up in
+    /// one hop to the blocking pool (a listing's cold sessions, read side by side with nothing
+    /// else to wait for).
+    pub async fn cached_snapshots(&self, headers: Vec<Arc<SessionHeader>>) -> Vec<Option<Snapshot>> {
+        let n_headers = headers.len();
+        if n_headers == 0 {
+            return Vec::new();
+        }
+        let cache = self.clone();
+        run_blocking(move || headers.iter().map(|header| cache.cached_snapshot_blocking(header)).collect())
+            .await
+            .unwrap_or_else(|BlockingCancelled| std::iter::repeat_with(|| None).take(n_headers).collect())
+    }
+
+    /// [`cached_snapshot`](Self::cached_snapshot) on the calling thread: it reads the record
+    /// inline, so it blocks. For code that already runs where blocking is allowed (Tokio's
+    /// blocking pool, a plain thread), as the subagent listing's checkpoint source does; async
+    /// code awaits [`cached_snapshot`](Self::cached_snapshot) instead.
+    pub fn cached_snapshot_blocking(&self, header: &SessionHeader) -> Option<Snapshot> {
         let record = match self.inner.store.get(&header.id) {
             Ok(record) => record?,
             Err(error) => {
@@ -314,14 +337,6 @@ impl fmt::Debug for ProjectionCache {
     }
 }
 
-/// Runs a store call on the blocking pool.
-async fn blocking<T: Send + 'static>(
-    store: &Arc<dyn CheckpointStore>,
-    call: impl FnOnce(&dyn CheckpointStore) -> Result<T> + Send + 'static,
-) -> Result<T> {
-    run_blocking_with(store, call).await
-}
-
 impl Inner {
     async fn lock_session(&self, id: &SessionId) -> KeyedGuard<'_> {
         self.write_locks.lock(id).await
@@ -330,7 +345,7 @@ impl Inner {
     /// The stored record of `id`; a failing store reads as no record (the cache is derived data).
     pub(crate) async fn record_of(&self, id: &SessionId) -> Option<CheckpointRecord> {
         let probe = id.clone();
-        match blocking(&self.store, move |store| store.get(&probe)).await {
+        match run_blocking_with(&self.store, move |store| store.get(&probe)).await {
             Ok(record) => record,
             Err(error) => {
                 tracing::warn!(session = %id, %error, "session projection cache: cannot read the record (folding without it)");
@@ -365,7 +380,7 @@ impl Inner {
             }
         }
         let target = id.clone();
-        let result = blocking(&self.store, move |store| store.put(&target, &record)).await;
+        let result = run_blocking_with(&self.store, move |store| store.put(&target, &record)).await;
         match result {
             Ok(()) => {
                 bump(&self.counters.records_stored);

@@ -2,7 +2,7 @@
 
 use std::{io, path::PathBuf, sync::Arc};
 
-use session_persistence::PersistenceError;
+use session_persistence::{PersistenceError, keyed::BlockingCancelled};
 use session_projection::RestoreError;
 
 /// The one error type of this crate. It is `Clone` (sources are shared) because callers that share
@@ -81,6 +81,12 @@ impl From<PersistenceError> for CacheError {
             PersistenceError::Cancelled => CacheError::Cancelled,
             other => CacheError::Persistence(Arc::new(other)),
         }
+    }
+}
+
+impl From<BlockingCancelled> for CacheError {
+    fn from(_: BlockingCancelled) -> CacheError {
+        CacheError::Cancelled
     }
 }
 

@@ -8,7 +8,7 @@
 //!   [`DiskCheckpointStore`] (one file per session, replaced atomically, checksummed, stamped
 //!   with a format version).
 //! - [`ProjectionCache`]: [`cached_snapshot`](ProjectionCache::cached_snapshot) (zero log
-//!   reads), [`write`](ProjectionCache::write) (flush the log, then replace the record; an older
+//!   reads; async, the record is read on the blocking pool), [`write`](ProjectionCache::write) (flush the log, then replace the record; an older
 //!   cut never replaces a newer one), [`cold_snapshot`](ProjectionCache::cold_snapshot) (rows plus
 //!   a tail read, or a streamed fold of the whole log; concurrent callers share one read), and the
 //!   write policy ([`ProjectionCache::attach`]).
@@ -98,7 +98,7 @@
 //!
 //!     // The stored values of this lifetime of "s1", with zero log reads: what a live snapshot
 //!     // served at the cut.
-//!     let cached = cache.cached_snapshot(session.header()).expect("a record of this lifetime");
+//!     let cached = cache.cached_snapshot(session.header()).await.expect("a record of this lifetime");
 //!     assert_eq!(cached.as_of_seq, 1);
 //!     assert_eq!(cached.values["endedTurns"], json!(1));
 //!     assert_eq!(cached.values, registry.snapshot(&session).values);
@@ -107,7 +107,7 @@
 //!     // A record is bound to one lifetime of its id: another `createdAt` is not served.
 //!     let mut recreated = (**session.header()).clone();
 //!     recreated.created_at += 1;
-//!     assert!(cache.cached_snapshot(&recreated).is_none());
+//!     assert!(cache.cached_snapshot(&recreated).await.is_none());
 //!     Ok(())
 //! })
 //! # }

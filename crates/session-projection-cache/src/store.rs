@@ -10,10 +10,11 @@ use crate::{error::Result, record::CheckpointRecord};
 
 /// Durable storage of checkpoint records, one per session id.
 ///
-/// Calls are synchronous and may block on I/O: the cache runs `put` and `remove` (and the `get`
-/// of a cold read) on the blocking pool. `cached_snapshot` calls `get` inline (its async callers
-/// run it on the blocking pool), so `get` should cost one read of one record at most (the disk
-/// store reads only a regular file, and at most 256 MiB of it).
+/// Calls are synchronous and may block on I/O: the cache makes every call on the blocking pool
+/// (`ProjectionCache::cached_snapshot_blocking` calls `get` on the caller's thread, which must be
+/// allowed to block). `get` should cost one read of one record at most (the disk store reads
+/// only a regular file, and at most 256 MiB of it). Do not call a store from async code
+/// directly: hop to the blocking pool (`session_persistence::keyed::run_blocking`).
 ///
 /// Contract:
 /// - `put` replaces the whole record of `id` atomically: a concurrent `get` sees the old record

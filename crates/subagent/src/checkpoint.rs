@@ -17,13 +17,14 @@ use session_projection_cache::ProjectionCache;
 /// a second own descriptor keeps serving the first one until the record is rewritten.
 pub trait CheckpointSource: Send + Sync + fmt::Debug {
     /// The stored client values for the lifecycle `header` names, or `None` when nothing usable
-    /// is stored. Must not read the session log.
+    /// is stored. Must not read the session log. The listing calls it on Tokio's blocking pool
+    /// (all of a listing's cold children in one hop), so it may block on a read.
     fn cached_snapshot(&self, header: &SessionHeader) -> Option<Snapshot>;
 }
 
 impl CheckpointSource for ProjectionCache {
     fn cached_snapshot(&self, header: &SessionHeader) -> Option<Snapshot> {
-        ProjectionCache::cached_snapshot(self, header)
+        ProjectionCache::cached_snapshot_blocking(self, header)
     }
 }
 

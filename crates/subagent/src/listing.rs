@@ -15,7 +15,7 @@ use std::{
 use session_core::{Session, SessionEvent, SessionHeader, SessionId, SessionStore};
 use session_persistence::{
     CorruptKind, Location, PersistenceError, ScanSink, SessionPersistence, StreamSummary, inspect_each_into,
-    keyed::run_blocking_with,
+    keyed::{BlockingCancelled, run_blocking},
 };
 use session_projection::{ProjectionRegistry, RestoreError, RestoreFold, Snapshot};
 use tokio_util::sync::CancellationToken;
@@ -320,13 +320,17 @@ impl<'a> Listing<'a> {
         let misses = || std::iter::repeat_with(|| None).take(n_headers).collect();
         let Some(cache) = self.cache.filter(|_| n_headers > 0) else { return Ok(misses()) };
         // `cached_identity` contains a source's panic per header, so the hop itself cannot fail.
-        let lookup = run_blocking_with(cache, move |cache| {
-            headers.iter().map(|header| cached_identity(cache, header)).collect::<Vec<_>>()
-        });
+        if cancel.is_cancelled() {
+            return Err(SubagentError::ListingCancelled);
+        }
+        let cache = Arc::clone(cache);
+        let lookup =
+            run_blocking(move || headers.iter().map(|header| cached_identity(&*cache, header)).collect::<Vec<_>>());
         tokio::select! {
             biased;
             () = cancel.cancelled() => Err(SubagentError::ListingCancelled),
-            looked_up = lookup => Ok(looked_up),
+            // A runtime shutting down cancels the hop: the listing is cancelled with it.
+            looked_up = lookup => looked_up.map_err(|BlockingCancelled| SubagentError::ListingCancelled),
         }
     }
 

@@ -8,7 +8,7 @@ use session_core::{
     CreateOptions, HeaderField, HeaderMeta, JsonData, Oversized, Session, SessionEvent, SessionHeader, SessionId,
     StoreError, TooLarge,
 };
-use session_persistence::{PageKey, PageRequest, PersistenceError, StoredHeader, keyed::run_blocking};
+use session_persistence::{PageKey, PageRequest, PersistenceError, StoredHeader};
 use session_projection::{ProjectionUnit, Snapshot};
 use tokio_util::sync::CancellationToken;
 
@@ -228,12 +228,11 @@ pub(super) async fn list_page(
 }
 
 /// The checkpoint cache's stored snapshots of `cold`, in order, looked up in one hop to the
-/// blocking pool: the cache reads its record files, which must not stall the runtime's threads.
+/// blocking pool (the cache makes the hop: its records are files or rows, which must not stall
+/// the runtime's threads).
 async fn cached_snapshots(shared: &Shared, cold: &[StoredHeader]) -> Vec<Option<Snapshot>> {
-    let misses = || std::iter::repeat_with(|| None).take(cold.len()).collect();
-    let Some(cache) = shared.cache.clone().filter(|_| !cold.is_empty()) else { return misses() };
-    let headers: Vec<_> = cold.iter().map(|stored| Arc::clone(&stored.header)).collect();
-    run_blocking(move || headers.iter().map(|header| cache.cached_snapshot(header)).collect()).await
+    let Some(cache) = &shared.cache else { return cold.iter().map(|_| None).collect() };
+    cache.cached_snapshots(cold.iter().map(|stored| Arc::clone(&stored.header)).collect()).await
 }
 
 pub(super) fn read_error(id: &str, error: ReadError, what: &str) -> RpcError {

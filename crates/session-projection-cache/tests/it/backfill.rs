@@ -37,7 +37,7 @@ async fn a_backfill_warms_every_session_once_and_changes_no_value() {
     // Each record holds what a fold of its log gives.
     for (id, n_marks) in [("a", 1), ("b", 3)] {
         assert_eq!(world.record(id), Some(world.record_of(&header(id, 0), &log(n_marks))), "{id}");
-        let served = world.cache.cached_snapshot(&header(id, 0)).expect("served from the record");
+        let served = world.cache.cached_snapshot(&header(id, 0)).await.expect("served from the record");
         let folded = world.registry.restore(&Default::default(), log(n_marks).iter().map(|event| &**event), 0).unwrap();
         assert_eq!(served.values, folded.snapshot.values, "{id}");
     }
@@ -51,7 +51,7 @@ async fn a_backfill_warms_every_session_once_and_changes_no_value() {
     for id in ["a", "b", "c"] {
         assert!(world.take_reads(id).is_empty(), "{id}");
     }
-    assert!(world.cache.cached_snapshot(&header("zz", 0)).is_none());
+    assert!(world.cache.cached_snapshot(&header("zz", 0)).await.is_none());
     let cancelled = CancellationToken::new();
     cancelled.cancel();
     assert!(world.cache.backfill(BackfillOptions::default(), &cancelled, |_| {}).await.is_err());

@@ -170,16 +170,16 @@ async fn a_cache_over_a_damaged_disk_store_serves_the_log() {
     let first = world.cache.cold_snapshot(&id, &CancellationToken::new()).await.unwrap();
     assert_eq!(world.take_reads("s"), vec![Call::Stream]);
     assert_eq!(
-        world.cache.cached_snapshot(&header("s", 0)).map(|snapshot| snapshot.values),
+        world.cache.cached_snapshot(&header("s", 0)).await.map(|snapshot| snapshot.values),
         Some(first.values.clone())
     );
 
     fs::write(disk.record_path(&id).unwrap(), b"{\"format\":\"session-projection-cache\",\"ver").unwrap();
-    assert_eq!(world.cache.cached_snapshot(&header("s", 0)), None);
+    assert_eq!(world.cache.cached_snapshot(&header("s", 0)).await, None);
     let again = world.cache.cold_snapshot(&id, &CancellationToken::new()).await.unwrap();
     assert_eq!(again, first);
     assert_eq!(world.take_reads("s"), vec![Call::Stream], "only the read count changes");
-    assert!(world.cache.cached_snapshot(&header("s", 0)).is_some(), "the write-back healed the record");
+    assert!(world.cache.cached_snapshot(&header("s", 0)).await.is_some(), "the write-back healed the record");
 
     // A second cache over the same root sees the healed record.
     let reopened = ProjectionCache::new(

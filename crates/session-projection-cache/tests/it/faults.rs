@@ -46,7 +46,7 @@ async fn a_unit_failing_on_one_session_is_contained_on_every_read_path() {
         assert_eq!(record.failures.get("test/flaky").map(|failure| failure.seq), Some(2));
 
         for (id, live) in [("broken", &live_broken), ("healthy", &live_healthy)] {
-            let cached = world.cache.cached_snapshot(&world.record_header(id)).unwrap();
+            let cached = world.cache.cached_snapshot(&world.record_header(id)).await.unwrap();
             assert_eq!(&cached, live, "{id}: cached");
             world.take_reads(id);
             let cold = world.cache.cold_snapshot(&SessionId::from(id), &CancellationToken::new()).await.unwrap();
@@ -76,7 +76,7 @@ async fn a_poisoned_row_degrades_its_key_in_the_cached_snapshot_and_is_refolded_
     world.put_record("s", &record);
     let header = world.record_header("s");
 
-    let cached = world.cache.cached_snapshot(&header).unwrap();
+    let cached = world.cache.cached_snapshot(&header).await.unwrap();
     assert!(matches!(cached.failures.get("test/label"), Some(UnitFailure::View { panicked: true, .. })), "{cached:?}");
     assert!(!cached.values.contains_key("test/label"));
     assert_eq!(cached.values.get("test/marks"), live.values.get("test/marks"), "other keys are served");
@@ -85,7 +85,7 @@ async fn a_poisoned_row_degrades_its_key_in_the_cached_snapshot_and_is_refolded_
     let cold = world.cache.cold_snapshot(&SessionId::from("s"), &CancellationToken::new()).await.unwrap();
     assert_eq!(cold, live, "the poisoned row changes no value");
     assert_eq!(world.take_reads("s"), vec![Call::ReadFrom(1), Call::Stream]);
-    assert_eq!(world.cache.cached_snapshot(&header), Some(live), "the write-back healed the row");
+    assert_eq!(world.cache.cached_snapshot(&header).await, Some(live), "the write-back healed the row");
 }
 
 #[tokio::test]

@@ -353,7 +353,7 @@ async fn cached_snapshot_is_none_when_every_row_is_version_mismatched() {
         row.ver = 99;
     }
     world.put_record("s", &record);
-    assert_eq!(world.cache.cached_snapshot(&header("s", 0)), None);
+    assert_eq!(world.cache.cached_snapshot(&header("s", 0)).await, None);
 }
 
 #[tokio::test]
@@ -362,11 +362,11 @@ async fn identity_includes_cwd() {
     let mut stored = header("s", 0);
     stored.cwd = Some("/work".into());
     world.put_record("s", &world.record_of(&stored, &four_events()));
-    assert!(world.cache.cached_snapshot(&stored).is_some());
+    assert!(world.cache.cached_snapshot(&stored).await.is_some());
     let mut elsewhere = stored.clone();
     elsewhere.cwd = Some("/elsewhere".into());
-    assert_eq!(world.cache.cached_snapshot(&elsewhere), None);
-    assert_eq!(world.cache.cached_snapshot(&header("s", 0)), None);
+    assert_eq!(world.cache.cached_snapshot(&elsewhere).await, None);
+    assert_eq!(world.cache.cached_snapshot(&header("s", 0)).await, None);
 }
 
 #[tokio::test]
@@ -389,12 +389,37 @@ async fn cached_snapshot_serves_a_matching_header_only() {
     let mut events = four_events();
     events.push(event(4, "test/other", json!({})));
     world.put_record("s", &world.record_of(&header("s", 0), &events));
-    let snapshot = world.cache.cached_snapshot(&header("s", 0)).expect("the record serves");
+    let snapshot = world.cache.cached_snapshot(&header("s", 0)).await.expect("the record serves");
     assert_eq!(snapshot.as_of_seq, 4);
     assert_eq!(Value::Object(snapshot.values), json!({"test/marks": {"marks": ["a", "b"]}}));
-    assert_eq!(world.cache.cached_snapshot(&header("s", 1)), None, "a recreated id");
-    assert_eq!(world.cache.cached_snapshot(&header("unknown", 0)), None);
+    assert_eq!(world.cache.cached_snapshot(&header("s", 1)).await, None, "a recreated id");
+    assert_eq!(world.cache.cached_snapshot(&header("unknown", 0)).await, None);
     assert_eq!(world.take_reads("s"), vec![], "zero log reads");
+}
+
+/// The read API hops to the blocking pool itself, so it serves the same values awaited on a
+/// multi-thread runtime's worker as on a current-thread runtime; a batch is one hop, in order.
+async fn check_cached_reads_on_this_runtime() {
+    let world = World::new(WorldOptions { policy: false, ..WorldOptions::default() });
+    let mut events = four_events();
+    events.push(event(4, "test/other", json!({})));
+    world.put_record("s", &world.record_of(&header("s", 0), &events));
+    let single = world.cache.cached_snapshot(&header("s", 0)).await.expect("the record serves");
+    assert_eq!(Value::Object(single.values.clone()), json!({"test/marks": {"marks": ["a", "b"]}}));
+    let headers = vec![Arc::new(header("unknown", 0)), Arc::new(header("s", 0)), Arc::new(header("s", 1))];
+    assert_eq!(world.cache.cached_snapshots(headers).await, vec![None, Some(single), None]);
+    assert_eq!(world.cache.cached_snapshots(Vec::new()).await, vec![]);
+    assert_eq!(world.take_reads("s"), vec![], "zero log reads");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_reads_serve_on_a_multi_thread_runtime() {
+    check_cached_reads_on_this_runtime().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn cached_reads_serve_on_a_current_thread_runtime() {
+    check_cached_reads_on_this_runtime().await;
 }
 
 #[tokio::test]
@@ -404,7 +429,7 @@ async fn cached_snapshot_reports_the_lowest_watermark() {
     let mut record = world.record_of(&header("s", 0), &events);
     record.rows.get_mut("test/sum").unwrap().seq = 1;
     world.put_record("s", &record);
-    assert_eq!(world.cache.cached_snapshot(&header("s", 0)).map(|snapshot| snapshot.as_of_seq), Some(1));
+    assert_eq!(world.cache.cached_snapshot(&header("s", 0)).await.map(|snapshot| snapshot.as_of_seq), Some(1));
 }
 
 // ---------------------------------------------------------------------------------------------

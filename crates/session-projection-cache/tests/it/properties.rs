@@ -109,13 +109,13 @@ proptest! {
             // Whatever the policy stored so far is the live value at its cut.
             world.cache.settle().await;
             let header = world.record_header("p");
-            if let Some(cached) = world.cache.cached_snapshot(&header) {
+            if let Some(cached) = world.cache.cached_snapshot(&header).await {
                 let cut = (cached.as_of_seq + 1) as usize;
                 prop_assert_eq!(&cached, &restore_from_zero(registry, &events[..cut]));
             }
 
             world.retire("p").await;
-            prop_assert_eq!(world.cache.cached_snapshot(&header), Some(live.clone()));
+            prop_assert_eq!(world.cache.cached_snapshot(&header).await, Some(live.clone()));
             let cold = world.cache.cold_snapshot(&SessionId::from("p"), &CancellationToken::new()).await;
             if events.is_empty() {
                 // Persistence stores no empty log.
@@ -234,8 +234,8 @@ proptest! {
 
             // The disposal write stored the final cut in both worlds, whatever happened before.
             let header = clean.world.record_header("p");
-            prop_assert_eq!(clean.world.cache.cached_snapshot(&header), Some(live.clone()));
-            prop_assert_eq!(damaged.world.cache.cached_snapshot(&header), Some(live.clone()));
+            prop_assert_eq!(clean.world.cache.cached_snapshot(&header).await, Some(live.clone()));
+            prop_assert_eq!(damaged.world.cache.cached_snapshot(&header).await, Some(live.clone()));
 
             match last {
                 Some(Tamper::Delete) => {
@@ -244,7 +244,7 @@ proptest! {
                 Some(Tamper::Damage(kind)) => damage(&damaged.disk, "p", kind),
                 None | Some(Tamper::ColdRead) => {}
             }
-            let cached = damaged.world.cache.cached_snapshot(&header);
+            let cached = damaged.world.cache.cached_snapshot(&header).await;
             prop_assert!(cached.is_none() || cached == Some(live.clone()), "{:?}", cached);
 
             for twin in [&clean, &damaged] {
