@@ -125,7 +125,7 @@ async fn a_live_session_that_meets_the_writer_fence_stops_writing_until_it_is_re
     // The first host's next write meets the fence; from then on it writes nothing.
     append_turn(&session, 2);
     let err = one_store.flush(&id).await.unwrap_err();
-    assert!(err.to_string().contains("can no longer be written"), "{err}");
+    assert!(err.to_string().contains("append starts at seq 2, stored next seq is 5"), "{err}");
     let reason = one.fence(&id).expect("the first host's live copy is fenced");
     assert!(two.fence(&id).is_none(), "the writer that won is not fenced");
     let appends = one_backend.appends();
