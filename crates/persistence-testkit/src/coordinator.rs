@@ -229,7 +229,8 @@ async fn a_first_write_that_meets_a_log_created_meanwhile_is_fenced(h: &Cx<'_>) 
     let loaded = two.load(&id, &cancel).await.unwrap();
     assert_eq!(loaded.events[..], first.events()[..], "the stored log is the first writer's");
     let meta = HeaderMeta { created_at: Some(loaded.header.created_at), ..meta() };
-    let resumed = two_store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }).unwrap();
+    let resumed =
+        two_store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }).unwrap();
     append_turn(&resumed, 9);
     two_store.flush(&id).await.unwrap();
     let stored = two.read_from(&id, 0, &cancel).await.unwrap().events;

@@ -50,7 +50,11 @@ impl Db {
             .enable_all()
             .build()
             .map_err(|error| {
-                PersistenceError::database(&shown, DatabaseFault::Other, format!("starting the driver's runtime: {error}"))
+                PersistenceError::database(
+                    &shown,
+                    DatabaseFault::Other,
+                    format!("starting the driver's runtime: {error}"),
+                )
             })?;
         let mut connection = config.connection.clone();
         let statement_timeout_ms = config.query_timeout.as_millis().max(1);
@@ -67,8 +71,10 @@ impl Db {
         if connection.get_application_name().is_none() {
             connection.application_name("session-persistence-postgres");
         }
-        let tls =
-            config.tls.connector().map_err(|message| PersistenceError::database(&shown, DatabaseFault::Other, message))?;
+        let tls = config
+            .tls
+            .connector()
+            .map_err(|message| PersistenceError::database(&shown, DatabaseFault::Other, message))?;
         let manager = Manager::from_config(connection, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = {
             let _entered = runtime.enter();

@@ -8,8 +8,9 @@ use std::{fmt, path::PathBuf, sync::Arc};
 
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
-    Backend, CorruptKind, FencedWrite, HeaderPage, Listing, Location, LogFault, PageKey, PageRequest, PersistenceError, Result,
-    Revision, ScanOutcome, ScanSink, StoredHeader, TornTail, format::decode_header_line, format::encode_header_line,
+    Backend, CorruptKind, FencedWrite, HeaderPage, Listing, Location, LogFault, PageKey, PageRequest, PersistenceError,
+    Result, Revision, ScanOutcome, ScanSink, StoredHeader, TornTail, format::decode_header_line,
+    format::encode_header_line,
 };
 use tokio_postgres::{IsolationLevel, Row, types::ToSql};
 use tokio_util::sync::CancellationToken;
@@ -341,10 +342,7 @@ impl PgStore {
                 Err(error) if is_unique_violation(&error) => {
                     return Err(PersistenceError::inconsistent(
                         id,
-                        format!(
-                            "session {id} holds event rows from seq {} on, past its stored next seq",
-                            first.seq
-                        ),
+                        format!("session {id} holds event rows from seq {} on, past its stored next seq", first.seq),
                     ));
                 }
                 Err(error) => return Err(db.error(error)),

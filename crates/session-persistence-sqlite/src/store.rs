@@ -20,8 +20,8 @@ use parking_lot::Mutex;
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
-    Backend, CorruptKind, FencedWrite, Listing, Location, LogFault, PersistenceError, Result, Revision, ScanOutcome, ScanSink,
-    StoredHeader, TornTail,
+    Backend, CorruptKind, FencedWrite, Listing, Location, LogFault, PersistenceError, Result, Revision, ScanOutcome,
+    ScanSink, StoredHeader, TornTail,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -573,7 +573,12 @@ impl Backend for SqliteStore {
                 (Some(marker), current) => {
                     if current != Some(marker.truncate_to) {
                         // Another writer repaired or wrote the tail since it was read.
-                        return Err(PersistenceError::fenced(id, FencedWrite::TornTail, marker.truncate_to, scan.next_seq));
+                        return Err(PersistenceError::fenced(
+                            id,
+                            FencedWrite::TornTail,
+                            marker.truncate_to,
+                            scan.next_seq,
+                        ));
                     }
                     transaction
                         .execute(

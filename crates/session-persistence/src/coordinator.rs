@@ -522,7 +522,8 @@ impl Inner {
     ) -> PersistenceError {
         let id = session.id();
         let ours = seed.iter().zip(stored).take_while(|(live, stored)| live == stored).count() as u64;
-        let state = IdState { header, cursor: ours, materialized: true, owner: Some(Arc::downgrade(session)), stale: true };
+        let state =
+            IdState { header, cursor: ours, materialized: true, owner: Some(Arc::downgrade(session)), stale: true };
         self.states.lock().insert(id.clone(), state);
         PersistenceError::fenced(id, FencedWrite::Append, ours, stored.len() as u64)
     }
@@ -540,9 +541,7 @@ impl Inner {
         if !state.owner().is_some_and(|owner| Arc::ptr_eq(&owner, session)) {
             return Err(PersistenceError::collision(
                 &id,
-                format!(
-                    "session \"{id}\" is already bound to a different live session in this backend (id collision)"
-                ),
+                format!("session \"{id}\" is already bound to a different live session in this backend (id collision)"),
             ));
         }
         let batch: Vec<Arc<SessionEvent>> = batch.into_iter().filter(|event| event.seq >= state.cursor).collect();

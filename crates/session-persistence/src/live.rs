@@ -147,7 +147,7 @@ impl LiveWriter {
         match self.pending.lock().fenced {
             Some(fence) => {
                 Err(PersistenceError::fenced(self.session.id(), fence.write, fence.seq, fence.stored_next_seq))
-            },
+            }
             None => Ok(()),
         }
     }

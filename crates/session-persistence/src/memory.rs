@@ -117,7 +117,12 @@ impl Backend for MemoryStore {
                 if !materialized {
                     // Another writer created the log after this one found the id free.
                     let first = events.first().map_or(0, |event| event.seq);
-                    return Err(PersistenceError::fenced(&header.id, FencedWrite::Append, first, log.events.len() as u64));
+                    return Err(PersistenceError::fenced(
+                        &header.id,
+                        FencedWrite::Append,
+                        first,
+                        log.events.len() as u64,
+                    ));
                 }
                 log.events.extend(events.iter().cloned());
                 log.generation += 1;
