@@ -95,7 +95,7 @@ fn append_turn(session: &Session, turn: u64) {
 
 /// Two hosts over one shared store hold one session live in turn. The second resumes it and
 /// writes first, so the first host's next write meets the writer fence and its live copy is
-/// fenced: its flushes fail at once with the conflict and nothing more reaches the store; a
+/// fenced: its flushes fail at once with the fence and nothing more reaches the store; a
 /// release unbinds it without writing; resumed from the store, it holds the second host's log and
 /// writes again. Runs where two opens are two writers of one store ([`Place::shared_writers`]).
 async fn a_live_session_that_meets_the_writer_fence_stops_writing_until_it_is_resumed(h: &Cx<'_>) {

@@ -91,8 +91,8 @@ pub trait Place {
 
     /// Whether two backends opened over this place at the same time are two writers of one store
     /// (a database that several processes or hosts share), whose appends the writer fence decides
-    /// between: a stale writer's append is refused with a `Conflict`. The coordinator case that
-    /// checks what a host does with a fenced live session runs only then; `false`, the default,
+    /// between: a stale writer's append is refused with `PersistenceError::Fenced`. The coordinator
+    /// cases that check what a host does with a fenced live session run only then; `false`, the default,
     /// skips it and the report says so.
     fn shared_writers(&self) -> bool {
         false

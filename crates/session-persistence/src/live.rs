@@ -97,7 +97,7 @@ impl LiveWriter {
                 let (Some(writer), Some(inner)) = (writer.upgrade(), weak_inner.upgrade()) else {
                     return;
                 };
-                // A fenced writer said so once, when the conflict fenced it.
+                // A fenced writer said so once, when the fence stopped it.
                 if let Err(err) = writer.drain(&inner).await
                     && writer.fenced().is_none()
                 {
