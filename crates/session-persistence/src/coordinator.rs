@@ -82,8 +82,9 @@ struct IdState {
     /// The live session that writes this log, if any.
     owner: Option<Weak<Session>>,
     /// The stored log moved on without this writer: an append was refused as stale, and what is
-    /// stored from the cursor on is not what it sent (another process or host wrote the session,
-    /// the writer fence). A live writer is fenced only then.
+    /// stored from the cursor on is not what it sent, or a live copy's binding found a stored log
+    /// that its own does not extend (another process or host wrote or created the session, the
+    /// writer fence). A live writer is fenced only then.
     stale: bool,
 }
 
