@@ -22,8 +22,8 @@ use std::{
 use serde_json::json;
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
-    Backend, Coordinator, CoordinatorConfig, Listing, PersistenceError, Result, Revision, ScanOutcome, ScanSink,
-    SessionPersistence, StoredHeader, TornTail,
+    Backend, Coordinator, CoordinatorConfig, FencedWrite, Listing, PersistenceError, Result, Revision, ScanOutcome,
+    ScanSink, SessionPersistence, StoredHeader, TornTail,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -158,12 +158,11 @@ impl Backend for BTreeStore {
         let mut logs = self.logs.write().unwrap_or_else(PoisonError::into_inner);
         match logs.get_mut(&header.id) {
             // The coordinator says the log does not exist yet, but it does: another writer
-            // created it. Refuse, rather than append to a log of another lifetime.
-            Some(_) if !materialized => {
-                return Err(PersistenceError::Conflict {
-                    id: header.id.clone(),
-                    message: format!("refusing to materialize \"{}\": a log already exists", header.id),
-                });
+            // created it meanwhile. Refuse with the writer fence, rather than append to a log of
+            // another lifetime; the coordinator fences the live copy that sent it.
+            Some(log) if !materialized => {
+                let first = events.first().map_or(0, |event| event.seq);
+                return Err(PersistenceError::fenced(&header.id, FencedWrite::Append, first, log.events.len() as u64));
             }
             Some(log) => {
                 log.events.extend(events.iter().cloned());

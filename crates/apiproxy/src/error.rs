@@ -8,6 +8,7 @@ use session_projection::RegisterError;
 /// The library's error type. Business outcomes of requests are not errors: they are
 /// [`RpcError`](crate::wire::RpcError) values answered with HTTP 200.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProxyError {
     /// Listening off loopback without any bearer token would expose every session.
     #[error("refusing to listen on non-loopback address {addr} without a bearer token; pass --token")]

@@ -401,8 +401,9 @@ impl ScanSink for CountSink {
 
 fn classify(error: PersistenceError) -> LogStatus {
     match error {
-        // An id stored twice is damage to the store, not a read failure.
-        PersistenceError::Corrupt { .. } | PersistenceError::Conflict { .. } => {
+        // An id stored twice, or rows and metadata that disagree, is damage to the store, not a
+        // read failure.
+        PersistenceError::Corrupt { .. } | PersistenceError::Inconsistent { .. } => {
             LogStatus::Corrupt { message: error.to_string() }
         }
         PersistenceError::FormatUnsupported { .. } => LogStatus::Unsupported { message: error.to_string() },

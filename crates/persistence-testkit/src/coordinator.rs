@@ -9,7 +9,9 @@ use serde_json::json;
 use session_core::{
     CreateOptions, HeaderMeta, ManualClock, Session, SessionEvent, SessionHeader, SessionId, SessionStore,
 };
-use session_persistence::{Backend, Coordinator, CoordinatorConfig, CountingBackend, ReadThreads, SessionPersistence};
+use session_persistence::{
+    Backend, Coordinator, CoordinatorConfig, CountingBackend, PersistenceError, ReadThreads, SessionPersistence,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::Place;
@@ -74,7 +76,7 @@ fn append_turn(session: &Session, turn: u64) {
 
 /// Two hosts over one shared store hold one session live in turn. The second resumes it and
 /// writes first, so the first host's next write meets the writer fence and its live copy is
-/// fenced: its flushes fail at once with the conflict and nothing more reaches the store; a
+/// fenced: its flushes fail at once with the fence and nothing more reaches the store; a
 /// release unbinds it without writing; resumed from the store, it holds the second host's log and
 /// writes again. Runs where two opens are two writers of one store ([`Place::shared_writers`]).
 pub(crate) async fn a_live_session_that_meets_the_writer_fence_stops_writing_until_it_is_resumed(h: &Cx<'_>) {
@@ -107,7 +109,7 @@ pub(crate) async fn a_live_session_that_meets_the_writer_fence_stops_writing_unt
     // The first host's next write meets the fence; from then on it writes nothing.
     append_turn(&session, 2);
     let err = one_store.flush(&id).await.unwrap_err();
-    assert!(err.to_string().contains("can no longer be written"), "{err}");
+    assert!(err.to_string().contains("append starts at seq 2, stored next seq is 5"), "{err}");
     let reason = one.fence(&id).expect("the first host's live copy is fenced");
     assert!(two.fence(&id).is_none(), "the writer that won is not fenced");
     let appends = one_backend.appends();
@@ -163,6 +165,57 @@ pub(crate) async fn a_write_whose_reply_was_lost_is_not_taken_for_another_writer
     let stored = persistence.read_from(&id, 0, &cancel).await.unwrap().events;
     assert_eq!(stored.to_vec(), session.events().to_vec(), "every event stored once, in order");
     persistence.close().await.unwrap();
+}
+
+/// Two hosts over one shared store both create one new id (each finds it free) and hold it
+/// live. The first one's write creates the log, so the second one's first write meets the writer
+/// fence: its copy is fenced exactly as after any later write (not an id collision, not retried),
+/// its release says so, and resumed from the store it writes again. Runs where two opens are two
+/// writers of one store ([`Place::shared_writers`]).
+pub(crate) async fn a_first_write_that_meets_a_log_created_meanwhile_is_fenced(h: &Cx<'_>) {
+    if !h.place.shared_writers() {
+        h.note("skipped: the place has no concurrent writers (Place::shared_writers)");
+        return;
+    }
+    let cancel = CancellationToken::new();
+    let id = SessionId::from("s-created-twice");
+    let mut header = SessionHeader::new(id.clone(), 1_000);
+    header.cwd = Some("/work".into());
+    let one = Coordinator::new(h.place.open(), CoordinatorConfig::default()).unwrap();
+    let two_backend = Arc::new(CountingBackend::new(h.place.open()));
+    let two = Coordinator::new(two_backend.clone(), CoordinatorConfig::default()).unwrap();
+    one.create(header.clone(), &cancel).await.unwrap();
+    two.create(header, &cancel).await.unwrap();
+    let (one_store, two_store) = (live_store(&one), live_store(&two));
+    let first = one_store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta() }).unwrap();
+    let second = two_store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta() }).unwrap();
+    append_turn(&first, 1);
+    one_store.flush(&id).await.unwrap();
+
+    // The second copy's first write would create the log the first one created meanwhile.
+    append_turn(&second, 7);
+    let err = two_store.flush(&id).await.unwrap_err();
+    assert!(err.to_string().contains("append starts at seq 0, stored next seq is 2"), "{err}");
+    assert!(two.fence(&id).is_some(), "the second copy is fenced");
+    assert!(one.fence(&id).is_none(), "the writer that won is not fenced");
+    let appends = two_backend.appends();
+    append_turn(&second, 8);
+    assert!(two_store.flush(&id).await.is_err(), "a fenced copy stays fenced");
+    assert_eq!(two_backend.appends(), appends, "a fenced copy sends no more writes");
+
+    drop(two_store.detach(&id));
+    let released = two.release(&id, &cancel).await.unwrap_err();
+    assert!(matches!(released, PersistenceError::Fenced { seq: 0, stored_next_seq: 2, .. }), "{released:?}");
+    assert_eq!(two.durable_len(&id), None, "a released copy is not bound any more");
+    let loaded = two.load(&id, &cancel).await.unwrap();
+    assert_eq!(loaded.events[..], first.events()[..], "the stored log is the first writer's");
+    let meta = HeaderMeta { created_at: Some(loaded.header.created_at), ..meta() };
+    let resumed =
+        two_store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }).unwrap();
+    append_turn(&resumed, 9);
+    two_store.flush(&id).await.unwrap();
+    let stored = two.read_from(&id, 0, &cancel).await.unwrap().events;
+    assert_eq!(stored[..], resumed.events()[..], "resumed, it writes again");
 }
 
 fn turn(seq0: u64) -> Vec<Arc<SessionEvent>> {

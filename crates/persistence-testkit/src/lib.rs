@@ -98,8 +98,8 @@ pub trait Place {
 
     /// Whether two backends opened over this place at the same time are two writers of one store
     /// (a database that several processes or hosts share), whose appends the writer fence decides
-    /// between: a stale writer's append is refused with a `Conflict`. The coordinator case that
-    /// checks what a host does with a fenced live session runs only then; `false`, the default,
+    /// between: a stale writer's append is refused with `PersistenceError::Fenced`. The coordinator
+    /// cases that check what a host does with a fenced live session run only then; `false`, the default,
     /// skips it and the report says so.
     fn shared_writers(&self) -> bool {
         false
@@ -291,6 +291,7 @@ macro_rules! __coordinator_cases {
             coordinator::long_logs_validate_the_same_on_the_relay_thread_auto,
             coordinator::a_live_session_that_meets_the_writer_fence_stops_writing_until_it_is_resumed,
             coordinator::a_write_whose_reply_was_lost_is_not_taken_for_another_writer,
+            coordinator::a_first_write_that_meets_a_log_created_meanwhile_is_fenced,
         ] }
     };
 }

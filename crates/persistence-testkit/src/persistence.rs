@@ -405,7 +405,9 @@ pub(crate) async fn a_new_live_session_cannot_take_over_a_stored_id(h: &Cx<'_>) 
     let session = store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta() }).unwrap();
     append_turn(&session, 1);
     let err = store.flush(&id).await.unwrap_err();
-    assert!(err.to_string().contains("id collision"), "{err}");
+    // Another writer's log where this copy's first write goes: the writer fence.
+    assert!(err.to_string().contains("append starts at seq 0, stored next seq is 6"), "{err}");
+    assert!(persistence.fence(&id).is_some(), "the new live copy is fenced");
     let read = persistence.read_from(&id, 0, &cancel()).await.unwrap();
     assert_eq!(read.events.to_vec(), one_turn(0, 1), "the stored log is untouched");
 }
@@ -445,7 +447,7 @@ pub(crate) async fn a_live_session_is_inspected_live_before_its_first_write(h: &
     assert!(inspected.live);
     assert_eq!(kinds(&inspected.events), ["turn/start"], "a live snapshot keeps its open turn");
     let err = persistence.append(session.id(), vec![plain("turn/end", 1, json!({"turn": 1}))], &cancel()).await;
-    assert!(matches!(err, Err(PersistenceError::Conflict { .. })), "{err:?}");
+    assert!(matches!(err, Err(PersistenceError::Collision { .. })), "{err:?}");
 }
 
 pub(crate) async fn release_lets_go_of_a_detached_session_at_once(h: &Cx<'_>) {

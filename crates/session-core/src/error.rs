@@ -11,6 +11,7 @@ pub type ObserverError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// Why a session could not be built or an event could not be appended. A rejected append leaves
 /// the log unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SessionError {
     /// Append step 1: the payload is outside the lossless JSON domain.
     #[error("session event \"{kind}\" carries non-JSON-serializable data")]
@@ -95,6 +96,7 @@ impl SessionError {
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// `create`, `prepare` or `publish` named an id that another session already holds live in
     /// this store.

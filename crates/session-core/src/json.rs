@@ -19,6 +19,7 @@ pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
 /// Why a value is outside the lossless JSON domain.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LosslessError {
     /// A number is `-0` (or `-0.0`, `-0e5`, ...), which a JSON peer reads back as `0`.
     #[error("negative zero is not losslessly JSON-serializable")]

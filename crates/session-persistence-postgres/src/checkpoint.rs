@@ -3,7 +3,7 @@
 //! with its format name, version and CRC-32, as the disk store's files hold them. A row that fails
 //! a check is discarded with a warning, never an error: records are derived data.
 
-use std::{io, sync::Arc};
+use std::sync::Arc;
 
 use session_core::SessionId;
 use session_projection_cache::{CacheError, CheckpointRecord, CheckpointStore, RecordRow};
@@ -19,10 +19,11 @@ pub struct PgCheckpointStore {
     remove_sql: String,
 }
 
-fn cache_error(store: &PgStore, error: session_persistence::PersistenceError) -> CacheError {
+fn cache_error(error: session_persistence::PersistenceError) -> CacheError {
     match error {
         session_persistence::PersistenceError::Io { path, source } => CacheError::io(path, source),
-        other => CacheError::io(store.shown(), io::Error::other(other.to_string())),
+        // A database failure already names the store (never with its password).
+        other => CacheError::Storage { message: other.to_string() },
     }
 }
 
@@ -54,7 +55,7 @@ impl CheckpointStore for PgCheckpointStore {
             .run(async |client| {
                 db.timed("reading a checkpoint", plain(client).query_opt(&self.get_sql, &[&id.as_str()])).await
             })
-            .map_err(|error| cache_error(&self.store, error))?;
+            .map_err(cache_error)?;
         let Some(row) = row else { return Ok(None) };
         let row = RecordRow { format: row.get(0), version: row.get(1), crc32: row.get(2), record: row.get(3) };
         match row.decode(id) {
@@ -80,7 +81,7 @@ impl CheckpointStore for PgCheckpointStore {
             )
             .await
         })
-        .map_err(|error| cache_error(&self.store, error))?;
+        .map_err(cache_error)?;
         Ok(())
     }
 
@@ -90,7 +91,7 @@ impl CheckpointStore for PgCheckpointStore {
             .run(async |client| {
                 db.timed("removing a checkpoint", plain(client).execute(&self.remove_sql, &[&id.as_str()])).await
             })
-            .map_err(|error| cache_error(&self.store, error))?;
+            .map_err(cache_error)?;
         Ok(removed > 0)
     }
 }

@@ -8,15 +8,13 @@
 use std::{
     fmt,
     future::Future,
-    io,
-    path::PathBuf,
     sync::Arc,
     task::{Context, Poll, Wake, Waker},
     time::Duration,
 };
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
-use session_persistence::{PersistenceError, Result};
+use session_persistence::{DatabaseFault, PersistenceError, Result};
 use tokio::runtime::RuntimeFlavor;
 use tokio_postgres::error::SqlState;
 
@@ -58,7 +56,13 @@ impl Db {
             .thread_name("session-postgres")
             .enable_all()
             .build()
-            .map_err(|error| PersistenceError::io(PathBuf::from(&shown), error))?;
+            .map_err(|error| {
+                PersistenceError::database(
+                    &shown,
+                    DatabaseFault::Other,
+                    format!("starting the driver's runtime: {error}"),
+                )
+            })?;
         let mut connection = config.connection.clone();
         let statement_timeout_ms = config.query_timeout.as_millis().max(1);
         let options = match connection.get_options() {
@@ -74,9 +78,10 @@ impl Db {
         if connection.get_application_name().is_none() {
             connection.application_name("session-persistence-postgres");
         }
-        let tls = config.tls.connector().map_err(|message| {
-            PersistenceError::io(PathBuf::from(&shown), io::Error::new(io::ErrorKind::InvalidInput, message))
-        })?;
+        let tls = config
+            .tls
+            .connector()
+            .map_err(|message| PersistenceError::database(&shown, DatabaseFault::Other, message))?;
         let manager = Manager::from_config(connection, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = {
             let _entered = runtime.enter();
@@ -87,7 +92,7 @@ impl Db {
                 .create_timeout(Some(config.connect_timeout))
                 .recycle_timeout(Some(config.connect_timeout))
                 .build()
-                .map_err(|error| PersistenceError::io(PathBuf::from(&shown), io::Error::other(error.to_string())))?
+                .map_err(|error| PersistenceError::database(&shown, DatabaseFault::Other, error.to_string()))?
         };
         Ok(Db { runtime: Some(runtime), pool, shown, password: config.password(), query_timeout: config.query_timeout })
     }
@@ -110,7 +115,7 @@ impl Db {
         let call = async {
             let mut client = self.pool.get().await.map_err(|error| self.pool_error(error))?;
             let result = work(&mut client).await;
-            if matches!(result, Err(PersistenceError::Io { .. })) {
+            if matches!(result, Err(PersistenceError::Database { .. })) {
                 // A connection that failed (lost, timed out, or told to go away) may still look
                 // open: never hand it out again. The pool opens a fresh one on the next call.
                 drop(deadpool_postgres::Object::take(client));
@@ -156,14 +161,15 @@ impl Db {
     }
 
     pub(crate) fn timed_out(&self, what: &str) -> PersistenceError {
-        PersistenceError::io(
-            PathBuf::from(&self.shown),
-            io::Error::new(io::ErrorKind::TimedOut, format!("{what} took longer than {:?}", self.query_timeout)),
+        PersistenceError::database(
+            &self.shown,
+            DatabaseFault::Timeout,
+            format!("{what} took longer than {:?}", self.query_timeout),
         )
     }
 
-    /// A driver or server error: an I/O error on the store carrying the server's message, with
-    /// a lost connection as `ConnectionAborted`.
+    /// A driver or server error: [`PersistenceError::Database`] carrying the server's message
+    /// (its SQLSTATE first), a lost connection as [`DatabaseFault::Connection`].
     pub(crate) fn error(&self, error: tokio_postgres::Error) -> PersistenceError {
         let lost = error.code().is_some_and(|code| {
             let code = code.code();
@@ -171,11 +177,15 @@ impl Db {
             code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
         });
         let kind = if error.is_closed() || lost {
-            io::ErrorKind::ConnectionAborted
+            DatabaseFault::Connection
         } else if error.code() == Some(&SqlState::QUERY_CANCELED) {
-            io::ErrorKind::TimedOut
+            DatabaseFault::Timeout
+        } else if error.as_db_error().is_some() {
+            DatabaseFault::Server
         } else {
-            io::ErrorKind::Other
+            // The driver's own failures: a connection it could not make (TCP, TLS, auth
+            // exchange) among them.
+            DatabaseFault::Connection
         };
         let message = match error.as_db_error() {
             Some(db) => format!("{}: {}", db.code().code(), db.message()),
@@ -194,17 +204,14 @@ impl Db {
                 message
             }
         };
-        PersistenceError::io(PathBuf::from(&self.shown), io::Error::new(kind, self.scrub(&message)))
+        PersistenceError::database(&self.shown, kind, self.scrub(&message))
     }
 
     fn pool_error(&self, error: PoolError) -> PersistenceError {
         match error {
             PoolError::Backend(error) => self.error(error),
             PoolError::Timeout(_) => self.timed_out("getting a connection"),
-            other => PersistenceError::io(
-                PathBuf::from(&self.shown),
-                io::Error::new(io::ErrorKind::NotConnected, self.scrub(&other.to_string())),
-            ),
+            other => PersistenceError::database(&self.shown, DatabaseFault::Connection, self.scrub(&other.to_string())),
         }
     }
 

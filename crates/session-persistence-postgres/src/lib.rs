@@ -4,7 +4,7 @@
 //! - [`PgStore`]: a [`session_persistence::Backend`] over one schema of one database. Each
 //!   event is stored as its canonical JSON line (`text`, zstd from 4 KiB when shorter), exactly
 //!   the bytes a JSONL log holds; appends and repairs are one transaction each, fenced on the
-//!   session row so a stale writer in any process gets a typed `Conflict`; reads seek by
+//!   session row so a stale writer in any process gets a typed `Fenced`; reads seek by
 //!   `(session_id, seq)`; a parent's family and newest-first pages are index scans. The shared
 //!   `Coordinator` drives it.
 //! - [`PgCheckpointStore`]: a [`session_projection_cache::CheckpointStore`] in the same schema.

@@ -8,8 +8,9 @@ use std::{fmt, path::PathBuf, sync::Arc};
 
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
-    Backend, CorruptKind, HeaderPage, Listing, Location, LogFault, PageKey, PageRequest, PersistenceError, Result,
-    Revision, ScanOutcome, ScanSink, StoredHeader, TornTail, format::decode_header_line, format::encode_header_line,
+    Backend, CorruptKind, FencedWrite, HeaderPage, Listing, Location, LogFault, PageKey, PageRequest, PersistenceError,
+    Result, Revision, ScanOutcome, ScanSink, StoredHeader, TornTail, format::decode_header_line,
+    format::encode_header_line,
 };
 use tokio_postgres::{IsolationLevel, Row, types::ToSql};
 use tokio_util::sync::CancellationToken;
@@ -308,20 +309,21 @@ impl PgStore {
                 .timed("locking the session row", transaction.query_opt(&self.sql.lock_session, &[&id.as_str()]))
                 .await?
             else {
-                return Err(PersistenceError::Conflict {
-                    id: id.clone(),
-                    message: format!("session {id} has no stored session row to append to"),
-                });
+                return Err(PersistenceError::inconsistent(
+                    id,
+                    format!("session {id} has no stored session row to append to"),
+                ));
             };
             let stored_next: i64 = row.get(0);
             if stored_next != to_sql_seq(first.seq) {
-                return Err(PersistenceError::Conflict {
-                    id: id.clone(),
-                    message: format!(
-                        "session {id} append starts at seq {}, stored next seq is {stored_next}",
-                        first.seq
-                    ),
-                });
+                // Another writer appended first, or created the session row after this one found
+                // the id free (its insert did nothing): the writer fence.
+                return Err(PersistenceError::fenced(
+                    id,
+                    FencedWrite::Append,
+                    first.seq,
+                    u64::try_from(stored_next).unwrap_or(0),
+                ));
             }
             let seqs: Vec<i64> = encoded.iter().map(|event| event.seq).collect();
             let kinds: Vec<&str> = encoded.iter().map(|event| event.kind.as_str()).collect();
@@ -337,14 +339,13 @@ impl PgStore {
                 .await?;
             match inserted {
                 Ok(_) => {}
+                // The session row is locked and the batch starts at its next seq: a row already
+                // there means the rows and the row's next seq disagree.
                 Err(error) if is_unique_violation(&error) => {
-                    return Err(PersistenceError::Conflict {
-                        id: id.clone(),
-                        message: format!(
-                            "session {id} append starts at seq {}, and another writer stored it first",
-                            first.seq
-                        ),
-                    });
+                    return Err(PersistenceError::inconsistent(
+                        id,
+                        format!("session {id} holds event rows from seq {} on, past its stored next seq", first.seq),
+                    ));
                 }
                 Err(error) => return Err(db.error(error)),
             }
@@ -409,7 +410,8 @@ impl Backend for PgStore {
     }
 
     /// One transaction: the session row with the first batch, the fence, the rows. A stale
-    /// writer (another process appended first) gets `Conflict` and stores nothing.
+    /// writer (another process appended first, or created the session meanwhile) gets
+    /// [`PersistenceError::Fenced`] and stores nothing.
     fn append_batch(&self, header: &SessionHeader, events: &[Arc<SessionEvent>], materialized: bool) -> Result<()> {
         if events.is_empty() {
             return Ok(());

@@ -205,10 +205,11 @@ pub(crate) fn next_seq(connection: &Connection, ctx: ScanContext<'_>) -> Result<
     let base = seek_base(connection, ctx, earlier)?;
     let scan = scan_rows(connection, ctx, base, u64::MAX, &CancellationToken::new(), &mut |_| Ok(()))?;
     if let Some(torn) = scan.torn_from {
-        return Err(PersistenceError::Conflict {
-            id: ctx.id.clone(),
-            message: format!("session {} has an invalid physical tail at seq {torn}", ctx.id),
-        });
+        // A torn tail (the reference's writer crashed mid-row) is repaired by a load first.
+        return Err(PersistenceError::inconsistent(
+            ctx.id,
+            format!("session {} has an invalid physical tail at seq {torn}", ctx.id),
+        ));
     }
     Ok(scan.next_seq)
 }

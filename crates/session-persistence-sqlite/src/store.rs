@@ -20,8 +20,8 @@ use parking_lot::Mutex;
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
-    Backend, CorruptKind, Listing, Location, LogFault, PersistenceError, Result, Revision, ScanOutcome, ScanSink,
-    StoredHeader, TornTail,
+    Backend, CorruptKind, FencedWrite, Listing, Location, LogFault, PersistenceError, Result, Revision, ScanOutcome,
+    ScanSink, StoredHeader, TornTail,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -362,11 +362,7 @@ impl SqliteStore {
 }
 
 fn metadata_missing(id: &SessionId) -> PersistenceError {
-    PersistenceError::Conflict { id: id.clone(), message: format!("session {id} metadata row is missing") }
-}
-
-fn stale(id: &SessionId, message: String) -> PersistenceError {
-    PersistenceError::Conflict { id: id.clone(), message }
+    PersistenceError::inconsistent(id, format!("session {id} metadata row is missing"))
 }
 
 /// What an in-memory store's read decoded, held until the connection is free again.
@@ -548,10 +544,9 @@ impl Backend for SqliteStore {
             let stored_next = next_seq(transaction, self.ctx(id))?;
             let first = events[0].seq;
             if first != stored_next {
-                return Err(stale(
-                    id,
-                    format!("session {id} append starts at seq {first}, stored next seq is {stored_next}"),
-                ));
+                // Another writer appended first, or created the session after this one found
+                // the id free: the writer fence.
+                return Err(PersistenceError::fenced(id, FencedWrite::Append, first, stored_next));
             }
             if !materialized {
                 upsert_session(transaction, header).map_err(self.sql_error())?;
@@ -577,12 +572,12 @@ impl Backend for SqliteStore {
             match (torn, scan.torn_from) {
                 (Some(marker), current) => {
                     if current != Some(marker.truncate_to) {
-                        return Err(stale(
+                        // Another writer repaired or wrote the tail since it was read.
+                        return Err(PersistenceError::fenced(
                             id,
-                            format!(
-                                "session {id} repair is stale: physical tail no longer starts at seq {}",
-                                marker.truncate_to
-                            ),
+                            FencedWrite::TornTail,
+                            marker.truncate_to,
+                            scan.next_seq,
                         ));
                     }
                     transaction
@@ -593,7 +588,10 @@ impl Backend for SqliteStore {
                         .map_err(self.sql_error())?;
                 }
                 (None, Some(current)) => {
-                    return Err(stale(id, format!("session {id} repair omitted current torn tail at seq {current}")));
+                    return Err(PersistenceError::inconsistent(
+                        id,
+                        format!("session {id} repair omitted current torn tail at seq {current}"),
+                    ));
                 }
                 (None, None) => {}
             }
@@ -601,13 +599,7 @@ impl Backend for SqliteStore {
             if let Some(first) = appended.first()
                 && first.seq != scan.next_seq
             {
-                return Err(stale(
-                    id,
-                    format!(
-                        "session {id} repair is stale: closer starts at seq {}, stored next seq is {}",
-                        first.seq, scan.next_seq
-                    ),
-                ));
+                return Err(PersistenceError::fenced(id, FencedWrite::Repair, first.seq, scan.next_seq));
             }
             // Closers and repairs are never packed.
             let rows: Vec<NewRow<'_>> = appended.into_iter().map(scalar_row).collect();

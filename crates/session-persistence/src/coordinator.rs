@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     backend::{Backend, HeaderPage, Listing, LogFault, PageRequest, Revision, ScanOutcome, ScanSink, StoredHeader},
-    error::{PersistenceError, Result},
+    error::{FencedWrite, PersistenceError, Result},
     // A backend call's hop to the blocking pool: the one helper, under the name the call sites use.
     keyed::{BlockingCancelled, KeyedGuard, KeyedLocks, run_blocking, run_blocking_with as blocking},
     live::LiveWriter,
@@ -85,8 +85,9 @@ struct IdState {
     /// The live session that writes this log, if any.
     owner: Option<Weak<Session>>,
     /// The stored log moved on without this writer: an append was refused as stale, and what is
-    /// stored from the cursor on is not what it sent (another process or host wrote the session,
-    /// the writer fence). A live writer is fenced only then.
+    /// stored from the cursor on is not what it sent, or a live copy's binding found a stored log
+    /// that its own does not extend (another process or host wrote or created the session, the
+    /// writer fence). A live writer is fenced only then.
     stale: bool,
 }
 
@@ -342,8 +343,10 @@ impl Inner {
                 Ok(()) => break,
                 // A backend that fences writers (a database many processes share) refused the
                 // batch: earlier attempts of this very write may have committed with their
-                // replies lost, or another writer moved the log on.
-                Err(err @ PersistenceError::Conflict { .. }) if materialized => {
+                // replies lost, or another writer moved the log on. A first write (the log not
+                // materialized yet) that meets a log another writer created meanwhile is the same
+                // fence: what is stored is not this copy's.
+                Err(err @ PersistenceError::Fenced { .. }) => {
                     let stored = self.stored_from(&id, state.cursor).await?;
                     let ours = stored.iter().zip(&events).take_while(|(stored, sent)| *stored == &***sent).count();
                     if ours > 0 {
@@ -423,12 +426,12 @@ impl Inner {
                 // A retried initialization: only the unwritten suffix is left to do.
                 Some(owner) if Arc::ptr_eq(&owner, session) => state,
                 Some(_) if state.materialized => {
-                    return Err(PersistenceError::Conflict {
-                        id: id.clone(),
-                        message: format!(
+                    return Err(PersistenceError::collision(
+                        &id,
+                        format!(
                             "session \"{id}\" is already bound to a different live session in this backend (id collision)"
                         ),
-                    });
+                    ));
                 }
                 // An owner that never wrote anything frees its id.
                 Some(_) => self.bind_untracked(session, &seed).await?,
@@ -458,14 +461,18 @@ impl Inner {
         }
         if state.cursor > 0 {
             let stored = self.read_cold(id, &CancellationToken::new()).await?.map(|log| log.events).unwrap_or_default();
-            if !covers(seed, &stored) || stored.len() as u64 != state.cursor {
-                return Err(PersistenceError::Conflict {
-                    id: id.clone(),
-                    message: format!(
+            if stored.len() as u64 != state.cursor {
+                // Another writer moved the log on since it was loaded here.
+                return Err(self.fence_binding(session, state.header.clone(), seed, &stored));
+            }
+            if !covers(seed, &stored) {
+                return Err(PersistenceError::collision(
+                    id,
+                    format!(
                         "session \"{id}\" is already persisted with {} event(s) that do not match this live session (id collision)",
                         state.cursor
                     ),
-                });
+                ));
             }
         }
         Ok(state)
@@ -489,12 +496,10 @@ impl Inner {
             return Err(cwd_collision(id, &stored_header, session.header()));
         }
         if !covers(seed, &stored.events) {
-            return Err(PersistenceError::Conflict {
-                id: id.clone(),
-                message: format!(
-                    "session \"{id}\" already has a persisted log on disk that does not match this live session (id collision)"
-                ),
-            });
+            // Another writer created or wrote the id before this copy's first write (two
+            // gateways over one database that both created it): the writer fence, as after any
+            // later write, so a release unbinds this copy and a resume starts from the store.
+            return Err(self.fence_binding(session, stored_header, seed, &stored.events));
         }
         if let Some(torn) = stored.outcome.torn {
             // The live session is authoritative: cut the torn bytes but never close its turn.
@@ -511,23 +516,39 @@ impl Inner {
         })
     }
 
+    /// Binds `session` to the stored log of its id as fenced (see [`IdState::stale`]): the log
+    /// holds another writer's events where this copy's differ. Answers the fence's error. The
+    /// caller holds the id lock.
+    fn fence_binding(
+        &self,
+        session: &Arc<Session>,
+        header: Arc<SessionHeader>,
+        seed: &[Arc<SessionEvent>],
+        stored: &[Arc<SessionEvent>],
+    ) -> PersistenceError {
+        let id = session.id();
+        let ours = seed.iter().zip(stored).take_while(|(live, stored)| live == stored).count() as u64;
+        let state =
+            IdState { header, cursor: ours, materialized: true, owner: Some(Arc::downgrade(session)), stale: true };
+        self.states.lock().insert(id.clone(), state);
+        PersistenceError::fenced(id, FencedWrite::Append, ours, stored.len() as u64)
+    }
+
     /// Writes a batch of a live session's events. Events storage already has are skipped.
     pub(crate) async fn append_live(&self, session: &Arc<Session>, batch: Vec<Arc<SessionEvent>>) -> Result<()> {
         let id = session.id().clone();
         let _guard = self.lock_id(&id).await;
         let Some(mut state) = self.states.lock().get(&id).cloned() else {
-            return Err(PersistenceError::Conflict {
-                id: id.clone(),
-                message: format!("session \"{id}\" has no durable state bound to this live session"),
-            });
+            return Err(PersistenceError::collision(
+                &id,
+                format!("session \"{id}\" has no durable state bound to this live session"),
+            ));
         };
         if !state.owner().is_some_and(|owner| Arc::ptr_eq(&owner, session)) {
-            return Err(PersistenceError::Conflict {
-                id: id.clone(),
-                message: format!(
-                    "session \"{id}\" is already bound to a different live session in this backend (id collision)"
-                ),
-            });
+            return Err(PersistenceError::collision(
+                &id,
+                format!("session \"{id}\" is already bound to a different live session in this backend (id collision)"),
+            ));
         }
         let batch: Vec<Arc<SessionEvent>> = batch.into_iter().filter(|event| event.seq >= state.cursor).collect();
         let result = self.append_tracked(&mut state, batch).await;
@@ -538,7 +559,7 @@ impl Inner {
     /// Unbinds a live session after its buffered events are written. A failed write keeps the
     /// binding (and the buffer), so a later flush or release can retry; a fenced writer (another
     /// writer moved its log on, which no retry heals) is unbound without writing, its unwritten
-    /// events dropped, and the fence's `Conflict` is returned so the caller can say so.
+    /// events dropped, and the fence's `Fenced` is returned so the caller can say so.
     pub(crate) async fn retire(self: &Arc<Self>, session: Arc<Session>) -> Result<()> {
         let writer = self.live.lock().get(session.id()).cloned();
         let mut fenced = None;
@@ -649,14 +670,14 @@ fn covers(seed: &[Arc<SessionEvent>], stored: &[Arc<SessionEvent>]) -> bool {
 
 fn cwd_collision(id: &SessionId, stored: &SessionHeader, live: &SessionHeader) -> PersistenceError {
     let show = |cwd: &Option<String>| cwd.clone().unwrap_or_else(|| "(none)".to_owned());
-    PersistenceError::Conflict {
-        id: id.clone(),
-        message: format!(
+    PersistenceError::collision(
+        id,
+        format!(
             "session \"{id}\" is already persisted at a different cwd (persisted: {}, live: {}) (id collision)",
             show(&stored.cwd),
             show(&live.cwd)
         ),
-    }
+    )
 }
 
 #[async_trait::async_trait]
@@ -668,19 +689,14 @@ impl SessionPersistence for Coordinator {
         let id = header.id.clone();
         let _guard = inner.lock_id(&id).await;
         if inner.states.lock().contains_key(&id) {
-            return Err(PersistenceError::Conflict {
-                id: id.clone(),
-                message: format!("session \"{id}\" already exists in this backend"),
-            });
+            return Err(PersistenceError::collision(&id, format!("session \"{id}\" already exists in this backend")));
         }
         let probe = id.clone();
         if blocking(&inner.backend, move |backend| backend.revision(&probe)).await?.is_some() {
-            return Err(PersistenceError::Conflict {
-                id: id.clone(),
-                message: format!(
-                    "session \"{id}\" already has a persisted log on disk; load/resume it instead of creating"
-                ),
-            });
+            return Err(PersistenceError::collision(
+                &id,
+                format!("session \"{id}\" already has a persisted log on disk; load/resume it instead of creating"),
+            ));
         }
         check_cancel(cancel)?;
         inner.states.lock().insert(
@@ -698,10 +714,10 @@ impl SessionPersistence for Coordinator {
         let inner = &self.inner;
         let _guard = inner.lock_id(id).await;
         if inner.live_session(id).is_some() {
-            return Err(PersistenceError::Conflict {
-                id: id.clone(),
-                message: format!("session \"{id}\" is written by a live session; append through the session instead"),
-            });
+            return Err(PersistenceError::collision(
+                id,
+                format!("session \"{id}\" is written by a live session; append through the session instead"),
+            ));
         }
         let tracked = inner.states.lock().get(id).cloned();
         let mut state = match tracked {
@@ -888,12 +904,12 @@ impl SessionPersistence for Coordinator {
         let inner = &self.inner;
         if let Some(session) = inner.live_session(id) {
             if session.open_turn().is_some() {
-                return Err(PersistenceError::Conflict {
-                    id: id.clone(),
-                    message: format!(
+                return Err(PersistenceError::collision(
+                    id,
+                    format!(
                         "cannot load session \"{id}\" while its live turn is open; use the live Session or wait for the turn to close"
                     ),
-                });
+                ));
             }
             let snapshot = Inner::live_inspection(&session);
             self.flush(id, cancel).await?;

@@ -78,8 +78,45 @@ pub enum CorruptKind {
     Validation,
 }
 
+/// Which write met the writer fence ([`PersistenceError::Fenced`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FencedWrite {
+    /// An append (a batch, or the first batch that creates the log).
+    Append,
+    /// A repair's closers.
+    Repair,
+    /// A repair's cut of a torn tail that is no longer where it was read.
+    TornTail,
+}
+
+fn fence_message(id: &SessionId, write: FencedWrite, seq: u64, stored_next_seq: u64) -> String {
+    match write {
+        FencedWrite::Append => format!("session {id} append starts at seq {seq}, stored next seq is {stored_next_seq}"),
+        FencedWrite::Repair => {
+            format!("session {id} repair is stale: closer starts at seq {seq}, stored next seq is {stored_next_seq}")
+        }
+        FencedWrite::TornTail => format!("session {id} repair is stale: physical tail no longer starts at seq {seq}"),
+    }
+}
+
+/// What kind of failure a [`PersistenceError::Database`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DatabaseFault {
+    /// The connection was lost, refused or could not be made (including TLS).
+    Connection,
+    /// A query or getting a connection took longer than its bound.
+    Timeout,
+    /// The server refused the statement (its SQLSTATE leads the message).
+    Server,
+    /// Anything else the driver reports, such as a setting it refuses.
+    Other,
+}
+
 /// The one error type of this crate. Messages keep the reference's wording where it has one.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PersistenceError {
     /// No log is stored under `id` (and, for the live path, no session of that id is tracked).
     #[error("session \"{id}\" not found")]
@@ -128,12 +165,54 @@ pub enum PersistenceError {
         /// What was refused, in the reference's wording where it has one.
         message: String,
     },
-    /// Creating or binding a session would clash with another lifetime of the same id.
+    /// The writer fence: another writer moved the stored log of `id` past this copy (another
+    /// process or host appended to it, created it meanwhile, or repaired it), so this copy's write
+    /// would not extend it. Nothing was stored. No retry heals it: the copy must be loaded (or
+    /// released and resumed) from the store again. Every backend builds it with
+    /// [`PersistenceError::fenced`]; the message is the reference's.
+    #[error("{}", fence_message(id, *write, *seq, *stored_next_seq))]
+    Fenced {
+        /// The session both writers write.
+        id: SessionId,
+        /// Which write met the fence.
+        write: FencedWrite,
+        /// The seq this copy's write started at (where it believed the log ends; for
+        /// [`FencedWrite::TornTail`], where it believed the torn tail starts).
+        seq: u64,
+        /// The seq the stored log's next event must have: where the log really ends.
+        stored_next_seq: u64,
+    },
+    /// The id is taken by another lifetime or writer that this process can see: a create of an
+    /// id that is stored or tracked already, a live session whose cwd or log differs from the
+    /// log of its id this coordinator tracks, another live session bound to the id, or a cold
+    /// append or load that the id's live session forbids. Nothing was stored.
     #[error("{message}")]
-    Conflict {
-        /// The id both lifetimes claim.
+    Collision {
+        /// The id both claim.
         id: SessionId,
         /// What clashes (an existing log, another live session, a different header).
+        message: String,
+    },
+    /// The store contradicts itself: a log without its metadata row, an id stored twice, event
+    /// rows past the stored end, a tail that changed under the only writer. An operator's
+    /// `verify` reports it; nothing was stored.
+    #[error("{message}")]
+    Inconsistent {
+        /// The session whose stored state is inconsistent.
+        id: SessionId,
+        /// What contradicts what.
+        message: String,
+    },
+    /// A database driver or server failed an operation (for PostgreSQL: a lost or refused
+    /// connection, a query past its timeout, a server error). The write, if any, is in doubt
+    /// only as a transaction is: it committed whole or not at all.
+    #[error("database {database}: {message}")]
+    Database {
+        /// The database as messages show it (a URL never carries its password here).
+        database: String,
+        /// What kind of failure, for callers that retry some and not others.
+        kind: DatabaseFault,
+        /// The driver's or server's message, with its causes.
         message: String,
     },
     /// Another process holds the store's write lock (for JSONL, the lock on the root directory;
@@ -213,6 +292,28 @@ impl PersistenceError {
             Some(too_large) => PersistenceError::TooLarge(too_large),
             None => PersistenceError::invalid_input(error.message),
         }
+    }
+
+    /// The writer fence ([`PersistenceError::Fenced`]): `write` of `id`, starting at `seq`, meets
+    /// a stored log whose next seq is `stored_next_seq`. The one constructor every backend and
+    /// the coordinator use, so the fence reads the same whatever the store.
+    pub fn fenced(id: &SessionId, write: FencedWrite, seq: u64, stored_next_seq: u64) -> PersistenceError {
+        PersistenceError::Fenced { id: id.clone(), write, seq, stored_next_seq }
+    }
+
+    /// An id collision ([`PersistenceError::Collision`]) of `id`.
+    pub fn collision(id: &SessionId, message: impl Into<String>) -> PersistenceError {
+        PersistenceError::Collision { id: id.clone(), message: message.into() }
+    }
+
+    /// A store inconsistency ([`PersistenceError::Inconsistent`]) in the stored state of `id`.
+    pub fn inconsistent(id: &SessionId, message: impl Into<String>) -> PersistenceError {
+        PersistenceError::Inconsistent { id: id.clone(), message: message.into() }
+    }
+
+    /// A database failure ([`PersistenceError::Database`]) of `kind` on `database` (as shown).
+    pub fn database(database: impl Into<String>, kind: DatabaseFault, message: impl Into<String>) -> PersistenceError {
+        PersistenceError::Database { database: database.into(), kind, message: message.into() }
     }
 
     /// Whether this is `NotFound`.

@@ -136,7 +136,7 @@ pub use crate::{
     },
     coordinator::{Coordinator, CoordinatorConfig},
     counting::CountingBackend,
-    error::{CorruptKind, Location, PersistenceError, Result},
+    error::{CorruptKind, DatabaseFault, FencedWrite, Location, PersistenceError, Result},
     // The chunk-row codec, for backends that store packed runs in a layout of their own.
     format::{ChunkKind, ChunkRow, Compression, MIN_RUN, Record, RecordError, chunk_runs, decode_record},
     jsonl::{

@@ -7,10 +7,12 @@
 //!
 //! A write refused because the stored log moved on without this live copy (another process or
 //! host wrote the session: the writer fence) never succeeds on a retry. The writer is then
-//! *fenced*: it stops writing, and every later flush fails at once with the first conflict's
-//! reason, until the session is released (which unbinds it without writing) and resumed from the
-//! store. A refusal whose batch turns out to be stored (an earlier attempt committed and its reply
-//! was lost) is a success, and other conflicts are retried as any failed write is.
+//! *fenced*: it stops writing, and every later flush fails at once with the first fence's
+//! [`PersistenceError::Fenced`], until the session is released (which unbinds it without writing)
+//! and resumed from the store. The first write of a new session that finds a log another writer
+//! created meanwhile is fenced the same way. A refusal whose batch turns out to be stored (an
+//! earlier attempt committed and its reply was lost) is a success, and other failures are retried
+//! as any failed write is.
 
 use std::{fmt, sync::Arc};
 
@@ -20,7 +22,7 @@ use tokio::sync::Mutex as AsyncMutex;
 
 use crate::{
     coordinator::Inner,
-    error::{PersistenceError, Result},
+    error::{FencedWrite, PersistenceError, Result},
 };
 
 pub(crate) struct LiveWriter {
@@ -35,8 +37,16 @@ struct Pending {
     events: Vec<Arc<SessionEvent>>,
     timer_armed: bool,
     paused: bool,
-    /// Why this live copy can no longer be written (the first conflict), once it cannot.
-    fenced: Option<String>,
+    /// Why this live copy can no longer be written (the first fence), once it cannot.
+    fenced: Option<Fence>,
+}
+
+/// The fence that stopped a live writer: the seq its write started at, and the stored next seq.
+#[derive(Debug, Clone, Copy)]
+struct Fence {
+    write: FencedWrite,
+    seq: u64,
+    stored_next_seq: u64,
 }
 
 #[derive(Default)]
@@ -87,7 +97,7 @@ impl LiveWriter {
                 let (Some(writer), Some(inner)) = (writer.upgrade(), weak_inner.upgrade()) else {
                     return;
                 };
-                // A fenced writer said so once, when the conflict fenced it.
+                // A fenced writer said so once, when the fence stopped it.
                 if let Err(err) = writer.drain(&inner).await
                     && writer.fenced().is_none()
                 {
@@ -97,9 +107,9 @@ impl LiveWriter {
         }
     }
 
-    /// Why this live copy can no longer be written, once a write met a conflict.
+    /// Why this live copy can no longer be written, once a write met the fence.
     pub(crate) fn fenced(&self) -> Option<String> {
-        self.pending.lock().fenced.clone()
+        self.fence_error().map(|error| error.to_string())
     }
 
     /// Writes everything buffered, including events that arrive while it writes.
@@ -134,8 +144,10 @@ impl LiveWriter {
 
     /// The fence's error, if this writer is fenced.
     fn check_fence(&self) -> Result<()> {
-        match &self.pending.lock().fenced {
-            Some(reason) => Err(fenced_error(&self.session, reason)),
+        match self.pending.lock().fenced {
+            Some(fence) => {
+                Err(PersistenceError::fenced(self.session.id(), fence.write, fence.seq, fence.stored_next_seq))
+            }
             None => Ok(()),
         }
     }
@@ -148,32 +160,23 @@ impl LiveWriter {
     /// Fences this writer if `err` says another writer moved its log on (which no retry heals);
     /// answers the error to report.
     fn fence_on(&self, inner: &Inner, err: PersistenceError) -> PersistenceError {
-        if !matches!(err, PersistenceError::Conflict { .. }) || !inner.is_stale(&self.session) {
+        let PersistenceError::Fenced { write, seq, stored_next_seq, .. } = err else { return err };
+        if !inner.is_stale(&self.session) {
             return err;
         }
         let reason = err.to_string();
         let n_unwritten = {
             let mut pending = self.pending.lock();
-            pending.fenced = Some(reason.clone());
+            pending.fenced = Some(Fence { write, seq, stored_next_seq });
             pending.events.len()
         };
         tracing::warn!(
             session = %self.session.id(),
             reason = %reason,
             unwritten = n_unwritten,
-            "a live session's write met a conflict: it is not written from this process any more; \
+            "a live session's write met the writer fence: it is not written from this process any more; \
              release it and resume it from the store"
         );
-        fenced_error(&self.session, &reason)
-    }
-}
-
-fn fenced_error(session: &Session, reason: &str) -> PersistenceError {
-    let id = session.id();
-    PersistenceError::Conflict {
-        id: id.clone(),
-        message: format!(
-            "session \"{id}\" can no longer be written from this live copy ({reason}); release it and resume it from the store"
-        ),
+        err
     }
 }

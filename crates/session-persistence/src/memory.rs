@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     backend::{Backend, Listing, Revision, ScanOutcome, ScanSink, StoredHeader, TornTail},
-    error::{PersistenceError, Result},
+    error::{FencedWrite, PersistenceError, Result},
 };
 
 /// Distinguishes stores so revisions never collide across them.
@@ -115,13 +115,14 @@ impl Backend for MemoryStore {
         match logs.get_mut(&header.id) {
             Some(log) => {
                 if !materialized {
-                    return Err(PersistenceError::Conflict {
-                        id: header.id.clone(),
-                        message: format!(
-                            "refusing to materialize \"{}\": a log already exists (load/resume it instead)",
-                            header.id
-                        ),
-                    });
+                    // Another writer created the log after this one found the id free.
+                    let first = events.first().map_or(0, |event| event.seq);
+                    return Err(PersistenceError::fenced(
+                        &header.id,
+                        FencedWrite::Append,
+                        first,
+                        log.events.len() as u64,
+                    ));
                 }
                 log.events.extend(events.iter().cloned());
                 log.generation += 1;

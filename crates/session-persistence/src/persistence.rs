@@ -102,9 +102,10 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
     fn durable_len(&self, id: &SessionId) -> Option<u64>;
 
     /// Why the live session `id` can no longer be written through this persistence, when it
-    /// cannot: one of its writes met a conflict, which no retry heals (another process or host
-    /// moved its stored log on: the writer fence). Its flushes then fail at once with this
-    /// reason, its unwritten events stay in memory only, and a release unbinds it without
+    /// cannot: one of its writes met the writer fence ([`PersistenceError::Fenced`]), which no
+    /// retry heals (another process or host moved its stored log on, or created it after this
+    /// copy found the id free). Its flushes then fail at once with that error (this is its
+    /// text), its unwritten events stay in memory only, and a release unbinds it without
     /// writing, so it can be resumed from the store. `None` when it can be written or is not
     /// held live.
     fn fence(&self, id: &SessionId) -> Option<String>;

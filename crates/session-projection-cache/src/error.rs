@@ -8,6 +8,7 @@ use session_projection::RestoreError;
 /// The one error type of this crate. It is `Clone` (sources are shared) because callers that share
 /// one cold read all receive its outcome.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum CacheError {
     /// The write-policy configuration is invalid; the message names the field (reference 02 §8.1).
     #[error("{message}")]

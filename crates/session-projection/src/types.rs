@@ -156,6 +156,7 @@ pub struct RegisteredUnit {
 
 /// Why a unit could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RegisterError {
     /// The version does not survive a JSON round trip (it is above 2^53 - 1).
     #[error("session projection {key:?} stateVersion must be a non-negative integer, got {version}")]
@@ -231,6 +232,7 @@ pub enum RowProblem {
 /// Why a cold fold could not produce a result. Unit failures are not errors: they are reported
 /// per key in the result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RestoreError {
     /// A suffix fold (`base_seq > 0`) needs a usable row for every registered unit: refolding
     /// from `init` is only sound over the whole log.

@@ -50,6 +50,7 @@ impl std::fmt::Display for SubagentErrorCode {
 /// Every variant but [`SubagentError::Listing`] carries a stable [`SubagentErrorCode`]; `Listing`
 /// is the persistence listing's own error, passed through unchanged (reference 03 §5.3 step 1).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SubagentError {
     /// The projection registry is not mounted: mode and label are the row's strong contract, so a
     /// missing fold is a configuration error even with zero children.
@@ -158,6 +159,7 @@ impl DescriptorError {
 
 /// Why a child session could not be created (reference 03 §3.2, §3.5, §3.6).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CreateChildError {
     /// The requested `maxDepth` is above 2^53 - 1.
     #[error("subagent maxDepth must be a non-negative safe integer")]

@@ -204,6 +204,7 @@ pub fn render(rows: &[AgentRow]) -> String {
 
 /// Why `list_agents` failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ListAgentsError {
     /// The tool was called without a calling agent's session ([`NO_CALLING_AGENT`]).
     #[error("list_agents requires a calling agent (exec.agent was undefined)")]

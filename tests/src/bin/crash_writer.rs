@@ -59,7 +59,7 @@ fn main() {
         let mut stdout = std::io::stdout().lock();
         // A PostgreSQL server may still commit what a killed writer sent last, after this writer
         // resumed, and another writer may race this one: its next write then meets the fence
-        // (`Conflict`), and it resumes again (up to 100 times in a row).
+        // (`Fenced`), and it resumes again (up to 100 times in a row).
         let mut conflicts = 0;
         'resume: loop {
             let persistence = Coordinator::new(store.clone(), CoordinatorConfig::default()).expect("coordinator");
@@ -73,7 +73,7 @@ fn main() {
                         Ok(()) => (0, None),
                         // Another writer created it first (two writers racing on a shared store):
                         // resume what it wrote.
-                        Err(PersistenceError::Conflict { .. }) if conflicts < MAX_CONFLICTS => {
+                        Err(PersistenceError::Collision { .. }) if conflicts < MAX_CONFLICTS => {
                             conflicts += 1;
                             report(&mut stdout, "conflict");
                             continue 'resume;
@@ -81,7 +81,7 @@ fn main() {
                         Err(err) => panic!("create: {err}"),
                     }
                 }
-                Err(PersistenceError::Conflict { .. }) if conflicts < MAX_CONFLICTS => {
+                Err(PersistenceError::Fenced { .. }) if conflicts < MAX_CONFLICTS => {
                     conflicts += 1;
                     report(&mut stdout, "conflict");
                     continue 'resume;
@@ -95,7 +95,7 @@ fn main() {
                 let hash = crash::batch_hash(&batch);
                 match persistence.append(&id, batch, &cancel).await {
                     Ok(()) => conflicts = 0,
-                    Err(PersistenceError::Conflict { .. }) if conflicts < MAX_CONFLICTS => {
+                    Err(PersistenceError::Fenced { .. }) if conflicts < MAX_CONFLICTS => {
                         conflicts += 1;
                         report(&mut stdout, "conflict");
                         continue 'resume;

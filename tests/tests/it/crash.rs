@@ -105,14 +105,14 @@ fn check_store(root: &Path, storage: Storage, all_acks: &[Ack], runtime: &tokio:
         let persistence = Coordinator::new(store, CoordinatorConfig::default()).unwrap();
         let id = SessionId::from("s-crash");
         // A PostgreSQL server may still commit the transaction a killed writer sent last: a
-        // repair that raced it is refused by the fence (`Conflict`) and is redone on the new tail.
+        // repair that raced it is refused by the fence (`Fenced`) and is redone on the new tail.
         let mut attempts = 0;
         let loaded = loop {
             attempts += 1;
             match persistence.load(&id, &CancellationToken::new()).await {
                 Ok(loaded) => break loaded,
                 Err(err) if err.is_not_found() && all_acks.is_empty() => return 0,
-                Err(PersistenceError::Conflict { .. }) if storage == Storage::Postgres && attempts < 5 => {}
+                Err(PersistenceError::Fenced { .. }) if storage == Storage::Postgres && attempts < 5 => {}
                 Err(err) => panic!("the log must load after a kill: {err}"),
             }
         };

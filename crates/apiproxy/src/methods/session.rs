@@ -705,7 +705,7 @@ pub(super) async fn release(shared: &Shared, caller: &Caller, request: ReleaseRe
         && let Err(error) = persistence.release(&session_id, &CancellationToken::new()).await
     {
         // A fence that fell during the release (an append raced it): released without writing.
-        if matches!(error, PersistenceError::Conflict { .. }) {
+        if matches!(error, PersistenceError::Fenced { .. }) {
             lost.get_or_insert(durable_before);
         } else {
             tracing::error!(session = id, %error, "releasing a session from persistence failed");

@@ -5,6 +5,7 @@ mod bounds;
 mod carrier;
 mod cli;
 mod crash;
+mod create_race;
 mod damage;
 mod history;
 mod isolation;

@@ -89,7 +89,8 @@ fn a_server_restarted_under_a_writer_loses_nothing_acknowledged_and_the_store_ca
                         next_seq += 3;
                     }
                     Err(error) => {
-                        let typed = matches!(error, PersistenceError::Io { .. } | PersistenceError::Conflict { .. });
+                        let typed =
+                            matches!(error, PersistenceError::Database { .. } | PersistenceError::Fenced { .. });
                         seen.failures.push((error.to_string(), typed, took));
                         // Whether the batch committed is unknown until the store answers again:
                         // resume from what it holds.

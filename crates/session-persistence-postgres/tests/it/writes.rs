@@ -70,20 +70,19 @@ fn a_seek_read_streams_only_the_suffix() {
 }
 
 #[test]
-fn a_stale_writer_gets_a_typed_conflict_and_stores_nothing() {
+fn a_stale_writer_meets_the_typed_fence_and_stores_nothing() {
     let Some(schema) = TestSchema::new() else { return };
     let (first, second) = (schema.open(), schema.open());
     first.append_batch(&header("s"), &[event("test/n", 0, "0")], false).unwrap();
     first.append_batch(&header("s"), &[event("test/n", 1, "1")], true).unwrap();
     let error = second.append_batch(&header("s"), &[event("test/n", 1, "2")], true).unwrap_err();
-    let expected = "session s append starts at seq 1, stored next seq is 2";
-    assert!(matches!(&error, PersistenceError::Conflict { message, .. } if message == expected), "{error:?}");
-    // Materializing an id that another writer stored is the same conflict.
-    let error = second.append_batch(&header("s"), &[event("test/n", 0, "9")], false).unwrap_err();
     assert!(
-        matches!(&error, PersistenceError::Conflict { message, .. } if message.contains("stored next seq is 2")),
+        matches!(&error, PersistenceError::Fenced { id, seq: 1, stored_next_seq: 2, .. } if id.as_str() == "s"),
         "{error:?}"
     );
+    // Materializing an id that another writer created meanwhile is the same fence.
+    let error = second.append_batch(&header("s"), &[event("test/n", 0, "9")], false).unwrap_err();
+    assert!(matches!(&error, PersistenceError::Fenced { seq: 0, stored_next_seq: 2, .. }), "{error:?}");
     let read = scan(&first, "s");
     assert_eq!(read.iter().map(|event| event.data.as_str()).collect::<Vec<_>>(), ["0", "1"]);
 }
@@ -111,10 +110,7 @@ fn two_stores_racing_on_one_session_never_interleave() {
                             wins.push(round);
                             next += 3;
                         }
-                        Err(PersistenceError::Conflict { message, .. }) => {
-                            let stored: u64 = message.rsplit(' ').next().unwrap().parse().unwrap();
-                            next = stored;
-                        }
+                        Err(PersistenceError::Fenced { stored_next_seq, .. }) => next = stored_next_seq,
                         Err(other) => panic!("writer {writer}: {other}"),
                     }
                     barrier.wait();

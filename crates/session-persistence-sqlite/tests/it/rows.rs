@@ -8,7 +8,7 @@ use std::{path::Path, sync::Arc};
 use serde_json::{Value, json};
 use session_core::{JsonData, SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
-    Backend, CollectSink, Coordinator, CoordinatorConfig, PersistenceError, SessionPersistence, TornTail,
+    Backend, CollectSink, Coordinator, CoordinatorConfig, FencedWrite, PersistenceError, SessionPersistence, TornTail,
 };
 use session_persistence_sqlite::SqliteStore;
 use tokio_util::sync::CancellationToken;
@@ -210,7 +210,7 @@ fn a_stale_writer_gets_the_reference_error_and_writes_nothing() {
     first.append_batch(&header(), &batch(11), true).unwrap();
     let error = second.append_batch(&header(), &batch(11), true).unwrap_err();
     assert_eq!(error.to_string(), "session s-rows append starts at seq 11, stored next seq is 12");
-    assert!(matches!(error, PersistenceError::Conflict { .. }));
+    assert!(matches!(error, PersistenceError::Fenced { seq: 11, stored_next_seq: 12, .. }), "{error:?}");
     second.append_batch(&header(), &batch(12), true).unwrap();
     assert_eq!(scan(&path).unwrap().0, (0..13).collect::<Vec<_>>());
 }
@@ -259,16 +259,23 @@ fn repairs_refuse_a_tail_that_changed() {
     let marker = |seq: u64| TornTail { truncate_to: seq, recovered: Vec::new() };
     let stale = store.commit_repair(&header(), Some(&marker(10)), &closers(9)).unwrap_err();
     assert_eq!(stale.to_string(), "session s-rows repair is stale: physical tail no longer starts at seq 10");
+    assert!(matches!(stale, PersistenceError::Fenced { write: FencedWrite::TornTail, seq: 10, .. }), "{stale:?}");
     let omitted = store.commit_repair(&header(), None, &closers(9)).unwrap_err();
     assert_eq!(omitted.to_string(), "session s-rows repair omitted current torn tail at seq 9");
+    assert!(matches!(omitted, PersistenceError::Inconsistent { .. }), "{omitted:?}");
     let late = store.commit_repair(&header(), Some(&marker(9)), &closers(10)).unwrap_err();
     assert_eq!(late.to_string(), "session s-rows repair is stale: closer starts at seq 10, stored next seq is 9");
+    assert!(
+        matches!(late, PersistenceError::Fenced { write: FencedWrite::Repair, seq: 10, stored_next_seq: 9, .. }),
+        "{late:?}"
+    );
     assert_eq!(scan(&path).unwrap(), ((0..9).collect(), Some(9)), "refused repairs change nothing");
     store.commit_repair(&header(), Some(&marker(9)), &closers(9)).unwrap();
     assert_eq!(scan(&path).unwrap(), ((0..11).collect(), None));
     let missing = SessionHeader::new(SessionId::from("s-none"), 1);
     let error = store.commit_repair(&missing, None, &closers(0)).unwrap_err();
     assert_eq!(error.to_string(), "session s-none metadata row is missing");
+    assert!(matches!(error, PersistenceError::Inconsistent { .. }), "{error:?}");
 }
 
 #[test]

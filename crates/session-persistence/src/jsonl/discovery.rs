@@ -415,8 +415,8 @@ fn flat_layout(path: &Path) -> PersistenceError {
 }
 
 fn duplicate(id: &SessionId) -> PersistenceError {
-    PersistenceError::Conflict {
-        id: id.clone(),
-        message: format!("duplicate JSONL session id \"{id}\" appears in multiple project directories"),
-    }
+    PersistenceError::inconsistent(
+        id,
+        format!("duplicate JSONL session id \"{id}\" appears in multiple project directories"),
+    )
 }

@@ -24,10 +24,10 @@ use crate::{
 };
 
 fn already_materialized(id: &SessionId) -> PersistenceError {
-    PersistenceError::Conflict {
-        id: id.clone(),
-        message: format!("refusing to materialize \"{id}\": a log already exists on disk (load/resume it instead)"),
-    }
+    PersistenceError::collision(
+        id,
+        format!("refusing to materialize \"{id}\": a log already exists on disk (load/resume it instead)"),
+    )
 }
 
 /// Opens the existing regular log at `path` with `options`; a log that vanished is an error.
@@ -122,15 +122,16 @@ impl JsonlStore {
             let file = open_log(&path, OpenOptions::new().write(true))?;
             let len = file.metadata().map_err(io_error(&path))?.len();
             if torn.truncate_to > len {
-                return Err(PersistenceError::Conflict {
-                    id: header.id.clone(),
-                    message: format!(
+                // This store's lock makes it the only writer: the file shrank under it.
+                return Err(PersistenceError::inconsistent(
+                    &header.id,
+                    format!(
                         "stale torn tail for session \"{}\": cannot cut \"{}\" to {} bytes, it holds {len}",
                         header.id,
                         path.display(),
                         torn.truncate_to
                     ),
-                });
+                ));
             }
             file.set_len(torn.truncate_to).map_err(io_error(&path))?;
             if let Err(error) = file.sync_all() {
@@ -166,14 +167,14 @@ impl JsonlStore {
             return Err(if existing == path {
                 already_materialized(&header.id)
             } else {
-                PersistenceError::Conflict {
-                    id: header.id.clone(),
-                    message: format!(
+                PersistenceError::collision(
+                    &header.id,
+                    format!(
                         "session \"{}\" already has a persisted log at \"{}\"; load/resume it instead of creating",
                         header.id,
                         existing.display()
                     ),
-                }
+                )
             });
         }
         ensure_dir(&self.root)?;

@@ -151,7 +151,7 @@ fn duplicate_ids_across_projects_are_refused() {
     fs::copy(dir.path().join("--a--/dup/session.jsonl"), copy.join("session.jsonl")).unwrap();
     let fresh = open_again(dir.path(), Compression::None);
     let error = scan(&fresh, "dup").unwrap_err();
-    assert!(matches!(error, PersistenceError::Conflict { .. }));
+    assert!(matches!(error, PersistenceError::Inconsistent { .. }));
     assert!(error.to_string().contains("duplicate JSONL session id \"dup\" appears in multiple project directories"));
     // The copy under the other project fails its identity binding and is reported on its own.
     let listing = fresh.list(&CancellationToken::new()).unwrap();
