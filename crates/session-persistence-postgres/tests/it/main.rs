@@ -10,6 +10,7 @@
 mod checkpoint;
 mod contract;
 mod faults;
+mod lease;
 mod queries;
 mod restart;
 mod tls;
