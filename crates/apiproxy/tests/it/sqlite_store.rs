@@ -140,7 +140,7 @@ fn verify_repair_beside_a_serving_gateway_leaves_its_live_turn_alone() {
 fn verify_reports_event_rows_without_a_sessions_row() {
     let dir = tempfile::tempdir().unwrap();
     let path = private_copy(dir.path());
-    rusqlite::Connection::open(&path).unwrap().execute_batch("DELETE FROM sessions WHERE id = 'sq-parent'").unwrap();
+    rusqlite::Connection::open(&path).unwrap().execute_batch("PRAGMA foreign_keys = OFF; DELETE FROM sessions WHERE id = 'sq-parent'").unwrap();
     let store = format!("sqlite:{}", path.display());
     let output = apiproxy(&["verify", "--store", &store]);
     let report = stdout(&output);
