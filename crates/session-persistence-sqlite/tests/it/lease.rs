@@ -139,7 +139,10 @@ fn event_rows_without_a_sessions_row_are_reported_on_their_own_line() {
     let store = SqliteStore::open(SqliteConfig::file(&path)).unwrap();
     open_turn(&store, "kept");
     open_turn(&store, "orphan");
-    rusqlite::Connection::open(&path).unwrap().execute_batch("PRAGMA foreign_keys = OFF; DELETE FROM sessions WHERE id = 'orphan'").unwrap();
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("PRAGMA foreign_keys = OFF; DELETE FROM sessions WHERE id = 'orphan'")
+        .unwrap();
 
     let survey = store.survey(&CancellationToken::new()).unwrap();
     let ids: Vec<&str> = survey.iter().map(|entry| entry.id.as_str()).collect();
