@@ -205,7 +205,8 @@ fn a_gateway_rides_out_a_restart_of_its_postgres_server() {
 
 /// `verify --repair` beside a serving gateway: the session the gateway holds live mid-turn is
 /// left alone and reported in-use naming the gateway, another interrupted session (a crashed
-/// writer's, which no lease holds) is repaired, and the gateway's copy goes on writing; a
+/// writer's, which no lease holds) is repaired, another gateway's resume of the held session is
+/// refused as agent-busy, and the gateway's copy goes on writing; a
 /// `next_seq` below the stored events is reported on that session's own line.
 #[test]
 fn verify_repair_beside_a_serving_gateway_leaves_its_live_turn_alone() {
@@ -243,6 +244,13 @@ fn verify_repair_beside_a_serving_gateway_leaves_its_live_turn_alone() {
         "{report}"
     );
     assert!(line_of("crashed").starts_with("repaired"), "{report}");
+    // Another gateway that resumes it would have to close that turn: it answers agent-busy instead.
+    let other = Gateway::start(&store);
+    let busy = other.call("session.create", json!({"sessionId": "live"}));
+    assert_eq!(busy["error"]["code"], "agent-busy", "{busy}");
+    let reason = busy["error"]["details"]["reason"].as_str().unwrap();
+    assert!(reason.contains("holds this session live inside a turn (host "), "{busy}");
+    drop(other);
 
     let rest: Vec<Value> = turn(1).into_iter().skip(3).collect();
     gateway.ok("session.append", json!({"sessionId": "live", "events": rest}));
