@@ -644,8 +644,9 @@ impl Backend for SqliteStore {
             let id = SessionId::from(id);
             let message = format!(
                 "session {id} has {n_rows} event row(s) (seqs up to {max_seq}) but no sessions row: it cannot be read, \
-                 and creating it would fail; remove the rows (DELETE FROM events WHERE session_id = '{id}') or \
-                 restore the sessions row"
+                 and creating it would fail; remove the rows (DELETE FROM events WHERE session_id = '{}') or \
+                 restore the sessions row",
+                id.as_str().replace('\'', "''")
             );
             let error = PersistenceError::corrupt(CorruptKind::Header, Location::Session { id: id.clone() }, message);
             entries.push(SurveyEntry { id, path: None, header: Err(error) });
