@@ -289,7 +289,8 @@ impl PgStore {
                     location(),
                     format!(
                         "corrupt session log: events are stored up to seq {}, but the session row's next_seq is \
-                         {next_seq}: every append would collide with a stored event",
+                         {next_seq}: every append would collide with a stored event (once the events are checked, \
+                         `UPDATE sessions SET next_seq = {expected}` for this id makes it writable)",
                         expected.saturating_sub(1)
                     ),
                 ));
