@@ -105,7 +105,8 @@ fn line_of<'a>(report: &'a str, id: &str) -> &'a str {
 
 /// `verify --repair` beside a serving gateway: the session the gateway holds live mid-turn is
 /// left alone and reported in-use naming the gateway, the database's other interrupted session
-/// (no writer holds it) is repaired, and the gateway's copy goes on writing.
+/// (no writer holds it) and one the gateway released mid-turn are repaired, and the gateway's copy
+/// goes on writing.
 #[test]
 fn verify_repair_beside_a_serving_gateway_leaves_its_live_turn_alone() {
     let dir = tempfile::tempdir().unwrap();
@@ -115,6 +116,10 @@ fn verify_repair_beside_a_serving_gateway_leaves_its_live_turn_alone() {
     gateway.ok("session.create", serde_json::json!({"sessionId": "live", "cwd": "/srv/work"}));
     gateway.ok("session.append", serde_json::json!({"sessionId": "live", "events": open_turn()}));
     gateway.ok("session.flush", serde_json::json!({"sessionId": "live"}));
+    // Released mid-turn, a session is no longer held: its lease ends with the release.
+    gateway.ok("session.create", serde_json::json!({"sessionId": "released", "cwd": "/srv/work"}));
+    gateway.ok("session.append", serde_json::json!({"sessionId": "released", "events": open_turn()}));
+    gateway.ok("session.release", serde_json::json!({"sessionId": "released"}));
 
     let output = apiproxy(&["verify", "--repair", "--store", &store]);
     let report = stdout(&output);
@@ -122,6 +127,7 @@ fn verify_repair_beside_a_serving_gateway_leaves_its_live_turn_alone() {
     let live = line_of(&report, "live");
     assert!(live.starts_with("in-use") && live.contains("held live by a writer: host "), "{report}");
     assert!(line_of(&report, "sq-open-turn").starts_with("repaired"), "{report}");
+    assert!(line_of(&report, "released").starts_with("repaired"), "{report}");
 
     // The live copy is not stuck: the rest of its turn is stored after what it wrote.
     let rest: Vec<Value> = crate::support::turn(1).into_iter().skip(3).collect();
