@@ -544,8 +544,9 @@ impl Backend for PgStore {
         self.write(header, &closers, false, true)
     }
 
-    /// A shared advisory lock on the leases' connection (see [`Leases`]); it waits, within the
-    /// query timeout, for a repair of the session to commit.
+    /// A shared session-level advisory lock, keyed by the schema and the id, on a connection of
+    /// the store's own (`docs/storage-format.md`, "Writer leases"); it waits, within the query
+    /// timeout, for a repair of the session to commit.
     fn lease(&self, id: &SessionId) -> Result<()> {
         let mut leases = self.leases.lock();
         if leases.held.contains(id) {
