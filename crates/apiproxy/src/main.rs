@@ -426,7 +426,10 @@ async fn verify(options: StoreLocation, repair: bool) -> Result<ExitCode> {
     for report in &reports {
         let detail = match &report.status {
             LogStatus::Healthy | LogStatus::Torn => String::new(),
-            LogStatus::InUse => " (ends inside a turn that a running writer may hold live)".to_owned(),
+            LogStatus::InUse { holder: None } => " (ends inside a turn that a running writer may hold live)".to_owned(),
+            LogStatus::InUse { holder: Some(holder) } => {
+                format!(" (held live by a writer: {holder}; left as it is)")
+            }
             LogStatus::Interrupted { closers } => format!(" ({closers} closers needed)"),
             LogStatus::Repaired { what } => format!(" ({what})"),
             LogStatus::Corrupt { message } | LogStatus::Unsupported { message } | LogStatus::Unreadable { message } => {

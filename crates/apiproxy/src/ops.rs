@@ -319,9 +319,14 @@ pub enum LogStatus {
         /// How many closer events a repair would append.
         closers: u64,
     },
-    /// The log ends inside a turn, or with a torn tail, while a writer holds the store: the turn
-    /// may be live and the tail an append in flight, so neither can be judged. Not a defect.
-    InUse,
+    /// The log ends inside a turn, or with a torn tail, while a writer holds the store (a
+    /// read-only verify) or the session's writer lease (a repair, which then leaves it alone):
+    /// the turn may be live and the tail an append in flight, so neither can be judged. Not a
+    /// defect.
+    InUse {
+        /// Who holds the session's lease (host and pid), when a repair was refused by it.
+        holder: Option<String>,
+    },
     /// Committed bytes are damaged; nothing can repair it automatically.
     Corrupt {
         /// What is damaged, and where.
@@ -349,7 +354,7 @@ pub enum LogStatus {
 impl LogStatus {
     /// Whether the log needs nothing.
     pub fn is_healthy(&self) -> bool {
-        matches!(self, LogStatus::Healthy | LogStatus::Repaired { .. } | LogStatus::InUse)
+        matches!(self, LogStatus::Healthy | LogStatus::Repaired { .. } | LogStatus::InUse { .. })
     }
 
     /// A short label: `healthy`, `torn`, `interrupted`, `in-use`, `corrupt`, `unsupported`,
@@ -359,7 +364,7 @@ impl LogStatus {
             LogStatus::Healthy => "healthy",
             LogStatus::Torn => "torn",
             LogStatus::Interrupted { .. } => "interrupted",
-            LogStatus::InUse => "in-use",
+            LogStatus::InUse { .. } => "in-use",
             LogStatus::Corrupt { .. } => "corrupt",
             LogStatus::Unsupported { .. } => "unsupported",
             LogStatus::Unreadable { .. } => "unreadable",
@@ -450,7 +455,7 @@ pub async fn verify_log(coordinator: &Coordinator, header: &SessionHeader, optio
     let status = match (torn, closers) {
         (false, 0) => return report(n_events, LogStatus::Healthy),
         // Beside a running writer, an open turn may be live and a torn tail an append in flight.
-        _ if options.writer_active => return report(n_events, LogStatus::InUse),
+        _ if options.writer_active => return report(n_events, LogStatus::InUse { holder: None }),
         (true, _) => LogStatus::Torn,
         (false, closers) => LogStatus::Interrupted { closers },
     };
@@ -462,6 +467,8 @@ pub async fn verify_log(coordinator: &Coordinator, header: &SessionHeader, optio
             let what = if torn { "cut the torn tail and closed the log" } else { "closed the interrupted turn" };
             report(loaded.events.len() as u64, LogStatus::Repaired { what })
         }
+        // A live writer holds the session: its open turn is left alone.
+        Err(PersistenceError::Held { holder, .. }) => report(n_events, LogStatus::InUse { holder: Some(holder) }),
         Err(error) => {
             tracing::error!(session = %id, %error, "repair failed");
             report(n_events, status)

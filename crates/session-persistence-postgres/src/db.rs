@@ -138,6 +138,35 @@ impl Db {
         }
     }
 
+    /// Runs `work` on a connection of its own, kept in `slot` beyond the call (a connection that
+    /// session-level locks live on, such as the writer leases'); a missing one is taken from the
+    /// pool and no longer counts in it, and `fresh` runs first on each new one. A connection that
+    /// fails with an I/O error is dropped, so the next call opens another.
+    pub(crate) fn run_detached<T>(
+        &self,
+        slot: &mut Option<deadpool_postgres::ClientWrapper>,
+        fresh: impl AsyncFnOnce(&tokio_postgres::Client) -> Result<()>,
+        work: impl AsyncFnOnce(&tokio_postgres::Client) -> Result<T>,
+    ) -> Result<T> {
+        // Invariant: the runtime lives until drop.
+        let runtime = self.runtime.as_ref().expect("the runtime lives as long as the pool");
+        runtime.block_on(async {
+            if slot.as_ref().is_none_or(|client| client.is_closed()) {
+                let pooled = self.pool.get().await.map_err(|error| self.pool_error(error))?;
+                let client = deadpool_postgres::Object::take(pooled);
+                fresh(&client).await?;
+                *slot = Some(client);
+            }
+            // Invariant: filled just above.
+            let client = slot.as_ref().expect("a detached connection is in the slot");
+            let result = work(client).await;
+            if matches!(result, Err(PersistenceError::Io { .. })) {
+                *slot = None;
+            }
+            result
+        })
+    }
+
     /// One step of a query, bounded by the query timeout.
     pub(crate) async fn timed<T>(
         &self,

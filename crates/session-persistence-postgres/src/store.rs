@@ -22,6 +22,9 @@ use crate::{
     schema::{self, SetupOutcome, qualify},
 };
 
+/// The prefix of the `application_name` of a store's leases connection; the holder's name follows.
+const LEASE_APPLICATION: &str = "session lease: ";
+
 /// How many event rows one query of a read fetches.
 const PAGE_ROWS: i64 = 1024;
 
@@ -32,6 +35,24 @@ pub struct PgStore {
     /// The random id of the store, part of every revision.
     store_id: String,
     sql: Sql,
+    /// The writer leases this store holds (see [`Leases`]).
+    leases: parking_lot::Mutex<Leases>,
+}
+
+/// The writer leases of one store: a shared session-level advisory lock per session live in
+/// this process, keyed by (schema, session id), on a connection of their own whose
+/// `application_name` names the holder (host and pid). The locks die with the connection, so
+/// with the process. A repair takes the same key's exclusive transaction-level lock, and is
+/// refused while any writer holds the shared one.
+#[derive(Default)]
+struct Leases {
+    connection: Option<deadpool_postgres::ClientWrapper>,
+    held: std::collections::HashSet<SessionId>,
+}
+
+/// The advisory lock key of `id`'s lease in `schema`.
+fn lease_key(schema: &str, id: &SessionId) -> i64 {
+    i64::from_ne_bytes(session_persistence::lease::lease_key(&[schema, id.as_str()]).to_ne_bytes())
 }
 
 impl fmt::Debug for PgStore {
@@ -120,7 +141,7 @@ impl PgStore {
 
     fn with(db: Db, schema: String, store_id: String) -> PgStore {
         let sql = Sql::new(&schema);
-        PgStore { db, schema, store_id, sql }
+        PgStore { db, schema, store_id, sql, leases: parking_lot::Mutex::new(Leases::default()) }
     }
 
     /// The store as messages name it (no password).
@@ -265,6 +286,18 @@ impl PgStore {
                     break;
                 }
             }
+            if n_events > 0 && to_sql_seq(expected) > next_seq {
+                return Err(PersistenceError::corrupt(
+                    CorruptKind::SeqGap,
+                    location(),
+                    format!(
+                        "corrupt session log: events are stored up to seq {}, but the session row's next_seq is \
+                         {next_seq}: every append would collide with a stored event (once the events are checked, \
+                         `UPDATE sessions SET next_seq = {expected}` for this id makes it writable)",
+                        expected.saturating_sub(1)
+                    ),
+                ));
+            }
             if to_sql_seq(expected) < next_seq {
                 return Err(PersistenceError::corrupt(
                     CorruptKind::SeqGap,
@@ -286,15 +319,33 @@ impl PgStore {
     /// Appends `events` in one transaction: the session row first when `materialize`, then the
     /// fence (the row locked, the batch must start at its `next_seq`), the rows, the new
     /// `next_seq` and revision.
-    fn write(&self, header: &SessionHeader, events: &[&SessionEvent], materialize: bool) -> Result<()> {
+    fn write(&self, header: &SessionHeader, events: &[&SessionEvent], materialize: bool, repair: bool) -> Result<()> {
         let Some(first) = events.first() else { return Ok(()) };
         let id = &header.id;
         let encoded: Vec<EncodedEvent> = events.iter().map(|event| codec::encode(event)).collect();
         let last_seq = to_sql_seq(events[events.len() - 1].seq);
         let n_bytes: i64 = encoded.iter().map(|event| event.n_bytes).sum();
+        // A repair of a session that no lease of this store covers must hold the lease key
+        // exclusively: refused while a live writer anywhere holds it, and no writer leases it
+        // until the repair commits.
+        let fence_repair = repair && !self.leases.lock().held.contains(id);
         let db = &self.db;
         db.run(async |client: &mut Client| {
             let transaction = db.timed("starting an append", client.transaction()).await?;
+            if fence_repair {
+                let key = lease_key(&self.schema, id);
+                let taken: bool = db
+                    .timed(
+                        "taking the repair lock",
+                        transaction.query_one("SELECT pg_try_advisory_xact_lock($1)", &[&key]),
+                    )
+                    .await?
+                    .get(0);
+                if !taken {
+                    let holder = self.lease_holder(&transaction, key).await?;
+                    return Err(PersistenceError::Held { id: id.clone(), holder });
+                }
+            }
             if materialize {
                 let line = encode_header_line(header);
                 let created_at = to_sql_seq(header.created_at);
@@ -359,6 +410,66 @@ impl PgStore {
         })
     }
 
+    /// Who holds the lease `key`, as far as the server shows it: the holder's
+    /// `application_name` (host and pid), its server pid and its address.
+    async fn lease_holder(&self, transaction: &tokio_postgres::Transaction<'_>, key: i64) -> Result<String> {
+        let bits = u64::from_ne_bytes(key.to_ne_bytes());
+        let (high, low) = ((bits >> 32) as i64, (bits & 0xffff_ffff) as i64);
+        let row = self
+            .db
+            .timed(
+                "naming the lease holder",
+                transaction.query_opt(
+                    "SELECT a.application_name, a.pid, host(a.client_addr) FROM pg_locks l \
+                     JOIN pg_stat_activity a ON a.pid = l.pid \
+                     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+                     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+                     AND l.classid::bigint = $1 AND l.objid::bigint = $2 LIMIT 1",
+                    &[&high, &low],
+                ),
+            )
+            .await?;
+        Ok(match row {
+            None => "a writer whose lock has just ended".to_owned(),
+            Some(row) => {
+                let name: Option<String> = row.get(0);
+                let pid: i32 = row.get(1);
+                let addr: Option<String> = row.get(2);
+                let name = name.and_then(|name| name.strip_prefix(LEASE_APPLICATION).map(str::to_owned));
+                let mut holder = name.unwrap_or_else(|| "a writer".to_owned());
+                holder.push_str(&format!("; server pid {pid}"));
+                if let Some(addr) = addr {
+                    holder.push_str(&format!(", from {addr}"));
+                }
+                holder
+            }
+        })
+    }
+
+    /// Runs `work` on the leases' connection, opening it (and taking every held lease on it
+    /// again) when there is none.
+    fn on_lease_connection<T>(
+        &self,
+        leases: &mut Leases,
+        work: impl AsyncFnOnce(&tokio_postgres::Client) -> Result<T>,
+    ) -> Result<T> {
+        let db = &self.db;
+        let keys: Vec<i64> = leases.held.iter().map(|id| lease_key(&self.schema, id)).collect();
+        let fresh = async |client: &tokio_postgres::Client| {
+            let name = format!("{LEASE_APPLICATION}{}", session_persistence::lease::holder_name());
+            db.timed(
+                "naming the lease holder",
+                client.execute("SELECT set_config('application_name', $1, false)", &[&name]),
+            )
+            .await?;
+            for key in &keys {
+                db.timed("taking a writer lease", client.execute("SELECT pg_advisory_lock_shared($1)", &[key])).await?;
+            }
+            Ok(())
+        };
+        db.run_detached(&mut leases.connection, fresh, work)
+    }
+
     /// Drops the schema and everything in it. For tests and benchmarks that made their own.
     pub fn drop_schema(&self) -> Result<()> {
         let db = &self.db;
@@ -421,7 +532,7 @@ impl Backend for PgStore {
             event.check_size()?;
         }
         let events: Vec<&SessionEvent> = events.iter().map(|event| &**event).collect();
-        self.write(header, &events, !materialized)
+        self.write(header, &events, !materialized, false)
     }
 
     /// Logs here are never torn (a transaction commits whole), so a repair appends the closers
@@ -434,7 +545,39 @@ impl Backend for PgStore {
             )));
         }
         let closers: Vec<&SessionEvent> = closers.iter().collect();
-        self.write(header, &closers, false)
+        self.write(header, &closers, false, true)
+    }
+
+    /// A shared session-level advisory lock, keyed by the schema and the id, on a connection of
+    /// the store's own (`docs/storage-format.md`, "Writer leases"); it waits, within the query
+    /// timeout, for a repair of the session to commit.
+    fn lease(&self, id: &SessionId) -> Result<()> {
+        let mut leases = self.leases.lock();
+        if leases.held.contains(id) {
+            return Ok(());
+        }
+        let key = lease_key(&self.schema, id);
+        let db = &self.db;
+        self.on_lease_connection(&mut leases, async |client| {
+            db.timed("taking a writer lease", client.execute("SELECT pg_advisory_lock_shared($1)", &[&key])).await
+        })?;
+        leases.held.insert(id.clone());
+        Ok(())
+    }
+
+    fn end_lease(&self, id: &SessionId) {
+        let mut leases = self.leases.lock();
+        if !leases.held.remove(id) || leases.connection.is_none() {
+            return;
+        }
+        let key = lease_key(&self.schema, id);
+        let db = &self.db;
+        let ended = self.on_lease_connection(&mut leases, async |client| {
+            db.timed("ending a writer lease", client.execute("SELECT pg_advisory_unlock_shared($1)", &[&key])).await
+        });
+        if let Err(error) = ended {
+            tracing::warn!(session = %id, %error, "cannot end the session's writer lease; it ends with the connection");
+        }
     }
 
     fn list(&self, cancel: &CancellationToken) -> Result<Listing> {

@@ -95,6 +95,7 @@ mod checkpoint;
 mod codec;
 mod config;
 mod error;
+mod lease;
 mod rules;
 mod scan;
 mod schema;

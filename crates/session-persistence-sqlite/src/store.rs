@@ -8,10 +8,10 @@
 //! lock and hand the events on after it is released, so a slow sink never holds the database.
 
 use std::{
+    collections::HashMap,
     fmt,
-    fs::{File, Metadata, OpenOptions, TryLockError},
-    io,
-    os::unix::fs::{MetadataExt, OpenOptionsExt},
+    fs::{File, Metadata},
+    os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -21,7 +21,7 @@ use rusqlite::{Connection, Transaction, TransactionBehavior};
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
     Backend, CorruptKind, FencedWrite, Listing, Location, LogFault, PersistenceError, Result, Revision, ScanOutcome,
-    ScanSink, StoredHeader, TornTail,
+    ScanSink, StoredHeader, SurveyEntry, TornTail,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -29,6 +29,7 @@ use crate::{
     codec::{NewRow, pack_batch, scalar_row},
     config::{Access, SqliteConfig, Target},
     error::sqlite_error,
+    lease::{Lease, RepairHold, hold_writer_lock, writer_lock_held},
     rules::{self, SESSION_DATABASE},
     scan::{RowScan, ScanContext, next_seq, scan_rows, seek_base, to_sql_seq},
     schema::{OpenSpec, Role, check_before_mutation, open_connection},
@@ -50,8 +51,10 @@ pub struct SqliteStore {
     readers: Mutex<Vec<Connection>>,
     /// Set when a failed write could not be rolled back: every later write is refused.
     poisoned: Mutex<Option<String>>,
-    /// The shared lock a writable file store holds on [`writer_lock_path`] while it lives.
+    /// The shared lock a writable file store holds on `<database>.writer-lock` while it lives.
     _writer_lock: Option<File>,
+    /// The writer leases this store holds: one per session live in this process (file stores).
+    leases: Mutex<HashMap<SessionId, Lease>>,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -123,6 +126,7 @@ impl SqliteStore {
             readers: Mutex::new(readers),
             poisoned: Mutex::new(None),
             _writer_lock: writer_lock,
+            leases: Mutex::new(HashMap::new()),
         })
     }
 
@@ -145,17 +149,7 @@ impl SqliteStore {
     /// (the reference) take no such lock and are not seen.
     pub fn writer_active(&self) -> Result<bool> {
         let Some(path) = self.file.as_deref().filter(|_| self.is_read_only()) else { return Ok(false) };
-        let lock_path = writer_lock_path(path);
-        let file = match File::open(&lock_path) {
-            Ok(file) => file,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
-            Err(error) => return Err(PersistenceError::io(&lock_path, error)),
-        };
-        match file.try_lock() {
-            Ok(()) => Ok(false),
-            Err(TryLockError::WouldBlock) => Ok(true),
-            Err(TryLockError::Error(error)) => Err(PersistenceError::io(&lock_path, error)),
-        }
+        writer_lock_held(path)
     }
 
     /// The database file (absolute), or `:memory:`.
@@ -419,27 +413,6 @@ fn prepare_file(path: &Path, access: Access) -> Result<Metadata> {
     }
 }
 
-/// The file whose shared lock marks a writable store: `<database>.writer-lock`, beside it.
-pub(crate) fn writer_lock_path(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".writer-lock");
-    PathBuf::from(name)
-}
-
-fn hold_writer_lock(path: &Path) -> Result<File> {
-    let lock_path = writer_lock_path(path);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&lock_path)
-        .map_err(|error| PersistenceError::io(&lock_path, error))?;
-    file.lock_shared().map_err(|error| PersistenceError::io(&lock_path, error))?;
-    Ok(file)
-}
-
 /// Whether an open failed because SQLite could not write beside the file (a read-only place).
 fn is_read_only_place(error: &PersistenceError) -> bool {
     let PersistenceError::Io { source, .. } = error else { return false };
@@ -564,6 +537,12 @@ impl Backend for SqliteStore {
             return Ok(());
         }
         let id = &header.id;
+        // A session that a live writer elsewhere holds is not this repair's to close; the hold
+        // keeps writers from leasing it until the transaction commits.
+        let _hold = match &self.file {
+            Some(file) if !self.leases.lock().contains_key(id) => Some(RepairHold::take(file, id)?),
+            _ => None,
+        };
         self.write_transaction("repair", |transaction| {
             if read_session(transaction, id).map_err(self.sql_error())?.is_none() {
                 return Err(metadata_missing(id));
@@ -606,6 +585,66 @@ impl Backend for SqliteStore {
             self.insert_rows(transaction, id, &rows)?;
             self.bump_revision(transaction, id)
         })
+    }
+
+    /// A lease file in `<database>.leases/` (see the `lease` module); none for an in-memory or
+    /// read-only store.
+    fn lease(&self, id: &SessionId) -> Result<()> {
+        let Some(file) = self.file.as_deref().filter(|_| !self.is_read_only()) else { return Ok(()) };
+        let mut leases = self.leases.lock();
+        if !leases.contains_key(id) {
+            leases.insert(id.clone(), Lease::take(file, id)?);
+        }
+        Ok(())
+    }
+
+    fn end_lease(&self, id: &SessionId) {
+        let lease = self.leases.lock().remove(id);
+        if let Some(lease) = lease {
+            lease.end();
+        }
+    }
+
+    /// The listing's rows, and every session id that has event rows but no `sessions` row (a
+    /// reader cannot read it and a writer cannot create it: its first batch would not start at
+    /// the stored next seq), each on its own line as corrupt.
+    fn survey(&self, cancel: &CancellationToken) -> Result<Vec<SurveyEntry>> {
+        let listing = self.list(cancel)?;
+        let orphans = self.with_reader(|connection| {
+            let mut statement = connection
+                .prepare_cached(
+                    "SELECT session_id, COUNT(*), MAX(seq) FROM events \
+                     WHERE session_id NOT IN (SELECT id FROM sessions) GROUP BY session_id",
+                )
+                .map_err(self.sql_error())?;
+            let rows = statement
+                .query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?)))
+                .map_err(self.sql_error())?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(self.sql_error())
+        })?;
+        let mut entries: Vec<SurveyEntry> = listing
+            .headers
+            .into_iter()
+            .map(|stored| SurveyEntry { id: stored.header.id.clone(), path: None, header: Ok(stored) })
+            .chain(listing.faults.into_iter().map(|fault| SurveyEntry {
+                id: fault.id,
+                path: fault.path,
+                header: Err(fault.error),
+            }))
+            .collect();
+        for (id, n_rows, max_seq) in orphans {
+            let id = SessionId::from(id);
+            let message = format!(
+                "session {id} has {n_rows} event row(s) (seqs up to {max_seq}) but no sessions row: it cannot be read, \
+                 and creating it would fail; remove the rows (DELETE FROM events WHERE session_id = '{}') or \
+                 restore the sessions row",
+                id.as_str().replace('\'', "''")
+            );
+            let error = PersistenceError::corrupt(CorruptKind::Header, Location::Session { id: id.clone() }, message);
+            entries.push(SurveyEntry { id, path: None, header: Err(error) });
+        }
+        entries.sort_by(|a, b| a.id.cmp(&b.id).then_with(|| a.path.cmp(&b.path)));
+        Ok(entries)
     }
 
     /// Every `sessions` row, in id order; a row that does not decode is its own fault (the

@@ -365,6 +365,19 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// as one batch. Need not be atomic: an interrupted repair is found and redone by the next scan.
     fn commit_repair(&self, header: &SessionHeader, torn: Option<&TornTail>, closers: &[SessionEvent]) -> Result<()>;
 
+    /// A live session of this process now writes `id`: take `id`'s writer lease, so that a
+    /// repair by any other store handle or process ([`commit_repair`](Self::commit_repair)
+    /// there) refuses to close its turn ([`PersistenceError::Held`]) until
+    /// [`end_lease`](Self::end_lease). The coordinator calls it once the session is bound, before
+    /// its first write; taking a lease twice is taking it once. The default keeps no leases: a
+    /// backend that one handle alone may write (JSONL under its store lock, memory) needs none.
+    fn lease(&self, _id: &SessionId) -> Result<()> {
+        Ok(())
+    }
+
+    /// The live session of `id` in this process let go of it: drop its writer lease (if held).
+    fn end_lease(&self, _id: &SessionId) {}
+
     /// Every stored header with its revision, and every log that cannot be listed as its own
     /// [`LogFault`]. Headers are read, logs are not. One damaged log never fails the listing:
     /// only a fault of the store as a whole (its root unreadable) or a cancellation does.

@@ -441,6 +441,11 @@ impl Inner {
         };
         state.owner = Some(Arc::downgrade(session));
         self.states.lock().insert(id.clone(), state.clone());
+        // Announced before the first write, so a repair elsewhere never closes this session's turn.
+        let leased = id.clone();
+        if let Err(error) = blocking(&self.backend, move |backend| backend.lease(&leased)).await {
+            tracing::warn!(session = %id, %error, "cannot take the session's writer lease; a repair by another process could close its open turn");
+        }
         let suffix: Vec<Arc<SessionEvent>> = seed.iter().skip(state.cursor as usize).cloned().collect();
         let result = self.append_tracked(&mut state, suffix).await;
         self.states.lock().insert(id, state);
@@ -584,9 +589,24 @@ impl Inner {
             }
         }
         let _guard = self.lock_id(session.id()).await;
-        let mut states = self.states.lock();
-        if states.get(session.id()).and_then(IdState::owner).is_some_and(|owner| Arc::ptr_eq(&owner, &session)) {
-            states.remove(session.id());
+        let owned = {
+            let mut states = self.states.lock();
+            let owned =
+                states.get(session.id()).and_then(IdState::owner).is_some_and(|owner| Arc::ptr_eq(&owner, &session));
+            if owned {
+                states.remove(session.id());
+            }
+            owned
+        };
+        if owned {
+            let id = session.id().clone();
+            // Ending a lease cannot fail; the blocking pool only keeps its I/O off the runtime.
+            let ended: Result<()> = blocking(&self.backend, move |backend| {
+                backend.end_lease(&id);
+                Ok(())
+            })
+            .await;
+            drop(ended);
         }
         fenced.map_or(Ok(()), Err)
     }

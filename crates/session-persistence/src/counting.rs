@@ -117,6 +117,14 @@ impl Backend for CountingBackend {
         self.inner.commit_repair(header, torn, closers)
     }
 
+    fn lease(&self, id: &SessionId) -> Result<()> {
+        self.inner.lease(id)
+    }
+
+    fn end_lease(&self, id: &SessionId) {
+        self.inner.end_lease(id)
+    }
+
     fn list(&self, cancel: &CancellationToken) -> Result<Listing> {
         self.inner.list(cancel)
     }

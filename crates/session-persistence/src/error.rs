@@ -222,6 +222,15 @@ pub enum PersistenceError {
         /// The store root or database file that is locked.
         path: PathBuf,
     },
+    /// A repair was refused because a live writer holds the session's writer lease: its open
+    /// turn may be in progress. Nothing was written.
+    #[error("session \"{id}\" is held live by a writer ({holder}); it is not repaired while that writer holds it")]
+    Held {
+        /// The session that is held.
+        id: SessionId,
+        /// Who holds it, as the holder named itself (host and pid), or what is known of it.
+        holder: String,
+    },
     /// A failed write could not be rolled back; the writer refuses further appends.
     #[error("{message}")]
     Poisoned {

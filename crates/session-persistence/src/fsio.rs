@@ -32,6 +32,18 @@ pub fn not_regular(metadata: &Metadata) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, format!("the file is {}, not a regular file", kind_of(metadata)))
 }
 
+/// The `InvalidInput` error for something other than a directory where one belongs.
+pub fn not_regular_dir(metadata: &Metadata) -> io::Error {
+    let kind = if metadata.file_type().is_symlink() {
+        "a symlink"
+    } else if metadata.is_file() {
+        "a regular file"
+    } else {
+        kind_of(metadata)
+    };
+    io::Error::new(io::ErrorKind::InvalidInput, format!("the path is {kind}, not a directory"))
+}
+
 /// The metadata of the regular file at `path`, following symlinks: `Ok(None)` if nothing is
 /// there, an `InvalidInput` error if something other than a regular file is, a `NotFound` error
 /// for a symlink whose target is missing (a file that went missing, not one that never was).
@@ -68,6 +80,26 @@ pub fn open_regular_with(path: &Path, options: &mut OpenOptions) -> io::Result<O
         return Err(not_regular(&metadata));
     }
     Ok(Some((file, metadata)))
+}
+
+/// Opens the regular file at `path` for reading and writing, creating it with `mode` if nothing
+/// is there (a lock or side file): as [`open_regular_with`], anything else there is refused
+/// before it is opened, the open never blocks, and the type is checked again on the descriptor.
+pub fn create_regular(path: &Path, mode: u32) -> io::Result<File> {
+    regular_metadata(path)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(mode)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)?;
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(not_regular(&metadata));
+    }
+    Ok(file)
 }
 
 /// Opens the regular file at `path` for reading; see [`open_regular_with`].

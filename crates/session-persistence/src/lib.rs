@@ -124,6 +124,7 @@ pub mod format;
 pub mod fsio;
 mod jsonl;
 pub mod keyed;
+pub mod lease;
 mod live;
 mod memory;
 mod persistence;

@@ -317,6 +317,15 @@ pub(crate) async fn resume(
         Ok(loaded) => loaded,
         Err(PersistenceError::NotFound { .. }) => return Err(RpcError::session_not_found(id.as_str())),
         Err(PersistenceError::Cancelled) => return Err(RpcError::cancelled("session resume was cancelled")),
+        // Its stored log ends inside a turn that a live writer elsewhere holds: not this gateway's to close.
+        Err(PersistenceError::Held { holder, .. }) => {
+            return Err(RpcError::new(
+                ErrorKind::AgentBusy {
+                    reason: format!("another gateway or host holds this session live inside a turn ({holder})"),
+                },
+                format!("session \"{id}\" is held live elsewhere"),
+            ));
+        }
         Err(error) => return Err(failed(&error)),
     };
     let header = &loaded.header;

@@ -202,3 +202,67 @@ fn a_gateway_rides_out_a_restart_of_its_postgres_server() {
     let output = apiproxy(&["verify", "--store", &store]);
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stdout));
 }
+
+/// `verify --repair` beside a serving gateway: the session the gateway holds live mid-turn is
+/// left alone and reported in-use naming the gateway, another interrupted session (a crashed
+/// writer's, which no lease holds) is repaired, another gateway's resume of the held session is
+/// refused as agent-busy, and the gateway's copy goes on writing; a
+/// `next_seq` below the stored events is reported on that session's own line.
+#[test]
+fn verify_repair_beside_a_serving_gateway_leaves_its_live_turn_alone() {
+    use session_persistence::Backend;
+    let Some(schema) = ScratchSchema::new() else { return };
+    let store = schema.url().to_owned();
+    {
+        let crashed = schema.open();
+        let header = session_core::SessionHeader::new(session_core::SessionId::from("crashed"), 1_000);
+        let start = session_core::SessionEvent::new(
+            "turn/start",
+            0,
+            10,
+            session_core::JsonData::from_text(r#"{"turn":1}"#).unwrap(),
+        );
+        crashed.append_batch(&header, &[std::sync::Arc::new(start)], false).unwrap();
+    }
+    let gateway = Gateway::start(&store);
+    gateway.ok("session.create", json!({"sessionId": "live", "cwd": "/srv/work"}));
+    let open: Vec<Value> = turn(1).into_iter().take(3).collect();
+    gateway.ok("session.append", json!({"sessionId": "live", "events": open}));
+    gateway.ok("session.flush", json!({"sessionId": "live"}));
+
+    let output = apiproxy(&["verify", "--repair", "--store", &store]);
+    let report = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(output.status.code(), Some(0), "{report}");
+    let line_of = |id: &str| {
+        report
+            .lines()
+            .find(|line| line.split_whitespace().nth(1) == Some(id))
+            .unwrap_or_else(|| panic!("{id}: {report}"))
+    };
+    assert!(
+        line_of("live").starts_with("in-use") && line_of("live").contains("held live by a writer: host "),
+        "{report}"
+    );
+    assert!(line_of("crashed").starts_with("repaired"), "{report}");
+    // Another gateway that resumes it would have to close that turn: it answers agent-busy instead.
+    let other = Gateway::start(&store);
+    let busy = other.call("session.create", json!({"sessionId": "live"}));
+    assert_eq!(busy["error"]["code"], "agent-busy", "{busy}");
+    let reason = busy["error"]["details"]["reason"].as_str().unwrap();
+    assert!(reason.contains("holds this session live inside a turn (host "), "{busy}");
+    drop(other);
+
+    let rest: Vec<Value> = turn(1).into_iter().skip(3).collect();
+    gateway.ok("session.append", json!({"sessionId": "live", "events": rest}));
+    let flushed = gateway.ok("session.flush", json!({"sessionId": "live"}));
+    assert_eq!(flushed["durableSeq"], 5, "the live copy is not stuck: {flushed}");
+    gateway.ok("session.release", json!({"sessionId": "live"}));
+    drop(gateway);
+
+    schema.sql("UPDATE {s}.sessions SET next_seq = 2 WHERE id = 'live'");
+    let output = apiproxy(&["verify", "--store", &store]);
+    let report = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(output.status.code(), Some(3), "{report}");
+    let live = report.lines().find(|line| line.contains(" live ")).unwrap_or_else(|| panic!("{report}"));
+    assert!(live.starts_with("corrupt") && live.contains("next_seq is 2"), "{report}");
+}

@@ -92,3 +92,68 @@ fn serve_answers_from_a_sqlite_store() {
     let checkpoints = session_persistence_sqlite::SqliteCheckpointStore::beside(&path);
     assert!(checkpoints.exists(), "the checkpoints live beside the session database");
 }
+
+/// The events of an open turn for `session.append`: the turn's start, prompt and step, not its end.
+fn open_turn() -> Vec<Value> {
+    crate::support::turn(1).into_iter().take(3).collect()
+}
+
+/// The report line of `id` in `verify`'s output.
+fn line_of<'a>(report: &'a str, id: &str) -> &'a str {
+    report.lines().find(|line| line.split_whitespace().nth(1) == Some(id)).unwrap_or_else(|| panic!("{id} in {report}"))
+}
+
+/// `verify --repair` beside a serving gateway: the session the gateway holds live mid-turn is
+/// left alone and reported in-use naming the gateway, the database's other interrupted session
+/// (no writer holds it) and one the gateway released mid-turn are repaired, and the gateway's copy
+/// goes on writing.
+#[test]
+fn verify_repair_beside_a_serving_gateway_leaves_its_live_turn_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = private_copy(dir.path());
+    let store = format!("sqlite:{}", path.display());
+    let gateway = Gateway::start(&store);
+    gateway.ok("session.create", serde_json::json!({"sessionId": "live", "cwd": "/srv/work"}));
+    gateway.ok("session.append", serde_json::json!({"sessionId": "live", "events": open_turn()}));
+    gateway.ok("session.flush", serde_json::json!({"sessionId": "live"}));
+    // Released mid-turn, a session is no longer held: its lease ends with the release.
+    gateway.ok("session.create", serde_json::json!({"sessionId": "released", "cwd": "/srv/work"}));
+    gateway.ok("session.append", serde_json::json!({"sessionId": "released", "events": open_turn()}));
+    gateway.ok("session.release", serde_json::json!({"sessionId": "released"}));
+
+    let output = apiproxy(&["verify", "--repair", "--store", &store]);
+    let report = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{report}");
+    let live = line_of(&report, "live");
+    assert!(live.starts_with("in-use") && live.contains("held live by a writer: host "), "{report}");
+    assert!(line_of(&report, "sq-open-turn").starts_with("repaired"), "{report}");
+    assert!(line_of(&report, "released").starts_with("repaired"), "{report}");
+
+    // The live copy is not stuck: the rest of its turn is stored after what it wrote.
+    let rest: Vec<Value> = crate::support::turn(1).into_iter().skip(3).collect();
+    gateway.ok("session.append", serde_json::json!({"sessionId": "live", "events": rest}));
+    let flushed = gateway.ok("session.flush", serde_json::json!({"sessionId": "live"}));
+    assert_eq!(flushed["durableSeq"], 5, "all six events of the turn are stored: {flushed}");
+    drop(gateway);
+    let output = apiproxy(&["verify", "--store", &store]);
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+    assert!(line_of(&stdout(&output), "live").starts_with("healthy"), "{}", stdout(&output));
+}
+
+/// Event rows with no `sessions` row leave the id unwritable: `verify` reports them on that
+/// session's own line and exits non-zero.
+#[test]
+fn verify_reports_event_rows_without_a_sessions_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = private_copy(dir.path());
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("PRAGMA foreign_keys = OFF; DELETE FROM sessions WHERE id = 'sq-parent'")
+        .unwrap();
+    let store = format!("sqlite:{}", path.display());
+    let output = apiproxy(&["verify", "--store", &store]);
+    let report = stdout(&output);
+    assert_eq!(output.status.code(), Some(3), "{report}");
+    let line = line_of(&report, "sq-parent");
+    assert!(line.starts_with("corrupt") && line.contains("but no sessions row"), "{report}");
+}

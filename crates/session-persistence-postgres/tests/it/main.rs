@@ -11,6 +11,7 @@
 mod checkpoint;
 mod contract;
 mod faults;
+mod lease;
 mod queries;
 mod restart;
 mod runtimes;

@@ -5,6 +5,7 @@
 mod checkpoint;
 mod contract;
 mod fixture;
+mod lease;
 mod rows;
 mod rules;
 mod writes;

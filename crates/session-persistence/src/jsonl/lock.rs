@@ -70,21 +70,8 @@ impl StoreLock {
         }
         let metadata = dir.metadata().map_err(io_error(root))?;
         let lock_path = root.join(LOCK_FILE);
-        let legacy = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(&lock_path)
-            .map_err(io_error(&lock_path))?;
-        if !legacy.metadata().map_err(io_error(&lock_path))?.is_file() {
-            return Err(PersistenceError::io(
-                &lock_path,
-                io::Error::new(io::ErrorKind::InvalidInput, "the store's lock file is not a regular file"),
-            ));
-        }
+        // Only a regular file: a FIFO or device there is refused before it is opened.
+        let legacy = crate::fsio::create_regular(&lock_path, 0o600).map_err(io_error(&lock_path))?;
         take(&legacy, root)?;
         Ok(StoreLock { root: root.to_owned(), _dir: dir, dev: metadata.dev(), ino: metadata.ino(), _legacy: legacy })
     }
