@@ -28,7 +28,7 @@ pub enum SessionError {
     ///
     /// [`Unstorable::rule`]: crate::Unstorable::rule
     #[error("{}", .0.message)]
-    Unstorable(crate::Unstorable),
+    Unstorable(Box<crate::Unstorable>),
     /// Append step 4: an observer appended to the session whose append it is being told about.
     #[error("session append cannot reenter while another append is being published")]
     Reentrant,

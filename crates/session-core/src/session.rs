@@ -325,7 +325,8 @@ impl Session {
         // before the publication lock; the size needs the stamped envelope and comes later.
         // Its refusal names the seq the event would have had.
         event.seq = self.len();
-        check_storable_shape(&self.id, &event, &self.known).map_err(SessionError::Unstorable)?;
+        check_storable_shape(&self.id, &event, &self.known)
+            .map_err(|refused| SessionError::Unstorable(Box::new(refused)))?;
         let orders = file_mutation_orders(&event.data);
 
         // Step 4: one publication at a time; none from inside an observer of this session.

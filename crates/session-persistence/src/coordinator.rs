@@ -294,6 +294,16 @@ impl Inner {
         .await
     }
 
+    /// The storable check of a repair's closers (built by `session-core`, so a refusal here is a
+    /// bug, but a repair is a write like any other: nothing a reader would refuse is stored).
+    fn check_repair(&self, id: &SessionId, closers: &[SessionEvent]) -> Result<()> {
+        for (index, closer) in closers.iter().enumerate() {
+            session_core::check_storable(id, closer, &self.config.known_types)
+                .map_err(|refused| PersistenceError::unstorable(id, index, refused))?;
+        }
+        Ok(())
+    }
+
     /// Adopts a stored log that this coordinator does not track yet: repairs it durably (cut the
     /// torn tail, append closers) and returns the state positioned after it.
     async fn adopt_cold(&self, id: &SessionId, cancel: &CancellationToken) -> Result<IdState> {
@@ -305,6 +315,7 @@ impl Inner {
         if log.outcome.torn.is_some() || !log.closers.is_empty() {
             check_cancel(cancel)?;
             let (torn, closers) = (log.outcome.torn, log.closers);
+            self.check_repair(id, &closers)?;
             let repair_header = header.clone();
             blocking(&self.backend, move |backend| backend.commit_repair(&repair_header, torn.as_ref(), &closers))
                 .await?;
@@ -948,6 +959,7 @@ impl SessionPersistence for Coordinator {
         if log.outcome.torn.is_some() || !log.closers.is_empty() {
             check_cancel(cancel)?;
             let (torn, closers, repair_header) = (log.outcome.torn.clone(), log.closers.clone(), header.clone());
+            inner.check_repair(id, &closers)?;
             blocking(&inner.backend, move |backend| backend.commit_repair(&repair_header, torn.as_ref(), &closers))
                 .await?;
             events.extend(log.closers.into_iter().map(Arc::new));

@@ -258,7 +258,7 @@ pub enum PersistenceError {
         index: usize,
         /// The event, the rule it breaks and why.
         #[source]
-        source: Unstorable,
+        source: Box<Unstorable>,
     },
     /// A header field or an event is over its size bound ([`session_core::TooLarge`] names the
     /// field or event, its size and the limit). Refused before anything is stored: a reader
@@ -284,7 +284,7 @@ impl PersistenceError {
     pub fn unstorable(id: &SessionId, index: usize, refused: Unstorable) -> PersistenceError {
         match refused.too_large {
             Some(too_large) => PersistenceError::TooLarge(too_large),
-            None => PersistenceError::Unstorable { id: id.clone(), index, source: refused },
+            None => PersistenceError::Unstorable { id: id.clone(), index, source: Box::new(refused) },
         }
     }
 
