@@ -61,9 +61,9 @@ impl<P: CheckpointPlace + 'static> IntoPlace<dyn CheckpointPlace> for P {
 }
 
 /// A contract suite: named cases over one kind of place ([`Place`] or [`CheckpointPlace`]).
-/// Get one from [`persistence_contract`](crate::persistence_contract),
-/// [`coordinator_contract`](crate::coordinator_contract) or
-/// [`checkpoint_store_contract`](crate::checkpoint_store_contract).
+/// Get one from [`persistence_contract`](crate::persistence_contract()),
+/// [`coordinator_contract`](crate::coordinator_contract()) or
+/// [`checkpoint_store_contract`](crate::checkpoint_store_contract()).
 pub struct Suite<S: ?Sized + 'static> {
     name: &'static str,
     cases: Vec<Case<S>>,
