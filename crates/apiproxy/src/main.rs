@@ -259,6 +259,16 @@ fn positive_usize(text: &str) -> Result<usize, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Serve { limits, .. } = &cli.command
+        && let Some(share) = limits.max_owner_connections
+        && share > limits.max_connections
+    {
+        eprintln!(
+            "apiproxy: --max-owner-connections ({share}) must not exceed --max-connections ({})",
+            limits.max_connections
+        );
+        return ExitCode::from(2);
+    }
     let default_filter = if matches!(cli.command, Command::Serve { .. }) { "info" } else { "warn" };
     let filter =
         cli.log.clone().or_else(|| std::env::var("APIPROXY_LOG").ok()).unwrap_or_else(|| default_filter.to_owned());
