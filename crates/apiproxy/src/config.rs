@@ -34,8 +34,8 @@ pub struct ProxyConfig {
     /// Open connections (WebSocket downlinks included); one more is answered 503 and closed.
     pub max_connections: usize,
     /// How many of those connections one owner may hold (its share of the cap), so one owner
-    /// cannot lock the others out; a request of an owner at its share is answered 429 and its
-    /// connection closed. A connection counts against the owner of the last request it carried,
+    /// cannot lock the others out; a request of an owner that holds its whole share on other
+    /// connections is answered 429 and its connection closed. A connection counts against the owner of the last request it carried,
     /// from that request until it closes. `None` is half of `max_connections` (at least 1); a
     /// value must be from 1 to `max_connections`.
     pub max_owner_connections: Option<usize>,
