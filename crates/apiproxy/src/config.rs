@@ -33,12 +33,26 @@ pub struct ProxyConfig {
     pub idle_timeout: Duration,
     /// Open connections (WebSocket downlinks included); one more is answered 503 and closed.
     pub max_connections: usize,
+    /// How many of those connections one owner may hold (its share of the cap), so one owner
+    /// cannot lock the others out; a request of an owner that holds its whole share on other
+    /// connections is answered 429 and its connection closed. A connection counts against the owner of the last request it carried,
+    /// from that request until it closes. `None` is half of `max_connections` (at least 1); a
+    /// value must be from 1 to `max_connections`.
+    pub max_owner_connections: Option<usize>,
     /// `session.list` reads a cold log whose stored size is at most this many bytes to tell
     /// whether it is blank, when no checkpoint says it is not (reference `coldBlankProbeMaxBytes`).
     /// 0 disables the probe: such a row is then listed as not blank.
     pub cold_blank_probe_max_bytes: u64,
     /// Bearer tokens, owners and extra trusted hosts (default: no token, loopback only).
     pub access: AccessConfig,
+}
+
+impl ProxyConfig {
+    /// The connections one owner may hold: `max_owner_connections`, or half of `max_connections`
+    /// (at least 1).
+    pub fn owner_connection_share(&self) -> usize {
+        self.max_owner_connections.unwrap_or((self.max_connections / 2).max(1))
+    }
 }
 
 impl Default for ProxyConfig {
@@ -60,6 +74,7 @@ impl Default for ProxyConfig {
             body_read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             max_connections: 1024,
+            max_owner_connections: None,
             cold_blank_probe_max_bytes: 1024,
             access: AccessConfig::default(),
         }

@@ -1,6 +1,12 @@
 //! The connection layer under the router: the accept loop with its connection cap, the header-read
 //! and idle timeouts of each connection, graceful shutdown, and the reset of a socket the gateway
-//! gave up on.
+//! gave up on, and each owner's share of the cap.
+//!
+//! The owner of a connection is known only once a request on it is admitted, so the cap counts
+//! sockets from accept and the owner share counts a socket from its first request with an owner
+//! ([`ConnectionHandle::charge_owner`]): a connection is charged to the owner of the last such
+//! request it carried until it closes, WebSocket downlinks included. Operator-tier requests without
+//! an owner are charged to no one.
 //!
 //! hyper's own `header_read_timeout` starts when the connection waits for a request head, which on
 //! a keep-alive connection is as soon as the previous response is out: it cannot tell an idle
@@ -13,6 +19,7 @@
 //! the one place that reads bodies (`http::read_body`), which answers 408.
 
 use std::{
+    collections::HashMap,
     convert::Infallible,
     future::Future,
     io::{Read, Write},
@@ -50,16 +57,53 @@ use crate::config::ProxyConfig;
 const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n\
 content-length: 24\r\nconnection: close\r\n\r\nconnection limit reached";
 
-/// The open connections of one gateway, counted against its cap.
+/// The answer to a request of an owner whose share of the cap is used up.
+pub(crate) const OWNER_REFUSAL: &str = "owner connection limit reached";
+
+/// The open connections of one gateway, counted against its cap and their owners' shares.
 #[derive(Debug)]
 pub(crate) struct Connections {
     count: watch::Sender<usize>,
     max: usize,
+    /// The connections charged to each owner; an owner with none has no entry.
+    owners: Mutex<HashMap<String, OwnerCount>>,
+    /// How many connections one owner may be charged with.
+    owner_share: usize,
 }
 
+#[derive(Debug)]
+struct OwnerCount {
+    n_charged: usize,
+    /// A refusal was logged since the owner was last under its share (one warning per episode).
+    refusing: bool,
+}
+
+/// An owner's share of the cap is used up.
+#[derive(Debug)]
+pub(crate) struct OwnerShareFull;
+
 impl Connections {
-    pub(crate) fn new(max: usize) -> Arc<Connections> {
-        Arc::new(Connections { count: watch::Sender::new(0), max })
+    pub(crate) fn new(max: usize, owner_share: usize) -> Arc<Connections> {
+        Arc::new(Connections { count: watch::Sender::new(0), max, owners: Mutex::default(), owner_share })
+    }
+
+    /// Charges one connection to `owner` if its share has room.
+    fn try_charge(self: &Arc<Self>, owner: &str) -> Result<OwnerCharge, OwnerShareFull> {
+        let mut owners = self.owners.lock();
+        let count = owners.entry(owner.to_owned()).or_insert(OwnerCount { n_charged: 0, refusing: false });
+        if count.n_charged >= self.owner_share {
+            if !count.refusing {
+                tracing::warn!(
+                    owner,
+                    share = self.owner_share,
+                    "an owner's share of the connection cap is used up; refusing its requests"
+                );
+            }
+            count.refusing = true;
+            return Err(OwnerShareFull);
+        }
+        count.n_charged += 1;
+        Ok(OwnerCharge { connections: Arc::clone(self), owner: owner.to_owned() })
     }
 
     /// Takes a slot if one is free.
@@ -80,6 +124,26 @@ impl Connections {
 
     pub(crate) fn watch(&self) -> watch::Receiver<usize> {
         self.count.subscribe()
+    }
+}
+
+/// One connection charged to an owner; dropping it frees a place in the owner's share.
+#[derive(Debug)]
+struct OwnerCharge {
+    connections: Arc<Connections>,
+    owner: String,
+}
+
+impl Drop for OwnerCharge {
+    fn drop(&mut self) {
+        let mut owners = self.connections.owners.lock();
+        // Invariant: a charge is counted in its owner's entry until it is dropped.
+        let count = owners.get_mut(&self.owner).expect("a charged owner has an entry");
+        count.n_charged -= 1;
+        count.refusing = false;
+        if count.n_charged == 0 {
+            owners.remove(&self.owner);
+        }
     }
 }
 
@@ -111,6 +175,9 @@ struct Connection {
     /// Set when the gateway gives up on the client: the socket is then reset when it is dropped,
     /// discarding whatever the client left unread in its send queue.
     reset_on_close: AtomicBool,
+    /// The owner this connection counts against, once a request with an owner was admitted on it;
+    /// released when the socket is dropped.
+    owner: Mutex<Option<OwnerCharge>>,
 }
 
 #[derive(Debug)]
@@ -132,6 +199,7 @@ impl Connection {
             activity: Mutex::new(Activity { in_flight: 0, upgraded: false, reading_head: true, since: Instant::now() }),
             changed: Notify::new(),
             reset_on_close: AtomicBool::new(false),
+            owner: Mutex::new(None),
         })
     }
 
@@ -203,6 +271,19 @@ impl ConnectionHandle {
     pub(crate) fn reset_on_close(&self) {
         self.0.reset_on_close.store(true, Ordering::Relaxed);
     }
+
+    /// Charges this connection to `owner` (moving the charge from another owner, if a request of
+    /// another owner came first), or refuses when `owner` already holds its whole share.
+    pub(crate) fn charge_owner(&self, connections: &Arc<Connections>, owner: &str) -> Result<(), OwnerShareFull> {
+        let mut charged = self.0.owner.lock();
+        if charged.as_ref().is_some_and(|charge| charge.owner == owner) {
+            return Ok(());
+        }
+        let charge = connections.try_charge(owner)?;
+        // Replacing drops the previous owner's charge.
+        *charged = Some(charge);
+        Ok(())
+    }
 }
 
 /// The accepted socket: it holds the connection's slot, marks request heads, and resets itself on
@@ -216,6 +297,8 @@ struct Socket {
 
 impl Drop for Socket {
     fn drop(&mut self) {
+        // The owner's place frees with the socket, whoever still holds a handle on the connection.
+        drop(self.connection.owner.lock().take());
         if self.connection.reset_on_close.load(Ordering::Relaxed)
             && let Err(error) = self.stream.set_zero_linger()
         {

@@ -1,6 +1,7 @@
 //! The HTTP carrier: one entry point applying the decision order of reference 04 §4.1.
 //!
-//! 1. Outside `/api/` → 404. 2. Trust fence → 403; token → 401; bad owner header → 400.
+//! 1. Outside `/api/` → 404. 2. Trust fence → 403; token → 401; bad owner header → 400; the
+//!    owner's share of the connection cap used up → 429 (`connection: close`).
 //! 3. `GET /api/events.mux|host` → WebSocket upgrade (426 without one).
 //! 4. Not `POST` → 404. 5. Media type not `application/json` → 415.
 //! 6. Body over the cap → 413, body not complete within the body-read timeout → 408 (both
@@ -24,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     access::{Caller, Refusal, admit},
-    connection::ConnectionHandle,
+    connection::{ConnectionHandle, OWNER_REFUSAL},
     hub::StreamKind,
     methods,
     proxy::Shared,
@@ -63,6 +64,13 @@ async fn entry(State(shared): State<Arc<Shared>>, request: Request) -> Response 
         }
         Err(Refusal::BadOwner) => return text(StatusCode::BAD_REQUEST, "invalid x-dsh-owner header"),
     };
+    // The owner is known from here on: its connection counts against its share of the cap.
+    if let Some(owner) = &caller.owner
+        && let Some(connection) = request.extensions().get::<ConnectionHandle>()
+        && connection.charge_owner(&shared.connections, owner).is_err()
+    {
+        return closing(StatusCode::TOO_MANY_REQUESTS, OWNER_REFUSAL);
+    }
 
     let stream = match segment {
         "events.mux" => Some(StreamKind::Mux),

@@ -96,9 +96,9 @@
 //!   token is configured, and every request then has to carry one.
 //! - Each WebSocket connection has a bounded queue; a client that falls behind gets one
 //!   `stream/error` frame and is closed, and reset if it does not complete the close in time.
-//! - Connections are bounded: a cap on open connections, header-read, body-read and idle
-//!   timeouts, and a small bound on incoming WebSocket messages (`docs/wire.md`, "Connection
-//!   limits").
+//! - Connections are bounded: a cap on open connections and each owner's share of it,
+//!   header-read, body-read and idle timeouts, a small bound on incoming WebSocket messages, and
+//!   at most one unsent pong per downlink (`docs/wire.md`, "Connection limits").
 //! - `session.history` honours cancellation (a client that disconnects stops the read), is
 //!   fail-soft for a failing projection unit, and its internal errors carry no raw error text.
 //! - `session.list` reports a persistence failure as an `internal` business error, not HTTP 500.

@@ -165,6 +165,11 @@ struct LimitArgs {
     /// Open connections at most (WebSocket downlinks included); more are answered 503 and closed.
     #[arg(long, default_value_t = ProxyConfig::default().max_connections, value_parser = positive_usize)]
     max_connections: usize,
+    /// Open connections one owner may hold (its share of --max-connections, so one owner cannot
+    /// lock the others out); more of its requests are answered 429. Default: half of
+    /// --max-connections.
+    #[arg(long, value_parser = positive_usize)]
+    max_owner_connections: Option<usize>,
 }
 
 impl LimitArgs {
@@ -177,6 +182,7 @@ impl LimitArgs {
             idle_timeout: Duration::from_secs(self.idle_timeout_secs),
             push_close_timeout: Duration::from_secs(self.push_close_timeout_secs),
             max_connections: self.max_connections,
+            max_owner_connections: self.max_owner_connections,
             ..config
         }
     }
@@ -253,6 +259,16 @@ fn positive_usize(text: &str) -> Result<usize, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Serve { limits, .. } = &cli.command
+        && let Some(share) = limits.max_owner_connections
+        && share > limits.max_connections
+    {
+        eprintln!(
+            "apiproxy: --max-owner-connections ({share}) must not exceed --max-connections ({})",
+            limits.max_connections
+        );
+        return ExitCode::from(2);
+    }
     let default_filter = if matches!(cli.command, Command::Serve { .. }) { "info" } else { "warn" };
     let filter =
         cli.log.clone().or_else(|| std::env::var("APIPROXY_LOG").ok()).unwrap_or_else(|| default_filter.to_owned());

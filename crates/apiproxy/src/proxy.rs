@@ -118,6 +118,16 @@ impl ApiProxy {
                 message: "max_body_bytes, push_queue_frames and max_connections must be positive".to_owned(),
             });
         }
+        if let Some(share) = config.max_owner_connections
+            && !(1..=config.max_connections).contains(&share)
+        {
+            return Err(ProxyError::Config {
+                message: format!(
+                    "max_owner_connections must be from 1 to max_connections ({}), got {share}",
+                    config.max_connections
+                ),
+            });
+        }
         let timeouts = [
             config.push_send_timeout,
             config.push_close_timeout,
@@ -176,7 +186,7 @@ impl ApiProxy {
                 persistence,
                 registry,
                 hub,
-                connections: Connections::new(config.max_connections),
+                connections: Connections::new(config.max_connections, config.owner_connection_share()),
                 config,
                 listen: parking_lot::Mutex::new(None),
                 append_lock: parking_lot::Mutex::new(()),
@@ -256,7 +266,8 @@ impl ApiProxy {
 
     /// Serves on `listener` until `shutdown` resolves, then stops accepting and waits for open
     /// requests to finish. Refuses a non-loopback listener without a bearer token. Applies the
-    /// connection limits of the config: the cap and the header-read, body-read and idle timeouts.
+    /// connection limits of the config: the cap, each owner's share of it, and the header-read,
+    /// body-read and idle timeouts.
     pub async fn serve(
         &self,
         listener: TcpListener,

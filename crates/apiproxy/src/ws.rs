@@ -6,7 +6,8 @@
 //! Every close the gateway starts is bounded by `push_close_timeout`: its last frames, the close
 //! frame and the client's close reply must be through by then, or the socket is reset, which also
 //! discards what a client that stopped reading left in its send queue. A send that blocks for
-//! `push_send_timeout` resets the socket at once.
+//! `push_send_timeout` resets the socket at once; so does the pong a client's ping is owed, which is
+//! written out before the next client message is read, so pings cannot pile replies up.
 
 use std::sync::Arc;
 
@@ -58,7 +59,21 @@ pub(crate) async fn pump(
             message = incoming.next() => match message {
                 None => break Ending::Gone,
                 Some(Ok(Message::Close(_))) => break Ending::ClientClosed,
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                // tungstenite has queued the pong; it goes out before the next client message is
+                // read, bounded like a send, so a client that pings and never reads holds one pong
+                // in the gateway (the rest waits in the kernel's buffers) and is reset as stuck.
+                Some(Ok(Message::Ping(_))) => {
+                    tokio::select! {
+                        biased;
+                        () = subscription.overflow.cancelled() => break Ending::Overflow,
+                        flushed = tokio::time::timeout(send_timeout, sink.flush()) => match flushed {
+                            Ok(Ok(())) => {}
+                            Ok(Err(_)) => break Ending::Gone,
+                            Err(_) => break Ending::Stuck,
+                        },
+                    }
+                }
+                Some(Ok(Message::Pong(_))) => {}
                 Some(Ok(Message::Text(_) | Message::Binary(_))) => {
                     break Ending::Close(Some(CloseFrame { code: close_code::POLICY, reason: "downlink only".into() }));
                 }

@@ -454,13 +454,14 @@ fn legacy_logs_show_list_and_verify_healthy() {
 }
 
 /// An empty (or unusable) bearer token is a usage error, also where it would be the token that
-/// allows listening off loopback; so are limits of zero. Nothing is opened or served.
+/// allows listening off loopback; so are limits of zero and an owner share over the cap. Nothing is
+/// opened or served.
 #[test]
 fn bad_tokens_and_limits_are_usage_errors() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let store = store.to_str().unwrap();
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 11] = [
         (&["--listen", "0.0.0.0:0", "--token", ""], "must not be empty"),
         (&["--listen", "127.0.0.1:0", "--token", ""], "must not be empty"),
         (&["--listen", "127.0.0.1:0", "--token", " padded "], "must not start or end with a space"),
@@ -470,6 +471,11 @@ fn bad_tokens_and_limits_are_usage_errors() {
         (&["--listen", "127.0.0.1:0", "--header-timeout-secs", "0"], "expected a positive integer"),
         (&["--listen", "127.0.0.1:0", "--body-timeout-secs", "0"], "expected a positive integer"),
         (&["--listen", "127.0.0.1:0", "--idle-timeout-secs", "0"], "expected a positive integer"),
+        (&["--listen", "127.0.0.1:0", "--max-owner-connections", "0"], "expected a positive integer"),
+        (
+            &["--listen", "127.0.0.1:0", "--max-connections", "4", "--max-owner-connections", "5"],
+            "--max-owner-connections (5) must not exceed --max-connections (4)",
+        ),
     ];
     for (flags, message) in cases {
         let args: Vec<&str> = ["serve", "--store", store].iter().chain(flags).copied().collect();

@@ -13,6 +13,7 @@ mod limits;
 mod owners;
 mod postgres_store;
 mod sessions;
+mod shares;
 mod sqlite_store;
 mod streams;
 mod subagents;
