@@ -67,8 +67,9 @@ pub(crate) enum Refusal {
     Unauthenticated,
     /// HTTP 400: the owner header is not a valid owner name.
     BadOwner,
-    /// HTTP 400: the request names its authority ambiguously (the text says how): more than one
-    /// `Host` or `Origin` header, or an absolute-form target whose authority is not the `Host`.
+    /// HTTP 400: the request is ambiguous about who it is from or for (the text says how): more
+    /// than one `Host`, `Origin`, `Authorization` or `x-dsh-owner` header, or an absolute-form
+    /// target whose authority is not the `Host`.
     Ambiguous(&'static str),
 }
 
@@ -81,11 +82,14 @@ pub(crate) fn admit(
     headers: &HeaderMap,
 ) -> Result<Caller, Refusal> {
     // Only one value can be checked: with two, a front and the gateway may each read another.
-    if headers.get_all(header::HOST).iter().nth(1).is_some() {
-        return Err(Refusal::Ambiguous("more than one Host header"));
-    }
-    if headers.get_all(header::ORIGIN).iter().nth(1).is_some() {
-        return Err(Refusal::Ambiguous("more than one Origin header"));
+    let single = [
+        (header::HOST.as_str(), "more than one Host header"),
+        (header::ORIGIN.as_str(), "more than one Origin header"),
+        (header::AUTHORIZATION.as_str(), "more than one Authorization header"),
+        (OWNER_HEADER, "more than one x-dsh-owner header"),
+    ];
+    if let Some((_, refusal)) = single.iter().find(|(name, _)| headers.get_all(*name).iter().nth(1).is_some()) {
+        return Err(Refusal::Ambiguous(refusal));
     }
     let host = headers.get(header::HOST).and_then(|value| value.to_str().ok()).ok_or(Refusal::Forbidden)?;
     let Some(host_authority) = Authority::parse(host, 80) else { return Err(Refusal::Forbidden) };
@@ -272,8 +276,12 @@ mod tests {
         let origin = ("origin", "http://127.0.0.1:8420");
         check(&open, &[("host", "127.0.0.1:8420"), origin, origin], two_origins);
         check(&open, &[("host", "127.0.0.1:8420"), origin, ("origin", "http://evil.example")], two_origins);
-        let other = Err(Refusal::Ambiguous("the request target names another authority than the Host header"));
         let host = ("host", "127.0.0.1:8420");
+        let two_owners = Err(Refusal::Ambiguous("more than one x-dsh-owner header"));
+        check(&open, &[host, (OWNER_HEADER, "alice"), (OWNER_HEADER, "bob")], two_owners);
+        let two_tokens = Err(Refusal::Ambiguous("more than one Authorization header"));
+        check(&open, &[host, ("authorization", "Bearer a"), ("authorization", "Bearer b")], two_tokens);
+        let other = Err(Refusal::Ambiguous("the request target names another authority than the Host header"));
         check_target(&open, "http://127.0.0.1:8420/api/x", &[host], Ok(None));
         check_target(&open, "http://LOCALHOST/api/x", &[("host", "localhost:80")], Ok(None));
         check_target(&open, "https://localhost/api/x", &[("host", "localhost:443")], Ok(None));

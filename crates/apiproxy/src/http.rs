@@ -1,7 +1,8 @@
 //! The HTTP carrier: one entry point applying the decision order of reference 04 §4.1.
 //!
-//! 1. Outside `/api/` → 404. 2. Two `Host` or `Origin` headers, or an absolute-form target naming
-//!    another authority than `Host` → 400; trust fence → 403; token → 401; bad owner header → 400.
+//! 1. Outside `/api/` → 404. 2. Two `Host`, `Origin`, `Authorization` or `x-dsh-owner` headers, or
+//!    an absolute-form target naming another authority than `Host` → 400; trust fence → 403;
+//!    token → 401; bad owner header → 400.
 //! 3. `GET /api/events.mux|host` → WebSocket upgrade (426 without one).
 //! 4. Not `POST` → 404. 5. Media type not `application/json` → 415.
 //! 6. Body over the cap → 413, body not complete within the body-read timeout → 408 (both

@@ -280,8 +280,8 @@ async fn exact(server: &Server, head: &str, body: &str) -> String {
     String::from_utf8_lossy(&answer).into_owned()
 }
 
-/// Two `Host` or two `Origin` headers, or an absolute-form target naming another authority than
-/// `Host`, get 400 and are not dispatched: the session they would create does not exist.
+/// Two `Host`, `Origin` or `x-dsh-owner` headers, or an absolute-form target naming another
+/// authority than `Host`, get 400 and are not dispatched: the session they would create does not exist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ambiguous_authorities_are_refused_before_dispatch() {
     let server = Server::start().await;
@@ -298,6 +298,10 @@ async fn ambiguous_authorities_are_refused_before_dispatch() {
                 "POST /api/session.create HTTP/1.1\r\nHost: {addr}\r\nOrigin: http://{addr}\r\nOrigin: http://{addr}"
             ),
             "more than one Origin header",
+        ),
+        (
+            format!("POST /api/session.create HTTP/1.1\r\nHost: {addr}\r\nx-dsh-owner: alice\r\nx-dsh-owner: bob"),
+            "more than one x-dsh-owner header",
         ),
         (
             format!("POST http://evil.example/api/session.create HTTP/1.1\r\nHost: {addr}"),
