@@ -9,7 +9,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, Uri, header};
 // The longest owner name accepted is the bound of a session header's `owner`.
 use session_core::{MAX_OWNER_BYTES, SessionHeader};
 
@@ -67,12 +67,43 @@ pub(crate) enum Refusal {
     Unauthenticated,
     /// HTTP 400: the owner header is not a valid owner name.
     BadOwner,
+    /// HTTP 400: the request is ambiguous about who it is from or for (the text says how): more
+    /// than one `Host`, `Origin`, `Authorization` or `x-dsh-owner` header, or an absolute-form
+    /// target whose authority is not the `Host`.
+    Ambiguous(&'static str),
 }
 
-/// Applies the trust fence, then the token, then the owner header.
-pub(crate) fn admit(access: &AccessConfig, listen: Option<SocketAddr>, headers: &HeaderMap) -> Result<Caller, Refusal> {
+/// Applies the trust fence, then the token, then the owner header. `target` is the request
+/// target: an absolute-form one (`http://host/path`) must name the `Host` authority.
+pub(crate) fn admit(
+    access: &AccessConfig,
+    listen: Option<SocketAddr>,
+    target: &Uri,
+    headers: &HeaderMap,
+) -> Result<Caller, Refusal> {
+    // Only one value can be checked: with two, a front and the gateway may each read another.
+    let single = [
+        (header::HOST.as_str(), "more than one Host header"),
+        (header::ORIGIN.as_str(), "more than one Origin header"),
+        (header::AUTHORIZATION.as_str(), "more than one Authorization header"),
+        (OWNER_HEADER, "more than one x-dsh-owner header"),
+    ];
+    if let Some((_, refusal)) = single.iter().find(|(name, _)| headers.get_all(*name).iter().nth(1).is_some()) {
+        return Err(Refusal::Ambiguous(refusal));
+    }
     let host = headers.get(header::HOST).and_then(|value| value.to_str().ok()).ok_or(Refusal::Forbidden)?;
     let Some(host_authority) = Authority::parse(host, 80) else { return Err(Refusal::Forbidden) };
+    // HTTP/1.1 lets an absolute-form target override `Host` (RFC 9112 §3.2.2); the fence checks
+    // `Host`, so the two must agree.
+    if let Some(authority) = target.authority() {
+        let default_port = match target.scheme_str().map(str::to_ascii_lowercase).as_deref() {
+            Some("https" | "wss") => 443,
+            _ => 80,
+        };
+        if Authority::parse(authority.as_str(), default_port).as_ref() != Some(&host_authority) {
+            return Err(Refusal::Ambiguous("the request target names another authority than the Host header"));
+        }
+    }
     if !trusted_host(access, listen, &host_authority) {
         return Err(Refusal::Forbidden);
     }
@@ -215,14 +246,49 @@ mod tests {
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (name, value) in pairs {
-            map.insert(*name, HeaderValue::from_str(value).unwrap());
+            map.append(*name, HeaderValue::from_str(value).unwrap());
         }
         map
     }
 
     fn check(access: &AccessConfig, pairs: &[(&'static str, &str)], expected: Result<Option<&str>, Refusal>) {
-        let actual = admit(access, None, &headers(pairs)).map(|caller| caller.owner);
-        assert_eq!(actual, expected.map(|owner| owner.map(str::to_owned)), "{pairs:?}");
+        check_target(access, "/api/host.describe", pairs, expected);
+    }
+
+    fn check_target(
+        access: &AccessConfig,
+        target: &str,
+        pairs: &[(&'static str, &str)],
+        expected: Result<Option<&str>, Refusal>,
+    ) {
+        let target: Uri = target.parse().unwrap();
+        let actual = admit(access, None, &target, &headers(pairs)).map(|caller| caller.owner);
+        assert_eq!(actual, expected.map(|owner| owner.map(str::to_owned)), "{target} {pairs:?}");
+    }
+
+    #[test]
+    fn ambiguous_authorities() {
+        let open = AccessConfig::default();
+        let two_hosts = Err(Refusal::Ambiguous("more than one Host header"));
+        check(&open, &[("host", "127.0.0.1:8420"), ("host", "127.0.0.1:8420")], two_hosts);
+        check(&open, &[("host", "127.0.0.1:8420"), ("host", "evil.example")], two_hosts);
+        let two_origins = Err(Refusal::Ambiguous("more than one Origin header"));
+        let origin = ("origin", "http://127.0.0.1:8420");
+        check(&open, &[("host", "127.0.0.1:8420"), origin, origin], two_origins);
+        check(&open, &[("host", "127.0.0.1:8420"), origin, ("origin", "http://evil.example")], two_origins);
+        let host = ("host", "127.0.0.1:8420");
+        let two_owners = Err(Refusal::Ambiguous("more than one x-dsh-owner header"));
+        check(&open, &[host, (OWNER_HEADER, "alice"), (OWNER_HEADER, "bob")], two_owners);
+        let two_tokens = Err(Refusal::Ambiguous("more than one Authorization header"));
+        check(&open, &[host, ("authorization", "Bearer a"), ("authorization", "Bearer b")], two_tokens);
+        let other = Err(Refusal::Ambiguous("the request target names another authority than the Host header"));
+        check_target(&open, "http://127.0.0.1:8420/api/x", &[host], Ok(None));
+        check_target(&open, "http://LOCALHOST/api/x", &[("host", "localhost:80")], Ok(None));
+        check_target(&open, "https://localhost/api/x", &[("host", "localhost:443")], Ok(None));
+        check_target(&open, "http://evil.example:8420/api/x", &[host], other);
+        check_target(&open, "http://127.0.0.1:8421/api/x", &[host], other);
+        check_target(&open, "https://127.0.0.1/api/x", &[("host", "127.0.0.1")], other);
+        check_target(&open, "http://user@127.0.0.1:8420/api/x", &[host], other);
     }
 
     #[test]

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::error::ProxyError;
+
 /// How a gateway runs.
 #[derive(Debug, Clone)]
 pub struct ProxyConfig {
@@ -113,5 +115,33 @@ impl AccessConfig {
     /// Whether any bearer token is configured (and therefore required on every request).
     pub fn requires_token(&self) -> bool {
         !self.operator_tokens.is_empty() || !self.owner_tokens.is_empty()
+    }
+
+    /// Checks the tokens: each one usable (see [`token_problem`](crate::token_problem)), each owner
+    /// token with an owner, and no token configured twice: bound to two owners (or twice to one),
+    /// or both an operator token and an owner token, it would mean whichever binding is looked up
+    /// first. The message names the bindings, never the token.
+    pub fn check(&self) -> Result<(), ProxyError> {
+        let config = |message: String| ProxyError::Config { message };
+        let tokens = self.operator_tokens.iter().chain(self.owner_tokens.iter().map(|bound| &bound.token));
+        if let Some(problem) = tokens.filter_map(|token| crate::token_problem(token)).next() {
+            return Err(config(problem.to_owned()));
+        }
+        if self.owner_tokens.iter().any(|bound| bound.owner.is_empty()) {
+            return Err(config("an owner token needs a non-empty owner".to_owned()));
+        }
+        let mut bindings: Vec<(&str, String)> = Vec::new();
+        let named = self.operator_tokens.iter().map(|token| (token.as_str(), "the operator token".to_owned()));
+        let owned = self
+            .owner_tokens
+            .iter()
+            .map(|bound| (bound.token.as_str(), format!("the owner token of {:?}", bound.owner)));
+        for (token, binding) in named.chain(owned) {
+            if let Some((_, first)) = bindings.iter().find(|(seen, _)| *seen == token) {
+                return Err(config(format!("one token is configured twice: as {first} and as {binding}")));
+            }
+            bindings.push((token, binding));
+        }
+        Ok(())
     }
 }

@@ -35,7 +35,7 @@ use std::{
 use axum::{
     Router,
     body::{Body, Bytes, HttpBody},
-    http::{Request, Response, StatusCode},
+    http::{Request, Response, StatusCode, header},
 };
 use hyper::{
     body::{Frame, Incoming, SizeHint},
@@ -51,7 +51,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::config::ProxyConfig;
+use crate::{config::ProxyConfig, date::DateHeader};
 
 /// The answer to a connection over the cap, written without reading its request.
 const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n\
@@ -370,16 +370,19 @@ impl HttpBody for TrackedBody {
 
 /// Serves `router` on `listener` until `shutdown` resolves; then stops accepting, lets every open
 /// request finish (idle connections close at once) and returns when the last HTTP connection has
-/// ended. WebSocket downlinks live on past that; they end with the hub.
+/// ended. WebSocket downlinks live on past that; they end with the hub. Every response's `Date`
+/// header comes from `clock`.
 pub(crate) async fn serve(
     connections: Arc<Connections>,
     config: &ProxyConfig,
+    clock: Arc<dyn session_core::Clock>,
     router: Router,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) {
     let timeouts = Timeouts { header: config.header_read_timeout, idle: config.idle_timeout };
     let service = TowerToHyperService::new(router);
+    let date = Arc::new(DateHeader::new(clock));
     let stopping = CancellationToken::new();
     // Every connection task holds a clone of `running`; `closed` resolves when the last one ended.
     let (ended, running) = watch::channel(());
@@ -412,7 +415,7 @@ pub(crate) async fn serve(
         refusing = false;
         let connection = Connection::new();
         let socket = Socket { stream, connection: Arc::clone(&connection), _slot: slot };
-        let task = serve_connection(socket, connection, service.clone(), timeouts, stopping.clone());
+        let task = serve_connection(socket, connection, service.clone(), Arc::clone(&date), timeouts, stopping.clone());
         let running = running.clone();
         tokio::spawn(async move {
             task.await;
@@ -455,6 +458,7 @@ async fn serve_connection(
     socket: Socket,
     connection: Arc<Connection>,
     service: TowerToHyperService<Router>,
+    date: Arc<DateHeader>,
     timeouts: Timeouts,
     stopping: CancellationToken,
 ) {
@@ -464,8 +468,10 @@ async fn serve_connection(
         let in_flight = tracked.start_request();
         request.extensions_mut().insert(handle.clone());
         let response = service.call(request);
+        let date = Arc::clone(&date);
         async move {
-            let response: Response<Body> = response.await?;
+            let mut response: Response<Body> = response.await?;
+            response.headers_mut().entry(header::DATE).or_insert_with(|| date.value());
             if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                 in_flight.upgraded();
             }
@@ -475,6 +481,9 @@ async fn serve_connection(
     let mut builder = hyper::server::conn::http1::Builder::new();
     // The watchdog below times heads; hyper's timer would also cut idle keep-alive connections.
     builder.header_read_timeout(None);
+    // hyper's own `Date` reads the system time and panics on one before 1970; ours comes from the
+    // gateway's clock, clamped.
+    builder.auto_date_header(false);
     let mut conn = pin!(builder.serve_connection(TokioIo::new(socket), service).with_upgrades());
     let mut draining = false;
     loop {

@@ -1,7 +1,9 @@
 //! The HTTP carrier: one entry point applying the decision order of reference 04 §4.1.
 //!
-//! 1. Outside `/api/` → 404. 2. Trust fence → 403; token → 401; bad owner header → 400; the
-//!    owner's share of the connection cap used up → 429 (`connection: close`).
+//! 1. Outside `/api/` → 404. 2. Two `Host`, `Origin`, `Authorization` or `x-dsh-owner` headers, or
+//!    an absolute-form target naming another authority than `Host` → 400; trust fence → 403;
+//!    token → 401; bad owner header → 400; the owner's share of the connection cap used up → 429
+//!    (`connection: close`).
 //! 3. `GET /api/events.mux|host` → WebSocket upgrade (426 without one).
 //! 4. Not `POST` → 404. 5. Media type not `application/json` → 415.
 //! 6. Body over the cap → 413, body not complete within the body-read timeout → 408 (both
@@ -52,7 +54,7 @@ async fn entry(State(shared): State<Arc<Shared>>, request: Request) -> Response 
         return text(StatusCode::NOT_FOUND, "not found");
     };
     let listen = *shared.listen.lock();
-    let caller = match admit(&shared.config.access, listen, request.headers()) {
+    let caller = match admit(&shared.config.access, listen, request.uri(), request.headers()) {
         Ok(caller) => caller,
         Err(Refusal::Forbidden) => return text(StatusCode::FORBIDDEN, "forbidden"),
         Err(Refusal::Unauthenticated) => {
@@ -63,6 +65,7 @@ async fn entry(State(shared): State<Arc<Shared>>, request: Request) -> Response 
             return response;
         }
         Err(Refusal::BadOwner) => return text(StatusCode::BAD_REQUEST, "invalid x-dsh-owner header"),
+        Err(Refusal::Ambiguous(what)) => return text(StatusCode::BAD_REQUEST, what),
     };
     // The owner is known from here on: its connection counts against its share of the cap.
     if let Some(owner) = &caller.owner

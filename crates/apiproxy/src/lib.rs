@@ -19,7 +19,7 @@
 //! ```
 //! use std::sync::Arc;
 //!
-//! use apiproxy::{ApiProxy, ProjectionRegistry, ProxyConfig, ProxyParts, SessionStore, ops::SystemClock};
+//! use apiproxy::{ApiProxy, ProjectionRegistry, ProxyConfig, ProxyParts, SessionStore, ops::service_clock};
 //! use http_body_util::{BodyExt, Full};
 //! use hyper::{Request, StatusCode, body::Bytes};
 //! use hyper_util::rt::TokioIo;
@@ -30,8 +30,9 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! tokio::runtime::Runtime::new()?.block_on(async {
 //!     // The parts: live sessions, their storage (attached by the caller, so live sessions are
-//!     // written behind), and a registry the gateway attaches itself.
-//!     let store = Arc::new(SessionStore::new(Arc::new(SystemClock)));
+//!     // written behind), and a registry the gateway attaches itself. The clock is the system's,
+//!     // bounded so every stored time stays readable.
+//!     let store = Arc::new(SessionStore::new(service_clock()));
 //!     let persistence = Arc::new(Coordinator::new(Arc::new(MemoryStore::new()), CoordinatorConfig::default())?);
 //!     persistence.attach(&store)?;
 //!     let parts = ProxyParts { store, persistence: Some(persistence), registry: ProjectionRegistry::new(), cache: None };
@@ -106,6 +107,7 @@
 mod access;
 mod config;
 mod connection;
+mod date;
 pub mod demo;
 mod error;
 mod history;

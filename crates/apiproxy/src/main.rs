@@ -14,7 +14,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 use apiproxy::{
     AccessConfig, ApiProxy, OwnerToken, ProxyConfig, ProxyParts,
-    ops::{self, LogStatus, StoreLocation, SystemClock},
+    ops::{self, LogStatus, StoreLocation},
 };
 use clap::{Parser, Subcommand, ValueEnum};
 use session_core::SessionStore;
@@ -25,6 +25,8 @@ use session_projection::ProjectionRegistry;
 use session_projection_cache::{BackfillOptions, CacheConfig, CacheError, ProjectionCache};
 
 const EXIT_UNHEALTHY: u8 = 3;
+/// The exit code of a usage error (clap's own).
+const EXIT_USAGE: u8 = 2;
 
 #[derive(Debug, Parser)]
 #[command(name = "apiproxy", version, about = "A session store served over HTTP and WebSocket, and its operator CLI")]
@@ -301,6 +303,11 @@ async fn run(command: Command) -> Result<ExitCode> {
         Command::Serve { store, listen, token, owner_tokens, allowed_hosts, max_body_bytes, limits, demo } => {
             let access =
                 AccessConfig { operator_tokens: token.clone().into_iter().collect(), owner_tokens, allowed_hosts };
+            // Like a bad token, a token bound twice is a usage error, refused before anything opens.
+            if let Err(error) = access.check() {
+                eprintln!("apiproxy: {error}");
+                return Ok(ExitCode::from(EXIT_USAGE));
+            }
             let config = limits.apply(ProxyConfig { max_body_bytes, access, ..ProxyConfig::default() });
             serve(store.options()?, listen, config, demo, token).await?;
             Ok(ExitCode::SUCCESS)
@@ -468,17 +475,33 @@ async fn verify(options: StoreLocation, repair: bool) -> Result<ExitCode> {
 /// How long the background backfill of `serve` rests after each session it had to read.
 const BACKFILL_PAUSE: std::time::Duration = std::time::Duration::from_millis(25);
 
+/// What a [`gateway`] is built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// `serve`: a projection cache that cannot be opened at all is replaced by one in memory.
+    Serve,
+    /// `cache warm`: the cache is the point, so one that cannot be opened is an error.
+    Warm,
+}
+
 /// A gateway over the store at `options` with its checkpoint cache, as `serve` runs it (and
 /// `cache warm`, so both fold the same units): the coordinator, attached to the gateway's live
 /// store, and the gateway.
-async fn gateway(options: &StoreLocation, config: ProxyConfig) -> Result<(Arc<Coordinator>, ApiProxy)> {
+async fn gateway(
+    options: &StoreLocation,
+    config: ProxyConfig,
+    purpose: Purpose,
+) -> Result<(Arc<Coordinator>, ApiProxy)> {
     // Opening waits (briefly) for a held lock and creates directories: blocking work, so it runs
     // on the blocking pool, as does opening the checkpoint store below.
     let opening = options.clone();
     let coordinator = run_blocking(move || ops::open_location_writable(&opening))
         .await?
         .with_context(|| format!("cannot open the session store {}", options.path().display()))?;
-    let store = Arc::new(SessionStore::new(Arc::new(SystemClock)));
+    // Stored times stay readable whatever the system clock says (before 1970, say): the clock is
+    // bounded, with a warning while it is out of range.
+    let clock = ops::service_clock();
+    let store = Arc::new(SessionStore::new(Arc::clone(&clock)));
     coordinator.attach(&store)?;
     let persistence: Arc<dyn SessionPersistence> = coordinator.clone();
     let registry = ProjectionRegistry::new();
@@ -486,14 +509,28 @@ async fn gateway(options: &StoreLocation, config: ProxyConfig) -> Result<(Arc<Co
     // second database beside a SQLite one. They are derived data: deleting them loses nothing but
     // log reads.
     let location = options.clone();
-    let checkpoints = run_blocking(move || ops::open_checkpoints(&location))
-        .await?
-        .with_context(|| format!("cannot open the projection cache of {}", options.path().display()))?;
+    let opened = run_blocking(move || ops::open_checkpoints(&location)).await?;
+    let checkpoints = match (opened, purpose) {
+        (Ok(checkpoints), _) => checkpoints,
+        (Err(error), Purpose::Warm) => {
+            return Err(error)
+                .with_context(|| format!("cannot open the projection cache of {}", options.path().display()));
+        }
+        // Not even a fresh cache opens (a read-only directory, say): serve without a durable one.
+        (Err(error), Purpose::Serve) => {
+            tracing::error!(
+                store = %options.path().display(),
+                %error,
+                "cannot open the projection cache, not even a fresh one; serving with checkpoints in memory only"
+            );
+            Arc::new(session_projection_cache::MemoryCheckpointStore::new())
+        }
+    };
     let cache = ProjectionCache::new(
         Arc::clone(&registry),
         Arc::clone(&persistence),
         checkpoints,
-        Arc::new(SystemClock),
+        clock,
         CacheConfig::new(200, 5_000)?,
     )?;
     let proxy =
@@ -503,7 +540,7 @@ async fn gateway(options: &StoreLocation, config: ProxyConfig) -> Result<(Arc<Co
 
 /// `cache warm`: the backfill, in the foreground, with progress.
 async fn warm(options: StoreLocation) -> Result<ExitCode> {
-    let (coordinator, proxy) = gateway(&options, ProxyConfig::default()).await?;
+    let (coordinator, proxy) = gateway(&options, ProxyConfig::default(), Purpose::Warm).await?;
     let bar = progress_bar("{bar:40} {pos}/{len} sessions {msg}");
     let cancel = tokio_util::sync::CancellationToken::new();
     let report = proxy
@@ -546,7 +583,7 @@ async fn serve(
     if !apiproxy::is_loopback_listen(&listen) && !config.access.requires_token() {
         bail!("refusing to listen on non-loopback address {listen} without a bearer token; pass --token");
     }
-    let (coordinator, proxy) = gateway(&options, config).await?;
+    let (coordinator, proxy) = gateway(&options, config, Purpose::Serve).await?;
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;
     let demo = if demo { Some(apiproxy::demo::seed(&proxy).await?) } else { None };

@@ -5,7 +5,7 @@
 use std::{path::PathBuf, sync::Arc};
 
 use serde_json::{Value, json};
-use session_core::{Clock, SessionHeader, SessionId, SessionStore};
+use session_core::{BoundedClock, Clock, SessionHeader, SessionId, SessionStore};
 use session_persistence::{
     Compression, Coordinator, CoordinatorConfig, Inspection, JsonlConfig, JsonlStore, Listing, PersistenceError,
     ScanSink, SessionPersistence, StoreEncoding, inspect_into, keyed::run_blocking_with,
@@ -176,16 +176,39 @@ pub fn location_writer_active(location: &StoreLocation) -> Result<bool, ProxyErr
 /// directory, a `.projection-cache` database beside a SQLite one (never inside the session
 /// database, which must hold the reference's schema only), the `checkpoints` table of a
 /// PostgreSQL store's schema. Blocks: run it on the blocking pool.
+///
+/// Checkpoints are derived data, so a directory or database that cannot be opened (damaged,
+/// unreadable, a newer build's) is moved aside to `<name>.damaged-<UTC time>`, with a warning,
+/// and a fresh, empty one is opened in its place (`cache warm` fills it again). Only a fresh one
+/// that cannot be opened either is an error.
 pub fn open_checkpoints(
     location: &StoreLocation,
 ) -> Result<Arc<dyn session_projection_cache::CheckpointStore>, session_projection_cache::CacheError> {
+    let stamp = file_stamp(service_clock().now_ms());
+    let warn = |moved: Option<session_projection_cache::MovedAside>| {
+        if let Some(moved) = moved {
+            tracing::warn!(
+                path = %moved.from.display(),
+                moved_to = %moved.to.display(),
+                error = %moved.error,
+                "the projection cache could not be opened, so it was moved aside and recreated empty; it holds \
+                 derived data only (checkpoints), which `apiproxy cache warm` or the background backfill writes \
+                 again, and the moved copy may be deleted"
+            );
+        }
+    };
     match location {
         StoreLocation::Jsonl(options) => {
-            Ok(Arc::new(session_projection_cache::DiskCheckpointStore::open(options.dir.join(CHECKPOINT_DIR))?))
+            let root = options.dir.join(CHECKPOINT_DIR);
+            let (store, moved) = session_projection_cache::DiskCheckpointStore::open_or_move_aside(root, &stamp)?;
+            warn(moved);
+            Ok(Arc::new(store))
         }
         StoreLocation::Sqlite { path } => {
-            let records = SqliteCheckpointStore::beside(path);
-            Ok(Arc::new(SqliteCheckpointStore::open(&session_persistence_sqlite::Target::File(records))?))
+            let records = session_persistence_sqlite::Target::File(SqliteCheckpointStore::beside(path));
+            let (store, moved) = SqliteCheckpointStore::open_or_move_aside(&records, &stamp)?;
+            warn(moved);
+            Ok(Arc::new(store))
         }
         StoreLocation::Postgres(location) => {
             let store = PgStore::open(&location.config)
@@ -195,19 +218,39 @@ pub fn open_checkpoints(
     }
 }
 
+/// `ms` as a compact UTC time for file names, `YYYYMMDDTHHMMSSZ` (clamped to 1970..=9999).
+pub(crate) fn file_stamp(ms: i64) -> String {
+    let (year, month, day, secs_of_day) = crate::date::utc(ms);
+    format!(
+        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
+        secs_of_day / 3600,
+        secs_of_day % 3600 / 60,
+        secs_of_day % 60
+    )
+}
+
 /// The projection cache's directory inside a JSONL store root.
 pub const CHECKPOINT_DIR: &str = ".projection-cache";
 
-/// A clock reading the system time, for the live store of `apiproxy serve`.
+/// A clock reading the system time as it is: negative before 1970, saturating at the ends of
+/// `i64`. `apiproxy serve` stamps with it through a [`BoundedClock`], which keeps stored times
+/// readable whatever the system clock says.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+        let now = std::time::SystemTime::now();
+        match now.duration_since(std::time::UNIX_EPOCH) {
+            Ok(since) => i64::try_from(since.as_millis()).unwrap_or(i64::MAX),
+            Err(before) => i64::try_from(before.duration().as_millis()).map_or(i64::MIN, |before| -before),
+        }
     }
+}
+
+/// The clock of `apiproxy serve`: the system time, bounded to what a stored time can hold.
+pub fn service_clock() -> Arc<dyn Clock> {
+    Arc::new(BoundedClock::new(Arc::new(SystemClock)))
 }
 
 fn coordinator(store: JsonlStore) -> Result<Arc<Coordinator>, ProxyError> {
@@ -287,7 +330,7 @@ pub async fn list_subagents(
     parent: &str,
     descendants: bool,
 ) -> Result<Vec<Value>, ProxyError> {
-    let store = Arc::new(SessionStore::new(Arc::new(SystemClock)));
+    let store = Arc::new(SessionStore::new(service_clock()));
     let runtime = subagent::SubagentRuntime::new(subagent::SubagentServices {
         sessions: Some(store),
         projections: Some(ProjectionRegistry::new()),

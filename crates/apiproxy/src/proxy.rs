@@ -9,11 +9,7 @@ use session_projection_cache::{CacheAttachment, ProjectionCache};
 use tokio::net::TcpListener;
 
 use crate::{
-    access::{is_loopback_listen, token_problem},
-    config::ProxyConfig,
-    connection::Connections,
-    error::ProxyError,
-    hub::Hub,
+    access::is_loopback_listen, config::ProxyConfig, connection::Connections, error::ProxyError, hub::Hub,
     units::SessionListMetadata,
 };
 
@@ -147,14 +143,7 @@ impl ApiProxy {
                 ),
             });
         }
-        let tokens =
-            config.access.operator_tokens.iter().chain(config.access.owner_tokens.iter().map(|bound| &bound.token));
-        if let Some(problem) = tokens.filter_map(|token| token_problem(token)).next() {
-            return Err(ProxyError::Config { message: problem.to_owned() });
-        }
-        if config.access.owner_tokens.iter().any(|bound| bound.owner.is_empty()) {
-            return Err(ProxyError::Config { message: "an owner token needs a non-empty owner".to_owned() });
-        }
+        config.access.check()?;
         let ProxyParts { store, persistence, registry, cache } = parts;
         let list_metadata = registry.register(SessionListMetadata)?;
         let subagents = subagent::SubagentRuntime::new(subagent::SubagentServices {
@@ -277,7 +266,8 @@ impl ApiProxy {
         self.check_listen(&addr)?;
         *self.shared.listen.lock() = Some(addr);
         let connections = Arc::clone(&self.shared.connections);
-        crate::connection::serve(connections, &self.shared.config, self.router(), listener, shutdown).await;
+        let clock = Arc::clone(self.shared.store.clock());
+        crate::connection::serve(connections, &self.shared.config, clock, self.router(), listener, shutdown).await;
         Ok(())
     }
 }

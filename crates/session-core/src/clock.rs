@@ -1,12 +1,18 @@
-//! Time as an injected value: the `Clock` trait and a manual clock for tests and replays.
+//! Time as an injected value: the `Clock` trait, a manual clock for tests and replays, and the
+//! bounded clock a service stamps stored times with.
 //!
 //! This crate never reads the system clock. A host passes a clock that does; tests pass a
 //! [`ManualClock`] so every `time` and `createdAt` is deterministic.
 
 use std::{
     fmt,
-    sync::atomic::{AtomicI64, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicI64, Ordering},
+    },
 };
+
+use crate::json::MAX_SAFE_INTEGER;
 
 /// A source of the current time in Unix epoch milliseconds.
 ///
@@ -43,5 +49,53 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
         self.now_ms.load(Ordering::SeqCst)
+    }
+}
+
+/// The latest reading a [`BoundedClock`] gives: the largest safe integer, the largest `time` a
+/// reader accepts (about the year 287396).
+pub const MAX_CLOCK_MS: i64 = MAX_SAFE_INTEGER as i64;
+
+/// A clock that keeps another's readings within what every stored `time` and `createdAt` can
+/// hold: `0..=MAX_CLOCK_MS` (1970 to the largest safe integer). A reading before the epoch reads
+/// 0, one past the bound reads [`MAX_CLOCK_MS`]; the first such reading of each spell out of range
+/// logs a warning (and the first one back in range says so), so a wrong system clock is visible
+/// without flooding the log.
+///
+/// A session stamps its clock's reading as read, and a reader refuses a `time` beyond the safe
+/// integers (and a `createdAt` below 0), so a service whose clock is not its own to trust (a
+/// system clock) wraps it in this one.
+#[derive(Debug)]
+pub struct BoundedClock {
+    inner: Arc<dyn Clock>,
+    /// Whether the last reading was out of range.
+    out_of_range: AtomicBool,
+}
+
+impl BoundedClock {
+    /// Bounds the readings of `inner`.
+    pub fn new(inner: Arc<dyn Clock>) -> BoundedClock {
+        BoundedClock { inner, out_of_range: AtomicBool::new(false) }
+    }
+}
+
+impl Clock for BoundedClock {
+    fn now_ms(&self) -> i64 {
+        let reading = self.inner.now_ms();
+        let bounded = reading.clamp(0, MAX_CLOCK_MS);
+        let outside = bounded != reading;
+        if self.out_of_range.swap(outside, Ordering::Relaxed) != outside {
+            if outside {
+                tracing::warn!(
+                    reading_ms = reading,
+                    stamped_ms = bounded,
+                    "the clock reads outside 1970-01-01 to the largest safe integer of milliseconds; times are \
+                     clamped to that range until it is back"
+                );
+            } else {
+                tracing::warn!(reading_ms = reading, "the clock reads within range again");
+            }
+        }
+        bounded
     }
 }

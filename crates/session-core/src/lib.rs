@@ -109,7 +109,7 @@ pub use crate::{
         HeaderField, MAX_AGENT_PRESET_BYTES, MAX_CWD_BYTES, MAX_EVENT_BYTES, MAX_HEADER_JSON_BYTES, MAX_ID_BYTES,
         MAX_OWNER_BYTES, Oversized, TooLarge,
     },
-    clock::{Clock, ManualClock},
+    clock::{BoundedClock, Clock, MAX_CLOCK_MS, ManualClock},
     error::{ForkError, ForkErrorCode, ObserverError, SessionError, StoreError},
     event::{
         END_SEED, EventType, INVALID_ENVELOPE, KNOWN_SESSION_EVENT_TYPES, SURFACE_ELIGIBLE_TYPES, SessionEvent,

@@ -110,6 +110,28 @@ impl SqliteCheckpointStore {
         Ok(SqliteCheckpointStore { shown, connection: Mutex::new(connection) })
     }
 
+    /// Opens the checkpoint database at `target` like [`SqliteCheckpointStore::open`]; if that
+    /// fails (the file is damaged, unreadable, another application's or a newer build's), moves
+    /// it and its `-wal` and `-shm` files aside to `<path>.damaged-<stamp>` and creates a fresh,
+    /// empty one, saying what it moved. Records are derived data: a backfill writes them again.
+    pub fn open_or_move_aside(
+        target: &Target,
+        stamp: &str,
+    ) -> Result<(SqliteCheckpointStore, Option<session_projection_cache::MovedAside>), CacheError> {
+        match target {
+            Target::Memory => Ok((SqliteCheckpointStore::open(target)?, None)),
+            Target::File(path) => {
+                let path = rules::absolute(path).map_err(refused)?;
+                // A directory that breaks the rules is not the file's fault: moving it would not help.
+                rules::create_parent(&path).map_err(refused)?;
+                rules::check_parent(SUBJECT, &path).map_err(refused)?;
+                session_projection_cache::open_or_move_aside(&path, stamp, &["-wal", "-shm"], || {
+                    SqliteCheckpointStore::open(target)
+                })
+            }
+        }
+    }
+
     /// The checkpoint database file (absolute), or `:memory:`.
     pub fn path(&self) -> &Path {
         &self.shown

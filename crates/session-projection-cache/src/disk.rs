@@ -102,6 +102,17 @@ impl DiskCheckpointStore {
         Ok(DiskCheckpointStore { root, records, tmp, next_tmp: AtomicU64::new(0) })
     }
 
+    /// Opens the store at `root` like [`DiskCheckpointStore::open`]; if that fails (`root` is
+    /// a file, say, or unreadable), moves it aside to `<root>.damaged-<stamp>` and opens a fresh,
+    /// empty one, saying what it moved.
+    pub fn open_or_move_aside(
+        root: impl Into<PathBuf>,
+        stamp: &str,
+    ) -> Result<(DiskCheckpointStore, Option<crate::MovedAside>)> {
+        let root = root.into();
+        crate::open_or_move_aside(&root, stamp, &[], || DiskCheckpointStore::open(root.clone()))
+    }
+
     /// The cache root the store was opened under (it holds `records/` and `tmp/`).
     pub fn root(&self) -> &Path {
         &self.root

@@ -128,6 +128,7 @@
 //!   no failure (a poisoned row) sends the cold read to a fold of the whole log.
 //! - The write at disposal flushes the log too (reference W8), so no record leads the durable log.
 
+mod aside;
 mod backfill;
 mod cache;
 mod config;
@@ -142,6 +143,7 @@ mod store;
 mod tests;
 
 pub use crate::{
+    aside::{MovedAside, open_or_move_aside},
     backfill::{BackfillOptions, BackfillReport},
     cache::{CacheStats, ProjectionCache, WriteOutcome},
     config::{CacheConfig, MAX_WRITE_INTERVAL_MS},

@@ -261,3 +261,68 @@ async fn non_loopback_listen_needs_a_token() {
     assert!(server.proxy.check_listen(&"[::1]:1".parse().unwrap()).is_ok());
     server.stop().await;
 }
+
+/// Sends `head` (request line and headers, without the blank line) with `body` on a fresh
+/// connection, exactly as written, and returns the whole answer.
+async fn exact(server: &Server, head: &str, body: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let request = format!(
+        "{head}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(crate::support::WAIT, stream.read_to_end(&mut answer))
+        .await
+        .expect("a timely answer")
+        .unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Two `Host`, `Origin` or `x-dsh-owner` headers, or an absolute-form target naming another
+/// authority than `Host`, get 400 and are not dispatched: the session they would create does not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ambiguous_authorities_are_refused_before_dispatch() {
+    let server = Server::start().await;
+    let addr = server.addr.to_string();
+    let create = request("session.create", json!({"sessionId": "smuggled"}));
+    let cases = [
+        (format!("POST /api/session.create HTTP/1.1\r\nHost: {addr}\r\nHost: {addr}"), "more than one Host header"),
+        (
+            format!("POST /api/session.create HTTP/1.1\r\nHost: {addr}\r\nHost: evil.example"),
+            "more than one Host header",
+        ),
+        (
+            format!(
+                "POST /api/session.create HTTP/1.1\r\nHost: {addr}\r\nOrigin: http://{addr}\r\nOrigin: http://{addr}"
+            ),
+            "more than one Origin header",
+        ),
+        (
+            format!("POST /api/session.create HTTP/1.1\r\nHost: {addr}\r\nx-dsh-owner: alice\r\nx-dsh-owner: bob"),
+            "more than one x-dsh-owner header",
+        ),
+        (
+            format!("POST http://evil.example/api/session.create HTTP/1.1\r\nHost: {addr}"),
+            "the request target names another authority than the Host header",
+        ),
+        (
+            format!("POST http://127.0.0.1:1/api/session.create HTTP/1.1\r\nHost: {addr}"),
+            "the request target names another authority than the Host header",
+        ),
+    ];
+    for (head, message) in &cases {
+        let answer = exact(&server, head, &create).await;
+        assert!(answer.starts_with("HTTP/1.1 400 "), "{head}: {answer}");
+        assert!(answer.ends_with(message), "{head}: {answer}");
+    }
+    assert!(server.store().list().is_empty(), "a refused request was dispatched");
+    // An absolute-form target naming the Host authority is served.
+    let head = format!("POST http://{addr}/api/session.create HTTP/1.1\r\nHost: {addr}");
+    let answer = exact(&server, &head, &create).await;
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    assert!(answer.contains(r#""sessionId":"smuggled""#), "{answer}");
+    still_serves(&server).await;
+    server.stop().await;
+}

@@ -486,3 +486,40 @@ fn bad_tokens_and_limits_are_usage_errors() {
         assert!(!Path::new(store).exists(), "{args:?} opened the store");
     }
 }
+
+/// One token bound to two owners (or twice to one), or the operator token reused as an owner
+/// token, is a usage error naming both bindings (never the token); nothing is opened or served.
+#[test]
+fn a_token_bound_twice_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let store = store.to_str().unwrap();
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--owner-token", "alice=tok-secret", "--owner-token", "bob=tok-secret"],
+            "one token is configured twice: as the owner token of \"alice\" and as the owner token of \"bob\"",
+        ),
+        (
+            &["--owner-token", "alice=tok-secret", "--owner-token", "alice=tok-secret"],
+            "one token is configured twice: as the owner token of \"alice\" and as the owner token of \"alice\"",
+        ),
+        (
+            &["--token", "tok-secret", "--owner-token", "carol=tok-secret"],
+            "one token is configured twice: as the operator token and as the owner token of \"carol\"",
+        ),
+    ];
+    for (flags, message) in cases {
+        let args: Vec<&str> =
+            ["serve", "--listen", "127.0.0.1:0", "--store", store].iter().chain(flags).copied().collect();
+        let output = apiproxy_exits(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+        assert!(!stderr.contains("tok-secret"), "{args:?} printed the token: {stderr}");
+        assert!(!Path::new(store).exists(), "{args:?} opened the store");
+    }
+    // Two tokens of one owner are fine (a rotation): the gateway starts.
+    let gateway =
+        crate::support::Gateway::start_with(store, &["--owner-token", "alice=one", "--owner-token", "alice=two"]);
+    drop(gateway);
+}

@@ -4,6 +4,7 @@
 mod bounds;
 mod carrier;
 mod cli;
+mod clock;
 mod crash;
 mod create_race;
 mod damage;

@@ -157,3 +157,43 @@ fn verify_reports_event_rows_without_a_sessions_row() {
     let line = line_of(&report, "sq-parent");
     assert!(line.starts_with("corrupt") && line.contains("but no sessions row"), "{report}");
 }
+
+/// A damaged projection-cache database beside the session database does not stop `serve`: it
+/// is moved aside under a timestamped name, with a warning saying the file is derived data, a
+/// fresh one takes its place, and `cache warm` fills it again.
+#[test]
+fn serve_moves_a_damaged_checkpoint_database_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = private_copy(dir.path());
+    let checkpoints = session_persistence_sqlite::SqliteCheckpointStore::beside(&path);
+    fs::write(&checkpoints, b"damaged: not a database").unwrap();
+    fs::set_permissions(&checkpoints, fs::Permissions::from_mode(0o600)).unwrap();
+    let log = dir.path().join("serve.log");
+    let store = format!("sqlite:{}", path.display());
+    let gateway = Gateway::start_logging(&store, &log);
+    let listed = gateway.ok("subagent.list", serde_json::json!({"parentSessionId": "sq-parent"})).to_string();
+    drop(gateway);
+    assert!(listed.contains("sq-child-continuable"), "{listed}");
+
+    let log = fs::read_to_string(&log).unwrap();
+    let warning =
+        log.lines().find(|line| line.contains("moved aside")).unwrap_or_else(|| panic!("no warning in {log}"));
+    assert!(warning.contains("WARN") && warning.contains("derived data"), "{warning}");
+    let private = path.parent().unwrap();
+    let moved: Vec<PathBuf> = fs::read_dir(private)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|entry| entry.to_string_lossy().contains(".projection-cache.damaged-"))
+        .collect();
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    assert!(warning.contains(&*moved[0].to_string_lossy()), "the warning names where it went: {warning}");
+    assert_eq!(fs::read(&moved[0]).unwrap(), b"damaged: not a database", "the damaged file is kept as it was");
+
+    let warmed = apiproxy(&["cache", "warm", "--store", &store]);
+    assert!(warmed.status.success(), "{}", String::from_utf8_lossy(&warmed.stderr));
+    assert!(stdout(&warmed).contains("warmed"), "{}", stdout(&warmed));
+    let records =
+        session_persistence_sqlite::SqliteCheckpointStore::open(&session_persistence_sqlite::Target::File(checkpoints))
+            .unwrap();
+    drop(records);
+}

@@ -17,7 +17,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Request, StatusCode, body::Bytes, header::HeaderMap};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use session_core::ManualClock;
+use session_core::{Clock, ManualClock};
 use session_persistence::{Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore};
 use session_projection::ProjectionRegistry;
 use session_projection_cache::{CacheConfig, MemoryCheckpointStore, ProjectionCache};
@@ -71,15 +71,21 @@ impl Server {
     }
 
     async fn start_over(config: ProxyConfig, cached: bool) -> Server {
+        Server::start_with_clock(config, cached, Arc::new(ManualClock::new(1_700_000_000_000))).await
+    }
+
+    /// A gateway whose live store stamps with `clock` (and whose `Date` header reads it).
+    pub(crate) async fn start_with_clock(config: ProxyConfig, cached: bool, clock: Arc<dyn Clock>) -> Server {
         let dir = tempfile::tempdir().expect("a temp dir");
         let root = dir.path().join("store");
-        Server::boot(dir, &root, Compression::None, config, cached).await
+        Server::boot(dir, &root, Compression::None, config, cached, clock).await
     }
 
     /// A gateway over the existing store at `root`, in `compression`.
     pub(crate) async fn start_on_store(root: &std::path::Path, compression: Compression) -> Server {
         let dir = tempfile::tempdir().expect("a temp dir");
-        Server::boot(dir, root, compression, ProxyConfig::default(), false).await
+        let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+        Server::boot(dir, root, compression, ProxyConfig::default(), false, clock).await
     }
 
     async fn boot(
@@ -88,11 +94,12 @@ impl Server {
         compression: Compression,
         config: ProxyConfig,
         cached: bool,
+        clock: Arc<dyn Clock>,
     ) -> Server {
         let backend = JsonlStore::open(JsonlConfig { root: root.to_owned(), compression, pack_chunks: true })
             .expect("the store opens");
         let coordinator = Arc::new(Coordinator::new(Arc::new(backend), CoordinatorConfig::default()).unwrap());
-        let store = Arc::new(SessionStore::new(Arc::new(ManualClock::new(1_700_000_000_000))));
+        let store = Arc::new(SessionStore::new(clock));
         coordinator.attach(&store).unwrap();
         let registry = ProjectionRegistry::new();
         let cache = cached.then(|| {
@@ -305,11 +312,26 @@ pub(crate) struct Gateway {
 impl Gateway {
     /// `apiproxy serve --store STORE` on a port of its own, once it listens.
     pub(crate) fn start(store: &str) -> Gateway {
+        Gateway::start_with(store, &[])
+    }
+
+    /// `apiproxy serve --store STORE` with more flags, once it listens.
+    pub(crate) fn start_with(store: &str, flags: &[&str]) -> Gateway {
+        Gateway::spawn(store, flags, Stdio::null())
+    }
+
+    /// `apiproxy serve --store STORE`, once it listens, with its log (stderr) going to `log`.
+    pub(crate) fn start_logging(store: &str, log: &Path) -> Gateway {
+        Gateway::spawn(store, &[], Stdio::from(fs::File::create(log).unwrap()))
+    }
+
+    fn spawn(store: &str, flags: &[&str], stderr: Stdio) -> Gateway {
         let mut child = Command::new(env!("CARGO_BIN_EXE_apiproxy"))
             .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
+            .args(flags)
             .env_remove("APIPROXY_LOG")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let mut line = String::new();

@@ -67,6 +67,10 @@ fn create_validates_meta_and_seed() {
     let negative_clock = SessionStore::with_known_types(Arc::new(crate::ManualClock::new(-1)), super::known());
     let err = negative_clock.create(None, CreateOptions::default()).unwrap_err();
     assert_eq!(err.to_string(), "session header createdAt must be a non-negative safe integer");
+    // The same clock, bounded, stamps 1970 instead.
+    let bounded = crate::BoundedClock::new(Arc::new(crate::ManualClock::new(-1)));
+    let bounded_clock = SessionStore::with_known_types(Arc::new(bounded), super::known());
+    assert_eq!(bounded_clock.create(None, CreateOptions::default()).unwrap().header().created_at, 0);
 
     let meta = HeaderMeta { created_at: Some(1000), owner: Some("alice".into()), ..HeaderMeta::default() };
     let session = store.create(Some(id("meta")), CreateOptions { seed: Some(Vec::new()), meta }).unwrap();
@@ -377,4 +381,27 @@ fn sessions_and_stores_cross_threads() {
     let flush = store.flush(session.id());
     send(&flush);
     assert!(!block_on(flush).unwrap());
+}
+
+/// A bounded clock keeps every stamped `createdAt` and `time` within what a reader accepts,
+/// whatever the clock under it reads, and follows it back once it is in range.
+#[test]
+fn a_bounded_clock_stamps_times_a_reader_accepts() {
+    let raw = Arc::new(crate::ManualClock::new(-86_400_000));
+    let store = SessionStore::with_known_types(
+        Arc::new(crate::BoundedClock::new(Arc::clone(&raw) as Arc<dyn crate::Clock>)),
+        super::known(),
+    );
+    let session = store.create(Some(id("s")), CreateOptions::default()).unwrap();
+    assert_eq!(session.header().created_at, 0);
+    let before_1970 = append(&session, "turn/start", json!({"turn": 1}));
+    raw.set(i64::MAX);
+    let far_future = append(&session, "user/message", user_message("m1", "hi"));
+    raw.set(1_700_000_000_000);
+    let back = append(&session, "turn/end", json!({"turn": 1, "reason": {"kind": "completed"}}));
+    assert_eq!([before_1970.time, far_future.time, back.time], [0, crate::MAX_CLOCK_MS, 1_700_000_000_000]);
+    for event in session.events().iter() {
+        let line = serde_json::to_string(&**event).unwrap();
+        assert_eq!(crate::SessionEvent::from_json_line(&line).unwrap().time, event.time, "{line}");
+    }
 }

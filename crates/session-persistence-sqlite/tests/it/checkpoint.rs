@@ -71,3 +71,41 @@ fn a_foreign_database_is_never_taken_as_a_checkpoint_store() {
     assert!(error.to_string().contains("is not a projection cache database"), "{error}");
     drop(SqliteStore::open(SqliteConfig::file(&sessions)).unwrap());
 }
+
+/// A checkpoint database that cannot be opened is moved aside under a name with the stamp (numbered when taken), and a fresh one opens in its place; a
+/// healthy one is opened as it is.
+#[test]
+fn a_damaged_checkpoint_database_is_moved_aside_and_recreated() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+    let path = SqliteCheckpointStore::beside(&dir.path().join("sessions.db"));
+    let target = Target::File(path.clone());
+    let side = |path: &std::path::Path, suffix: &str| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        std::path::PathBuf::from(name)
+    };
+    let damage = || {
+        fs::write(&path, b"this is not a SQLite database, it only sits where one should").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+    };
+    damage();
+    assert!(SqliteCheckpointStore::open(&target).is_err(), "the damaged file does not open as it is");
+
+    let (store, moved) = SqliteCheckpointStore::open_or_move_aside(&target, "20261202T003000Z").unwrap();
+    let moved = moved.expect("the damaged file was moved aside");
+    assert_eq!(moved.from, path);
+    assert_eq!(moved.to, side(&path, ".damaged-20261202T003000Z"));
+    assert!(!moved.error.to_string().is_empty());
+    assert_eq!(fs::read(&moved.to).unwrap(), b"this is not a SQLite database, it only sits where one should");
+    assert_eq!(store.get(&SessionId::from("s")).unwrap(), None, "the fresh store is empty and works");
+    drop(store);
+
+    let (store, moved) = SqliteCheckpointStore::open_or_move_aside(&target, "20261202T003000Z").unwrap();
+    assert!(moved.is_none(), "a healthy database is opened as it is");
+    drop(store);
+
+    damage();
+    let (_store, moved) = SqliteCheckpointStore::open_or_move_aside(&target, "20261202T003000Z").unwrap();
+    assert_eq!(moved.unwrap().to, side(&path, ".damaged-20261202T003000Z-1"), "a taken name is not reused");
+}

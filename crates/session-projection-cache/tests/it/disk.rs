@@ -193,3 +193,28 @@ async fn a_cache_over_a_damaged_disk_store_serves_the_log() {
     assert_eq!(reopened.cold_snapshot(&id, &CancellationToken::new()).await.unwrap(), first);
     assert_eq!(world.take_reads("s"), vec![Call::ReadFrom(1)]);
 }
+
+/// A cache root that cannot be opened (a file where the directory should be) is moved aside under
+/// a name with the stamp, and a fresh, empty store opens in its place; a healthy root is opened
+/// as it is.
+#[test]
+fn a_root_that_cannot_be_opened_is_moved_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join(".projection-cache");
+    fs::write(&root, b"not a directory").unwrap();
+    assert!(DiskCheckpointStore::open(&root).is_err());
+    let (store, moved) = DiskCheckpointStore::open_or_move_aside(&root, "20261202T003000Z").unwrap();
+    let moved = moved.expect("the file was moved aside");
+    assert_eq!(
+        (moved.from.as_path(), moved.to.as_path()),
+        (root.as_path(), dir.path().join(".projection-cache.damaged-20261202T003000Z").as_path())
+    );
+    assert_eq!(fs::read(&moved.to).unwrap(), b"not a directory");
+    let id = SessionId::from("s");
+    assert_eq!(store.get(&id).unwrap(), None);
+    store.put(&id, &record(3)).unwrap();
+    drop(store);
+    let (store, moved) = DiskCheckpointStore::open_or_move_aside(&root, "20261202T003000Z").unwrap();
+    assert!(moved.is_none(), "a healthy root is opened as it is");
+    assert_eq!(store.get(&id).unwrap(), Some(record(3)));
+}
