@@ -233,7 +233,9 @@ impl PgConfig {
             settings.insert("password".to_owned(), password);
         }
         secrets.extend(settings.get("password").filter(|password| !password.is_empty()).cloned());
-        let with_secret = !secrets.is_empty();
+        // A URL that names a password at all, even an empty one (a raw `&` may have cut it
+        // short), gets messages that quote none of its parameters.
+        let with_secret = !secrets.is_empty() || parsed.names_password;
 
         let schema = settings.remove("schema").unwrap_or_else(|| DEFAULT_SCHEMA.to_owned());
         if !is_valid_schema(&schema) {
@@ -404,6 +406,8 @@ impl PgConfig {
 struct ParsedUrl {
     settings: BTreeMap<String, String>,
     raw_secrets: Vec<String>,
+    /// Whether the URL has a password in its authority or a `password` parameter, empty or not.
+    names_password: bool,
 }
 
 fn parse_url(url: &str) -> Result<ParsedUrl> {
@@ -418,9 +422,13 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
     let (authority, path) = host_and_path.split_once('/').unwrap_or((host_and_path, ""));
     let mut settings = BTreeMap::new();
     let mut raw_secrets = Vec::new();
+    let mut names_password = false;
     if let Some(userinfo) = userinfo {
         let (user, password) = match userinfo.split_once(':') {
-            Some((user, password)) => (user, Some(password)),
+            Some((user, password)) => {
+                names_password = true;
+                (user, Some(password))
+            }
             None => (userinfo, None),
         };
         if !user.is_empty() {
@@ -455,12 +463,15 @@ fn parse_url(url: &str) -> Result<ParsedUrl> {
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         let key = percent_decoded(key);
-        if key == "password" && !value.is_empty() {
-            raw_secrets.push(value.to_owned());
+        if key == "password" {
+            names_password = true;
+            if !value.is_empty() {
+                raw_secrets.push(value.to_owned());
+            }
         }
         settings.insert(key, percent_decoded(value));
     }
-    Ok(ParsedUrl { settings, raw_secrets })
+    Ok(ParsedUrl { settings, raw_secrets, names_password })
 }
 
 /// A host entry of the authority split into the host and its port: `name`, `name:port`,
@@ -611,3 +622,6 @@ fn percent_decoded(value: &str) -> String {
     }
     String::from_utf8_lossy(&out).into_owned()
 }
+
+#[cfg(test)]
+mod tests;

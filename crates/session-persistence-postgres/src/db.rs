@@ -52,6 +52,7 @@ impl Db {
     /// A pool for `config`. Connects lazily: the first query opens the first connection.
     pub(crate) fn new(config: &PgConfig) -> Result<Db> {
         let shown = config.shown().to_owned();
+        tracing::debug!(store = %shown, pool_size = config.pool_size, connect_timeout = ?config.connect_timeout, "opening a connection pool");
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("session-postgres")
