@@ -396,7 +396,10 @@ impl PgConfig {
             })
             .collect();
         let database = connection.get_dbname().or(connection.get_user()).unwrap_or("");
-        scrub_all(&format!("postgres://{user}{}/{database}?schema={}", hosts.join(","), self.schema), &self.secrets)
+        // Built only of parts that are never the password (a URL whose password could be taken
+        // for a host or port is refused at parse), and never scrubbed: a password that happens to
+        // equal the user or the database name must not blank them out.
+        format!("postgres://{user}{}/{database}?schema={}", hosts.join(","), self.schema)
     }
 }
 
