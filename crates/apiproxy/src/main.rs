@@ -59,7 +59,9 @@ struct StoreArgs {
     /// The store: a JSONL store directory, `sqlite:PATH` for a SQLite session database (the
     /// reference's format; projection checkpoints go to `PATH.projection-cache`), or
     /// `postgres://user@host:port/database[?schema=NAME]` for a PostgreSQL store that many
-    /// gateways share (checkpoints in the same schema; `serve` and `setup` create the schema).
+    /// gateways share (checkpoints in the same schema; `serve` and `setup` create the schema;
+    /// what the URL leaves out comes from `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`,
+    /// `PGDATABASE`, … and `~/.pgpass`, as for libpq: `postgres://` alone works).
     #[arg(long, default_value = "./.sessions")]
     store: String,
     /// The encoding of a JSONL store (one store holds one encoding). Without it, an existing

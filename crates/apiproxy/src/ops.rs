@@ -10,7 +10,7 @@ use session_persistence::{
     Compression, Coordinator, CoordinatorConfig, Inspection, JsonlConfig, JsonlStore, Listing, PersistenceError,
     ScanSink, SessionPersistence, StoreEncoding, inspect_into, keyed::run_blocking_with,
 };
-use session_persistence_postgres::{PgCheckpointStore, PgConfig, PgStore, SetupOutcome, is_postgres_url};
+use session_persistence_postgres::{PgCheckpointStore, PgConfig, PgEnv, PgStore, SetupOutcome, is_postgres_url};
 use session_persistence_sqlite::{SqliteCheckpointStore, SqliteConfig, SqliteStore};
 use session_projection::ProjectionRegistry;
 use tokio_util::sync::CancellationToken;
@@ -83,11 +83,14 @@ pub const SQLITE_PREFIX: &str = "sqlite:";
 
 impl StoreLocation {
     /// Reads a `--store` argument: a `postgres://` (or `postgresql://`) URL is a PostgreSQL
-    /// store, `sqlite:PATH` a SQLite database file, anything else a JSONL store directory with
-    /// `compression`, or, without one, the encoding its logs use (see [`detect_compression`]).
+    /// store (what it leaves out comes from libpq's environment variables and password file in
+    /// the process environment: see [`PgConfig::from_url_and_env`]), `sqlite:PATH` a SQLite
+    /// database file, anything else a JSONL store directory with `compression`, or, without one,
+    /// the encoding its logs use (see [`detect_compression`]).
     pub fn parse(text: &str, compression: Option<Compression>) -> Result<StoreLocation, ProxyError> {
         if is_postgres_url(text) {
-            return Ok(StoreLocation::Postgres(Box::new(PgLocation::new(PgConfig::from_url(text)?))));
+            let config = PgConfig::from_url_and_env(text, &PgEnv::from_process())?;
+            return Ok(StoreLocation::Postgres(Box::new(PgLocation::new(config))));
         }
         match text.strip_prefix(SQLITE_PREFIX) {
             Some(path) => Ok(StoreLocation::Sqlite { path: PathBuf::from(path) }),

@@ -13,12 +13,12 @@ use std::{
     time::Duration,
 };
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType};
 use session_persistence::{DatabaseFault, PersistenceError, Result};
 use tokio::runtime::RuntimeFlavor;
 use tokio_postgres::error::SqlState;
 
-use crate::config::{PgConfig, scrub};
+use crate::config::{PgConfig, scrub_all};
 
 /// The pool and the runtime its connections run on.
 pub(crate) struct Db {
@@ -27,8 +27,9 @@ pub(crate) struct Db {
     runtime: Option<tokio::runtime::Runtime>,
     pool: Pool,
     pub(crate) shown: String,
-    password: Option<String>,
+    secrets: Vec<String>,
     pub(crate) query_timeout: Duration,
+    connect_timeout: Duration,
 }
 
 impl fmt::Debug for Db {
@@ -51,6 +52,7 @@ impl Db {
     /// A pool for `config`. Connects lazily: the first query opens the first connection.
     pub(crate) fn new(config: &PgConfig) -> Result<Db> {
         let shown = config.shown().to_owned();
+        tracing::debug!(store = %shown, pool_size = config.pool_size, connect_timeout = ?config.connect_timeout, "opening a connection pool");
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("session-postgres")
@@ -94,7 +96,14 @@ impl Db {
                 .build()
                 .map_err(|error| PersistenceError::database(&shown, DatabaseFault::Other, error.to_string()))?
         };
-        Ok(Db { runtime: Some(runtime), pool, shown, password: config.password(), query_timeout: config.query_timeout })
+        Ok(Db {
+            runtime: Some(runtime),
+            pool,
+            shown,
+            secrets: config.secrets().to_vec(),
+            query_timeout: config.query_timeout,
+            connect_timeout: config.connect_timeout,
+        })
     }
 
     /// Runs `work` with a pooled connection, blocking the calling thread until it is done. Works
@@ -190,11 +199,12 @@ impl Db {
     }
 
     pub(crate) fn timed_out(&self, what: &str) -> PersistenceError {
-        PersistenceError::database(
-            &self.shown,
-            DatabaseFault::Timeout,
-            format!("{what} took longer than {:?}", self.query_timeout),
-        )
+        self.took_longer(what, self.query_timeout)
+    }
+
+    /// A [`DatabaseFault::Timeout`] naming the bound that was passed.
+    fn took_longer(&self, what: &str, bound: Duration) -> PersistenceError {
+        PersistenceError::database(&self.shown, DatabaseFault::Timeout, format!("{what} took longer than {bound:?}"))
     }
 
     /// A driver or server error: [`PersistenceError::Database`] carrying the server's message
@@ -239,13 +249,18 @@ impl Db {
     fn pool_error(&self, error: PoolError) -> PersistenceError {
         match error {
             PoolError::Backend(error) => self.error(error),
-            PoolError::Timeout(_) => self.timed_out("getting a connection"),
+            PoolError::Timeout(TimeoutType::Wait) => self.timed_out("waiting for a pooled connection"),
+            // Opening a connection (TCP, TLS, the startup and authentication exchange) is bounded
+            // by the connect timeout, and the message names that figure.
+            PoolError::Timeout(TimeoutType::Create | TimeoutType::Recycle) => {
+                self.took_longer("connecting", self.connect_timeout)
+            }
             other => PersistenceError::database(&self.shown, DatabaseFault::Connection, self.scrub(&other.to_string())),
         }
     }
 
     pub(crate) fn scrub(&self, text: &str) -> String {
-        scrub(text, self.password.as_deref())
+        scrub_all(text, &self.secrets)
     }
 }
 

@@ -7,7 +7,10 @@ use session_persistence::{PersistenceError, Result};
 
 use tokio_postgres::GenericClient;
 
-use crate::db::{Client, Db};
+use crate::{
+    config::quote_ident,
+    db::{Client, Db},
+};
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i32 = 1;
@@ -65,9 +68,10 @@ CREATE TABLE {s}.checkpoints (
 );
 ";
 
-/// `sql` with `{s}` replaced by the schema name (checked to need no quoting).
+/// `sql` with `{s}` replaced by the schema name, quoted (so a reserved word such as `user` or
+/// `select` names the schema).
 pub(crate) fn qualify(sql: &str, schema: &str) -> String {
-    sql.replace("{s}", schema)
+    sql.replace("{s}", &quote_ident(schema))
 }
 
 /// What `setup` did.
@@ -104,7 +108,7 @@ async fn read_meta(db: &Db, client: &impl GenericClient, schema: &str) -> Result
     let exists = db
         .timed(
             "checking the schema",
-            client.query_one("SELECT to_regclass($1) IS NOT NULL", &[&format!("{schema}.store_meta")]),
+            client.query_one("SELECT to_regclass($1) IS NOT NULL", &[&qualify("{s}.store_meta", schema)]),
         )
         .await?;
     if !exists.get::<_, bool>(0) {

@@ -473,7 +473,7 @@ impl PgStore {
     /// Drops the schema and everything in it. For tests and benchmarks that made their own.
     pub fn drop_schema(&self) -> Result<()> {
         let db = &self.db;
-        let sql = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema);
+        let sql = qualify("DROP SCHEMA IF EXISTS {s} CASCADE", &self.schema);
         db.run(async |client| db.timed("dropping the schema", plain(client).batch_execute(&sql)).await)
     }
 }

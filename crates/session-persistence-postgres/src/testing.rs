@@ -122,7 +122,7 @@ impl ScratchSchema {
     ///
     /// When the server cannot be reached or a statement fails.
     pub fn sql(&self, statements: &str) -> Vec<Vec<Option<String>>> {
-        let (config, statements) = (self.config.clone(), statements.replace("{s}", &self.config.schema));
+        let (config, statements) = (self.config.clone(), crate::schema::qualify(statements, &self.config.schema));
         off_async(move || run_sql(&config, &statements)).expect("the statements run on the test server")
     }
 
@@ -134,7 +134,8 @@ impl ScratchSchema {
 
 impl Drop for ScratchSchema {
     fn drop(&mut self) {
-        let (config, statement) = (self.config.clone(), format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name()));
+        let (config, statement) =
+            (self.config.clone(), crate::schema::qualify("DROP SCHEMA IF EXISTS {s} CASCADE", self.name()));
         let dropped = off_async(move || run_sql(&config, &statement));
         // While a test fails, best effort: never a panic inside a panic.
         if let Err(error) = dropped

@@ -151,6 +151,53 @@ fn the_password_of_a_store_url_never_reaches_the_output_or_the_log() {
     }
 }
 
+/// `--store` with nothing but the schema in the URL, and `postgres://` alone: the host, port,
+/// user, database and password come from libpq's environment variables (the child's environment
+/// holds nothing else), and the password reaches no output at any log level.
+#[test]
+fn a_store_named_by_the_environment_alone() {
+    let Some(schema) = ScratchSchema::bare() else { return };
+    // The server's settings as the store shows them: postgres://user@host:port/database?schema=…
+    let shown = schema.config().shown().to_owned();
+    let rest = shown.strip_prefix("postgres://").unwrap();
+    let (user, rest) = rest.split_once('@').unwrap();
+    let (host_port, rest) = rest.split_once('/').unwrap();
+    let (host, port) = host_port.rsplit_once(':').unwrap();
+    let database = rest.split_once('?').unwrap().0;
+    let home = tempfile::tempdir().unwrap();
+    let secret = "3nv-s3cr3t-Pa55";
+    let run = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_apiproxy"))
+            .args(args)
+            .env_clear()
+            .env("APIPROXY_LOG", "trace")
+            .env("HOME", home.path())
+            .env("PGHOST", host)
+            .env("PGPORT", port)
+            .env("PGUSER", user)
+            .env("PGDATABASE", database)
+            .env("PGPASSWORD", secret)
+            .env("PGSSLMODE", "disable")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(!stdout.contains(secret) && !stderr.contains(secret), "{args:?}: {stdout}\n{stderr}");
+        (output.status.code(), stdout.into_owned(), stderr.into_owned())
+    };
+    let store = format!("postgres://?schema={}", schema.name());
+    let (code, stdout, stderr) = run(&["setup", "--store", &store]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert_eq!(schema.value("SELECT count(*) FROM {s}.store_meta").as_deref(), Some("1"));
+    let (code, stdout, stderr) = run(&["sessions", "list", "--json", "--store", &store]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert_eq!(serde_json::from_str::<Value>(&stdout).unwrap(), json!([]), "{stdout}");
+    // `postgres://` alone reaches the same server: its `public` schema is listed, or refused as
+    // not set up, which only the server can say.
+    let (code, stdout, stderr) = run(&["sessions", "list", "--json", "--store", "postgres://"]);
+    assert!(code == Some(0) || stderr.contains("is not set up"), "{code:?}: {stdout}\n{stderr}");
+    assert!(!stderr.contains("hostaddr are missing"), "{stderr}");
+}
+
 /// A gateway whose PostgreSQL server crashes and comes back (a cluster of the test's own, stopped
 /// as a crash stops it): while it is down a flush fails at once and appends are still taken;
 /// once it is back, the same gateway, never restarted, makes everything durable on the next

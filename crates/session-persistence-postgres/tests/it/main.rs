@@ -15,6 +15,7 @@ mod lease;
 mod queries;
 mod restart;
 mod runtimes;
+mod settings;
 mod tls;
 mod writes;
 
