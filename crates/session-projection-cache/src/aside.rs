@@ -67,7 +67,7 @@ pub(crate) fn move_aside(path: &Path, stamp: &str, side_suffixes: &[&str]) -> Re
     Ok(to)
 }
 
-/// Opens the store at `path` with `open`; if that fails, moves it aside (see [`move_aside`]) and
+/// Opens the store at `path` with `open`; if that fails, moves it aside (renamed to `<name>.damaged-<stamp>`) and
 /// opens a fresh one. The second failure, if any, is returned.
 pub fn open_or_move_aside<T>(
     path: &Path,
