@@ -234,6 +234,10 @@ pub struct HistoryPage {
     /// Whether older events exist (the page starts after seq 0); ask with `beforeSeq` = the
     /// first seq of this page.
     pub has_more: bool,
+    /// Whether the page was cut by the byte budget (`docs/wire.md`, "History budget"), so it
+    /// starts after its message boundary, possibly inside a message's group; absent when not.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
     /// The projection values at the page's end; only on the tail page (no `beforeSeq`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub projections: Option<ProjectionsBlock>,
