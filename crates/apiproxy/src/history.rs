@@ -417,4 +417,31 @@ mod tests {
         check("", None, 50, (vec![], false));
         check("ttt", None, 1, (vec![0, 1, 2], false));
     }
+
+    #[tokio::test]
+    async fn the_inflight_budget_makes_the_excess_wait_then_busy() {
+        let budget = InflightBudget::new(8 << 10);
+        let cancel = CancellationToken::new();
+        let wait = Duration::from_millis(1);
+        let first = budget.admit(4 << 10, wait, &cancel).await.expect("half the budget is free");
+        let second = budget.admit(4 << 10, wait, &cancel).await.expect("the other half is free");
+        assert!(matches!(budget.admit(1, wait, &cancel).await, Err(ReadError::Busy)), "nothing is left");
+        drop(first);
+        // A page larger than the whole budget takes all of it, once it is all free.
+        let waiting = budget.admit(1 << 30, Duration::from_secs(3600), &cancel);
+        tokio::pin!(waiting);
+        tokio::select! {
+            biased;
+            _ = &mut waiting => panic!("a read that needs the whole budget waits for the half still taken"),
+            () = std::future::ready(()) => {}
+        }
+        drop(second);
+        let whole = waiting.await.expect("the whole budget is free again");
+        let cancelled = CancellationToken::new();
+        cancelled.cancel();
+        let admitted = budget.admit(1, Duration::from_secs(3600), &cancelled).await;
+        assert!(matches!(admitted, Err(ReadError::Cancelled)), "a cancelled wait ends at once");
+        drop(whole);
+        assert!(budget.admit(8 << 10, wait, &cancel).await.is_ok());
+    }
 }

@@ -165,6 +165,14 @@ struct LimitArgs {
     /// Open connections at most (WebSocket downlinks included); more are answered 503 and closed.
     #[arg(long, default_value_t = ProxyConfig::default().max_connections, value_parser = positive_usize)]
     max_connections: usize,
+    /// The byte budget of one history page (the events' stored JSON); a page stops before the
+    /// event that would take it over (one larger event is served alone).
+    #[arg(long, default_value_t = ProxyConfig::default().history_page_bytes, value_parser = positive_usize)]
+    history_page_bytes: usize,
+    /// The bytes all history reads in flight may hold together; the excess waits (up to 10 s,
+    /// then `agent-busy`).
+    #[arg(long, default_value_t = ProxyConfig::default().history_inflight_bytes, value_parser = positive_usize)]
+    history_inflight_bytes: usize,
 }
 
 impl LimitArgs {
@@ -177,6 +185,8 @@ impl LimitArgs {
             idle_timeout: Duration::from_secs(self.idle_timeout_secs),
             push_close_timeout: Duration::from_secs(self.push_close_timeout_secs),
             max_connections: self.max_connections,
+            history_page_bytes: self.history_page_bytes,
+            history_inflight_bytes: self.history_inflight_bytes,
             ..config
         }
     }
