@@ -6,6 +6,7 @@
 
 use std::{collections::VecDeque, sync::Arc, time::Duration};
 
+use parking_lot::Mutex;
 use session_core::{Session, SessionEvent, SessionHeader, SessionId, SurfaceOp};
 use session_persistence::{PersistenceError, ScanSink, SessionPersistence, inspect_into};
 use session_projection::{CheckpointRows, ProjectionRegistry, RestoreError, RestoreFold, Snapshot};
@@ -140,18 +141,24 @@ pub(crate) async fn read_page(
     }
     let Some(persistence) = &shared.persistence else { return Err(ReadError::NotFound) };
     authorize_cold(&**persistence, caller, &session_id, cancel).await?;
-    let sink = PageSink::new(query.before_seq, budget, with_projections.then(|| Arc::clone(&shared.registry)));
-    let (sink, summary) = match inspect_into(&**persistence, &session_id, cancel, sink).await {
-        Ok(streamed) => streamed,
+    let kept = Arc::new(Mutex::new(Kept::default()));
+    let registry = with_projections.then(|| Arc::clone(&shared.registry));
+    let sink = PageSink::new(query.before_seq, budget, Arc::clone(&kept), registry);
+    let fold = match inspect_into(&**persistence, &session_id, cancel, sink).await {
+        Ok((sink, _)) => sink.fold,
+        // The sink stopped the scan at `beforeSeq`: what it kept is the window.
+        Err(PersistenceError::Cancelled) if kept.lock().stopped && !cancel.is_cancelled() => None,
         Err(error) => return Err(read_failure(error)),
     };
-    if summary.header.cwd.is_none() || !caller.sees(&summary.header) {
+    let Kept { header, window, .. } = std::mem::take(&mut *kept.lock());
+    let Some(header) = header else { return Err(ReadError::NotFound) };
+    if header.cwd.is_none() || !caller.sees(&header) {
         return Err(ReadError::NotFound);
     }
     if cancel.is_cancelled() {
         return Err(ReadError::Cancelled);
     }
-    let projections = match sink.fold {
+    let projections = match fold {
         Some(Ok(fold)) => match fold.finish() {
             Ok(restored) => Some(block(restored.snapshot)),
             Err(error) => {
@@ -165,10 +172,10 @@ pub(crate) async fn read_page(
         }
         None => None,
     };
-    let events: Arc<[Arc<SessionEvent>]> = sink.window.into_iter().collect();
+    let events: Arc<[Arc<SessionEvent>]> = window.into_iter().collect();
     let len = events.len();
-    let cut = Cut { header: Arc::clone(&summary.header), events, len, projections };
-    Ok((summary.header, paginate(cut, query, budget)))
+    let cut = Cut { header: Arc::clone(&header), events, len, projections };
+    Ok((header, paginate(cut, query, budget)))
 }
 
 /// The answer to a history read that found the in-flight budget taken for its whole wait.
@@ -210,28 +217,48 @@ fn read_failure(error: PersistenceError) -> ReadError {
     }
 }
 
-/// The sink of a cold page read: keeps the newest events of the window (`seq < before_seq`) that
-/// fit the byte budget (always at least one), so memory is the page, not the log; and, for the
-/// tail page, folds every event into the projections as it passes.
-struct PageSink {
-    before_seq: Option<u64>,
-    budget: usize,
+/// What a cold page read keeps, shared with its sink so that it survives a scan the sink stops.
+#[derive(Default)]
+struct Kept {
+    header: Option<Arc<SessionHeader>>,
+    /// The newest events of the window that fit the byte budget (always at least one).
     window: VecDeque<Arc<SessionEvent>>,
     /// The stored JSON bytes of `window`.
     window_bytes: usize,
+    /// Whether the sink stopped the scan at `before_seq`.
+    stopped: bool,
+}
+
+/// The sink of a cold page read: keeps the newest events of the window (`seq < before_seq`) that
+/// fit the byte budget, so memory is the page, not the log; for the tail page, folds every event
+/// into the projections as it passes. An older page (no fold) stops the scan at `before_seq`.
+struct PageSink {
+    before_seq: Option<u64>,
+    budget: usize,
+    kept: Arc<Mutex<Kept>>,
     registry: Option<Arc<ProjectionRegistry>>,
     /// The projections' fold, or why it stopped.
     fold: Option<Result<RestoreFold, RestoreError>>,
 }
 
 impl PageSink {
-    fn new(before_seq: Option<u64>, budget: usize, registry: Option<Arc<ProjectionRegistry>>) -> PageSink {
+    fn new(
+        before_seq: Option<u64>,
+        budget: usize,
+        kept: Arc<Mutex<Kept>>,
+        registry: Option<Arc<ProjectionRegistry>>,
+    ) -> PageSink {
         let fold = registry.as_ref().map(|registry| Ok(registry.begin_full_restore()));
-        PageSink { before_seq, budget, window: VecDeque::new(), window_bytes: 0, registry, fold }
+        PageSink { before_seq, budget, kept, registry, fold }
     }
 }
 
 impl ScanSink for PageSink {
+    fn header(&mut self, header: &Arc<SessionHeader>) -> session_persistence::Result<()> {
+        self.kept.lock().header = Some(Arc::clone(header));
+        Ok(())
+    }
+
     fn event(&mut self, event: Arc<SessionEvent>) -> session_persistence::Result<()> {
         if let Some(Ok(fold)) = &mut self.fold
             && let Err(error) = fold.apply(&event)
@@ -239,21 +266,27 @@ impl ScanSink for PageSink {
             self.fold = Some(Err(error));
         }
         if self.before_seq.is_some_and(|before| event.seq >= before) {
-            return Ok(());
+            if self.fold.is_some() {
+                return Ok(());
+            }
+            // Nothing past the window is needed: stop the scan (the caller tells this stop from
+            // a cancellation by the flag).
+            self.kept.lock().stopped = true;
+            return Err(PersistenceError::Cancelled);
         }
-        self.window_bytes += event.encoded_len();
-        self.window.push_back(event);
-        while self.window.len() > 1 && self.window_bytes > self.budget {
-            if let Some(oldest) = self.window.pop_front() {
-                self.window_bytes -= oldest.encoded_len();
+        let mut kept = self.kept.lock();
+        kept.window_bytes += event.encoded_len();
+        kept.window.push_back(event);
+        while kept.window.len() > 1 && kept.window_bytes > self.budget {
+            if let Some(oldest) = kept.window.pop_front() {
+                kept.window_bytes -= oldest.encoded_len();
             }
         }
         Ok(())
     }
 
     fn restart(&mut self) -> bool {
-        self.window.clear();
-        self.window_bytes = 0;
+        *self.kept.lock() = Kept::default();
         self.fold = self.registry.as_ref().map(|registry| Ok(registry.begin_full_restore()));
         true
     }
