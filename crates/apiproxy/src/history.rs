@@ -116,6 +116,15 @@ pub(crate) struct PageQuery {
     pub(crate) max_messages: Option<u64>,
 }
 
+/// A history page read, holding its share of the in-flight budget until it is dropped (after the
+/// answer's value is built).
+pub(crate) struct Page {
+    /// The header of the session read.
+    pub(crate) header: Arc<SessionHeader>,
+    pub(crate) page: HistoryPage,
+    _share: OwnedSemaphorePermit,
+}
+
 /// Reads one history page of a session: live if attached, else streamed from persistence, and
 /// paged. The read holds its share of the in-flight budget until the page is built; a cold read
 /// holds at most the page's byte budget plus one event of the log (plus the fold of the tail
@@ -126,9 +135,9 @@ pub(crate) async fn read_page(
     id: &str,
     query: PageQuery,
     cancel: &CancellationToken,
-) -> Result<(Arc<SessionHeader>, HistoryPage), ReadError> {
+) -> Result<Page, ReadError> {
     let budget = shared.config.history_page_bytes;
-    let _share = shared.history_budget.admit(budget, shared.config.history_wait, cancel).await?;
+    let share = shared.history_budget.admit(budget, shared.config.history_wait, cancel).await?;
     let with_projections = query.before_seq.is_none();
     let session_id = SessionId::from(id);
     if let Some(session) = shared.store.get(&session_id) {
@@ -137,7 +146,7 @@ pub(crate) async fn read_page(
         }
         let cut = live_cut(shared, &session, with_projections);
         let header = Arc::clone(&cut.header);
-        return Ok((header, paginate(cut, query, budget)));
+        return Ok(Page { header, page: paginate(cut, query, budget), _share: share });
     }
     let Some(persistence) = &shared.persistence else { return Err(ReadError::NotFound) };
     authorize_cold(&**persistence, caller, &session_id, cancel).await?;
@@ -175,7 +184,7 @@ pub(crate) async fn read_page(
     let events: Arc<[Arc<SessionEvent>]> = window.into_iter().collect();
     let len = events.len();
     let cut = Cut { header: Arc::clone(&header), events, len, projections };
-    Ok((header, paginate(cut, query, budget)))
+    Ok(Page { header, page: paginate(cut, query, budget), _share: share })
 }
 
 /// The answer to a history read that found the in-flight budget taken for its whole wait.

@@ -256,10 +256,10 @@ pub(super) async fn history(
 ) -> Result<Value, RpcError> {
     let id = request.session_id.as_str();
     let query = history::PageQuery { before_seq: request.before_seq, max_messages: request.max_messages };
-    let (_, page) = history::read_page(shared, caller, id, query, cancel)
+    let read = history::read_page(shared, caller, id, query, cancel)
         .await
         .map_err(|error| read_error(id, error, "session history read"))?;
-    Ok(to_value(&page))
+    Ok(to_value(&read.page))
 }
 
 fn created(header: &SessionHeader) -> Value {
