@@ -35,7 +35,10 @@ Commands:
                               `cargo bench` (e.g. -p session-persistence), CRITERION_ARGS to the
                               benchmark binaries (e.g. --quick, or a name filter); a
                               full run also measures the peak memory of a cold listing
-                              (`cargo run --release -p e2e --bin listing_memory`)
+                              (`cargo run --release -p e2e --bin listing_memory`) and of 8
+                              concurrent history reads of a 150 MB session
+                              (`cargo run --release -p e2e --bin history_memory`, against the
+                              release `apiproxy` binary)
   help                        print this message
 ";
 
@@ -187,7 +190,10 @@ fn bench(args: &[OsString]) -> anyhow::Result<()> {
         return Ok(());
     }
     // Peak memory needs a fresh process per measurement, so it is a binary, not a criterion bench.
-    cargo_step(&["run", "--release", "--package", "e2e", "--bin", "listing_memory"])
+    cargo_step(&["run", "--release", "--package", "e2e", "--bin", "listing_memory"])?;
+    // The history probe measures the gateway binary itself, built with the same profile beside it.
+    cargo_step(&["build", "--release", "--package", "apiproxy", "--bin", "apiproxy"])?;
+    cargo_step(&["run", "--release", "--package", "e2e", "--bin", "history_memory"])
 }
 
 /// Runs `cargo <args>` from the workspace root with inherited stdio, printing the command and how

@@ -45,6 +45,18 @@ pub struct ProxyConfig {
     /// whether it is blank, when no checkpoint says it is not (reference `coldBlankProbeMaxBytes`).
     /// 0 disables the probe: such a row is then listed as not blank.
     pub cold_blank_probe_max_bytes: u64,
+    /// The byte budget of one `session.history` / `subagent.history` page, counted as the events'
+    /// stored JSON (`docs/wire.md`, "History budget"): a page stops before the event that would
+    /// take it over, with `hasMore` and `truncated`; one event over the budget is served alone.
+    /// Must be positive.
+    pub history_page_bytes: usize,
+    /// The bytes all history reads in flight may hold together: each read takes its page budget
+    /// (at most this much) before it reads and gives it back once its answer is built, so the
+    /// excess waits. Must be positive.
+    pub history_inflight_bytes: usize,
+    /// How long a history read waits for its share of `history_inflight_bytes`; then it is
+    /// answered `agent-busy`. Must be positive.
+    pub history_wait: Duration,
     /// Bearer tokens, owners and extra trusted hosts (default: no token, loopback only).
     pub access: AccessConfig,
 }
@@ -78,6 +90,9 @@ impl Default for ProxyConfig {
             max_connections: 1024,
             max_owner_connections: None,
             cold_blank_probe_max_bytes: 1024,
+            history_page_bytes: 4 << 20,
+            history_inflight_bytes: 32 << 20,
+            history_wait: Duration::from_secs(10),
             access: AccessConfig::default(),
         }
     }

@@ -125,7 +125,7 @@ async fn entry(State(shared): State<Arc<Shared>>, request: Request) -> Response 
     let outcome =
         AssertUnwindSafe(methods::dispatch(&shared, &caller, method, &request.payload, &cancel)).catch_unwind().await;
     match outcome {
-        Ok(result) => json_response(&wire::server_response(&request.rpc_id, &result)),
+        Ok(result) => json_response(&wire::into_server_response(&request.rpc_id, result)),
         Err(payload) => {
             let message = panic_text(payload.as_ref());
             tracing::error!(method = method.as_str(), %message, "request handler panicked");

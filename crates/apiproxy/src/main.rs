@@ -174,6 +174,14 @@ struct LimitArgs {
     /// --max-connections.
     #[arg(long, value_parser = positive_usize)]
     max_owner_connections: Option<usize>,
+    /// The byte budget of one history page (the events' stored JSON); a page stops before the
+    /// event that would take it over (one larger event is served alone).
+    #[arg(long, default_value_t = ProxyConfig::default().history_page_bytes, value_parser = positive_usize)]
+    history_page_bytes: usize,
+    /// The bytes all history reads in flight may hold together; the excess waits (up to 10 s,
+    /// then `agent-busy`).
+    #[arg(long, default_value_t = ProxyConfig::default().history_inflight_bytes, value_parser = positive_usize)]
+    history_inflight_bytes: usize,
 }
 
 impl LimitArgs {
@@ -187,6 +195,8 @@ impl LimitArgs {
             push_close_timeout: Duration::from_secs(self.push_close_timeout_secs),
             max_connections: self.max_connections,
             max_owner_connections: self.max_owner_connections,
+            history_page_bytes: self.history_page_bytes,
+            history_inflight_bytes: self.history_inflight_bytes,
             ..config
         }
     }

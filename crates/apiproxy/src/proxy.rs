@@ -59,6 +59,8 @@ pub(crate) struct Shared {
     pub(crate) id_locks: session_persistence::keyed::KeyedLocks,
     /// The subagent catalog over the same store, registry and persistence.
     pub(crate) subagents: subagent::SubagentRuntime,
+    /// The in-flight budget of history reads (`config.history_inflight_bytes`).
+    pub(crate) history_budget: crate::history::InflightBudget,
     /// One-shot children whose descriptor is appended when their first step starts.
     pub(crate) pending_one_shots:
         parking_lot::Mutex<std::collections::HashMap<session_core::SessionId, Arc<subagent::OneShotChild>>>,
@@ -124,12 +126,18 @@ impl ApiProxy {
                 ),
             });
         }
+        if config.history_page_bytes == 0 || config.history_inflight_bytes == 0 {
+            return Err(ProxyError::Config {
+                message: "history_page_bytes and history_inflight_bytes must be positive".to_owned(),
+            });
+        }
         let timeouts = [
             config.push_send_timeout,
             config.push_close_timeout,
             config.header_read_timeout,
             config.body_read_timeout,
             config.idle_timeout,
+            config.history_wait,
         ];
         if timeouts.contains(&std::time::Duration::ZERO) {
             return Err(ProxyError::Config { message: "every timeout must be positive".to_owned() });
@@ -176,6 +184,7 @@ impl ApiProxy {
                 registry,
                 hub,
                 connections: Connections::new(config.max_connections, config.owner_connection_share()),
+                history_budget: crate::history::InflightBudget::new(config.history_inflight_bytes),
                 config,
                 listen: parking_lot::Mutex::new(None),
                 append_lock: parking_lot::Mutex::new(()),

@@ -239,6 +239,7 @@ pub(super) fn read_error(id: &str, error: ReadError, what: &str) -> RpcError {
     match error {
         ReadError::NotFound => RpcError::session_not_found(id),
         ReadError::Cancelled => RpcError::cancelled(format!("{what} was cancelled")),
+        ReadError::Busy => history::busy(),
         ReadError::Failed(error) => {
             tracing::error!(session = id, %error, "reading a session failed");
             RpcError::internal(format!("history unavailable for session \"{id}\""))
@@ -254,10 +255,11 @@ pub(super) async fn history(
     cancel: &CancellationToken,
 ) -> Result<Value, RpcError> {
     let id = request.session_id.as_str();
-    let cut = history::read(shared, caller, id, request.before_seq.is_none(), cancel)
+    let query = history::PageQuery { before_seq: request.before_seq, max_messages: request.max_messages };
+    let read = history::read_page(shared, caller, id, query, cancel)
         .await
         .map_err(|error| read_error(id, error, "session history read"))?;
-    Ok(to_value(&history::paginate(cut, request.before_seq, request.max_messages)))
+    Ok(to_value(&read.page))
 }
 
 fn created(header: &SessionHeader) -> Value {

@@ -142,34 +142,32 @@ pub(super) async fn history(
         }
         _ => return Err(RpcError::subagent_not_found(parent_id, child_id, mode)),
     }
-    let cut =
-        history::read(shared, caller, child_id, request.before_seq.is_none(), cancel).await.map_err(
-            |error| match error {
-                ReadError::NotFound => RpcError::new(
-                    ErrorKind::SubagentNotFound {
-                        parent_session_id: parent_id.to_owned(),
-                        child_session_id: child_id.to_owned(),
-                    },
-                    "subagent disappeared during history read",
-                ),
-                ReadError::Cancelled => RpcError::cancelled("subagent history read was cancelled"),
-                ReadError::Failed(error) => {
-                    tracing::error!(session = child_id, %error, "reading a subagent's history failed");
-                    RpcError::internal("subagent history read failed")
-                }
+    let query = history::PageQuery { before_seq: request.before_seq, max_messages: request.max_messages };
+    let read = history::read_page(shared, caller, child_id, query, cancel).await.map_err(|error| match error {
+        ReadError::NotFound => RpcError::new(
+            ErrorKind::SubagentNotFound {
+                parent_session_id: parent_id.to_owned(),
+                child_session_id: child_id.to_owned(),
             },
-        )?;
+            "subagent disappeared during history read",
+        ),
+        ReadError::Cancelled => RpcError::cancelled("subagent history read was cancelled"),
+        ReadError::Busy => history::busy(),
+        ReadError::Failed(error) => {
+            tracing::error!(session = child_id, %error, "reading a subagent's history failed");
+            RpcError::internal("subagent history read failed")
+        }
+    })?;
     if cancel.is_cancelled() {
         return Err(RpcError::cancelled("subagent history read was cancelled"));
     }
-    if cut.header.parent_session.as_ref().map(SessionId::as_str) != Some(parent_id) {
+    if read.header.parent_session.as_ref().map(SessionId::as_str) != Some(parent_id) {
         return Err(RpcError::new(
             ErrorKind::SubagentUnauthorized { child_session_id: child_id.to_owned() },
             "subagent parent changed during history read",
         ));
     }
-    let page = history::paginate(cut, request.before_seq, request.max_messages);
-    Ok(crate::wire::to_value(&page))
+    Ok(crate::wire::to_value(&read.page))
 }
 
 /// `session-conflict` for a child id that is taken: `existingCwd` only for a session the caller

@@ -148,6 +148,25 @@ pub fn server_response(rpc_id: &str, result: &Result<Value, RpcError>) -> Value 
     serde_json::json!({"type": "server-response", "rpcId": rpc_id, "result": result})
 }
 
+/// [`server_response`] that takes the result by value and moves it into the envelope instead of
+/// copying it (a history page is megabytes of JSON values).
+pub(crate) fn into_server_response(rpc_id: &str, result: Result<Value, RpcError>) -> Value {
+    let result = match result {
+        Ok(value) => {
+            let mut result = serde_json::Map::new();
+            result.insert("ok".to_owned(), Value::Bool(true));
+            result.insert("value".to_owned(), value);
+            Value::Object(result)
+        }
+        Err(error) => serde_json::json!({"ok": false, "error": error}),
+    };
+    let mut envelope = serde_json::Map::new();
+    envelope.insert("type".to_owned(), Value::from("server-response"));
+    envelope.insert("rpcId".to_owned(), Value::from(rpc_id));
+    envelope.insert("result".to_owned(), result);
+    Value::Object(envelope)
+}
+
 /// The receipt of `POST /api/respond`: this gateway has no pending approvals or questions.
 pub fn respond_receipt(body: &Value) -> Value {
     let well_formed = body.get("type").and_then(Value::as_str) == Some("client-response")
@@ -234,6 +253,10 @@ pub struct HistoryPage {
     /// Whether older events exist (the page starts after seq 0); ask with `beforeSeq` = the
     /// first seq of this page.
     pub has_more: bool,
+    /// Whether the page was cut by the byte budget (`docs/wire.md`, "History budget"), so it
+    /// starts after its message boundary, possibly inside a message's group; absent when not.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
     /// The projection values at the page's end; only on the tail page (no `beforeSeq`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub projections: Option<ProjectionsBlock>,

@@ -69,6 +69,11 @@ fn envelopes() {
             r#"{"type":"server-response","rpcId":"r","result":{"ok":false,"error":{"code":"session-not-found","message":"session \"s\" not found","details":{"sessionId":"s"}}}}"#
         ]],
     );
+    // The by-value envelope is the same envelope, key order included.
+    for result in [Ok(json!({"a": [1, {"b": null}]})), Err(RpcError::session_not_found("s"))] {
+        let expected = serde_json::to_string(&server_response("r", &result)).unwrap();
+        assert_eq!(serde_json::to_string(&into_server_response("r", result)).unwrap(), expected);
+    }
     let request =
         parse_client_request(&json!({"type": "client-request", "rpcId": "", "method": "m", "extra": 1})).unwrap();
     assert_eq!(request, ClientRequest { rpc_id: String::new(), method: "m".into(), payload: Value::Null });
