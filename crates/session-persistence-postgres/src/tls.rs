@@ -128,7 +128,7 @@ impl TlsSettings {
     pub(crate) fn connector(&self) -> Result<Connector, String> {
         self.check()?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider.clone())
+        let builder = ClientConfig::builder_with_details(provider.clone(), Arc::new(ClampedClock))
             .with_safe_default_protocol_versions()
             .map_err(|error| format!("TLS setup: {error}"))?;
         let algorithms = provider.signature_verification_algorithms;
@@ -239,5 +239,39 @@ impl ServerCertVerifier for Lenient {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.algorithms.supported_schemes()
+    }
+}
+
+/// The wall clock rustls checks certificates against, clamped at the epoch: rustls's own reading
+/// panics on a system clock before 1970, where this one reads 1970 (with a warning), so a
+/// certificate check fails as "not valid yet" instead of the connection's thread panicking.
+#[derive(Debug)]
+struct ClampedClock;
+
+impl rustls::time_provider::TimeProvider for ClampedClock {
+    fn current_time(&self) -> Option<UnixTime> {
+        Some(UnixTime::since_unix_epoch(clamped_since_epoch(std::time::SystemTime::now())))
+    }
+}
+
+/// How long after the epoch `now` is, or zero (with a warning) for a reading before it.
+fn clamped_since_epoch(now: std::time::SystemTime) -> std::time::Duration {
+    now.duration_since(std::time::UNIX_EPOCH).unwrap_or_else(|_| {
+        tracing::warn!("the system clock reads before 1970; TLS certificates are checked as of 1970-01-01");
+        std::time::Duration::ZERO
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+
+    #[test]
+    fn a_clock_before_1970_reads_as_the_epoch_not_a_panic() {
+        assert_eq!(clamped_since_epoch(UNIX_EPOCH - Duration::from_secs(86_400)), Duration::ZERO);
+        assert_eq!(clamped_since_epoch(UNIX_EPOCH + Duration::from_secs(5)), Duration::from_secs(5));
+        assert!(rustls::time_provider::TimeProvider::current_time(&ClampedClock).is_some());
     }
 }
