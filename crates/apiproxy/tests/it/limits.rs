@@ -216,4 +216,8 @@ fn empty_tokens_and_zero_limits_are_refused() {
         ProxyConfig { max_incoming_message_bytes: 124, ..ProxyConfig::default() },
         "max_incoming_message_bytes must be at least 125 (a close frame), got 124",
     );
+    let positive = "history_page_bytes and history_inflight_bytes must be positive";
+    check(ProxyConfig { history_page_bytes: 0, ..ProxyConfig::default() }, positive);
+    check(ProxyConfig { history_inflight_bytes: 0, ..ProxyConfig::default() }, positive);
+    check(ProxyConfig { history_wait: Duration::ZERO, ..ProxyConfig::default() }, "every timeout must be positive");
 }
