@@ -1,4 +1,4 @@
-//! A parent with many subagent children on disk, in the shape of `shared/bench/README.md`, and
+//! A parent with many subagent children on disk, in the shape of `docs/reference/bench.md`, and
 //! the catalogs that list it: live, cold, cold with a checkpoint cache, and the design note's
 //! "before" baseline. Shared by the listing benchmark and the listing memory probe.
 
@@ -46,7 +46,7 @@ pub fn child_transcript(idx: usize, n_events: u64) -> Vec<Vec<Arc<SessionEvent>>
 
 /// Writes the parent and `n_children` children of `n_events` events each under `root`, one
 /// durable append per turn as the reference's workload flushes, so a zstd log holds one frame per turn
-/// (the shape of `shared/bench/README.md`).
+/// (the shape of `docs/reference/bench.md`).
 pub async fn write_fleet(root: &Path, compression: Compression, n_children: usize, n_events: u64) {
     let store = JsonlStore::open(JsonlConfig { root: root.to_path_buf(), compression, pack_chunks: true })
         .expect("open the fleet store");

@@ -1,4 +1,4 @@
-//! The benchmark workload of `shared/bench/README.md`: realistic agent transcripts made of
+//! The benchmark workload of `docs/reference/bench.md`: realistic agent transcripts made of
 //! 11-event turns with pseudo-English text, deterministic for a given seed.
 
 use std::sync::Arc;
