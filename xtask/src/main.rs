@@ -1,7 +1,8 @@
 //! Project automation: `cargo xtask ci` and `cargo xtask bench`.
 //!
 //! `ci` runs, in order and stopping at the first failure: `cargo fmt --check`, clippy with
-//! warnings denied, the whole test suite (doctests included), every example of the `examples`
+//! warnings denied, the whole test suite (with cargo-nextest where it is installed, then the
+//! doctests; else `cargo test`), every example of the `examples`
 //! package (found in `cargo metadata`, so a new `[[example]]` runs without editing this file),
 //! and `cargo doc` with rustdoc warnings denied.
 //!
@@ -78,17 +79,21 @@ fn ci() -> anyhow::Result<()> {
     // On CI the committed Cargo.lock must already be up to date; locally, adding a dependency
     // should not make the checks fail before they start.
     let locked: &[&str] = if on_ci() { &["--locked"] } else { &[] };
-    let steps: [&[&str]; 3] = [
-        &["fmt", "--all", "--check"],
-        &[&["clippy", "--workspace", "--all-targets"], locked, &["--", "-D", "warnings"]].concat(),
-        &[&["test", "--workspace"], locked].concat(),
-    ];
     let postgres = env::var_os(PG_URL_VAR).is_some_and(|url| !url.is_empty());
     if !postgres {
         eprintln!("{}", postgres_skip_note());
     }
-    for step in steps {
-        cargo_step(step)?;
+    cargo_step(&["fmt", "--all", "--check"])?;
+    cargo_step(&[&["clippy", "--workspace", "--all-targets"], locked, &["--", "-D", "warnings"]].concat())?;
+    // cargo-nextest runs the test binaries side by side (libtest runs one binary after another,
+    // so one slow binary holds up the rest); it does not run doctests, which `cargo test --doc`
+    // then does. Without nextest, `cargo test` runs both.
+    if nextest_installed() {
+        cargo_step(&[&["nextest", "run", "--workspace"], locked].concat())?;
+        cargo_step(&[&["test", "--workspace", "--doc"], locked].concat())?;
+    } else {
+        eprintln!("xtask ci: cargo-nextest is not installed; running the tests with `cargo test`");
+        cargo_step(&[&["test", "--workspace"], locked].concat())?;
     }
     for example in examples(locked)? {
         cargo_step(&[&["run", "--package", EXAMPLES_PACKAGE, "--example", &example], locked].concat())?;
@@ -226,6 +231,16 @@ fn cargo_step_with_env<S: AsRef<std::ffi::OsStr>>(args: &[S], envs: &[(&str, OsS
 /// The cargo that runs this xtask, so the pinned toolchain is used throughout.
 fn cargo() -> OsString {
     env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
+/// Whether `cargo nextest` runs here.
+fn nextest_installed() -> bool {
+    Command::new(cargo())
+        .args(["nextest", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
 }
 
 fn on_ci() -> bool {
