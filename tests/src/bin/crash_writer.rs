@@ -105,6 +105,8 @@ fn main() {
                 report(&mut stdout, &format!("ack {first} {last} {hash}"));
                 next_seq = last + 1;
                 if pace > 0 {
+                    // A true delay, not a wait: pacing spreads the writes out so the parent's
+                    // SIGKILL lands between batches as well as inside them.
                     tokio::time::sleep(std::time::Duration::from_millis(pacing.below(pace))).await;
                 }
             }

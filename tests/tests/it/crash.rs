@@ -67,6 +67,7 @@ fn run_and_kill(root: &Path, compression: &str, seed: u64, prng: &mut Prng) -> V
             Err(_) => panic!("the crash writer stopped acknowledging"),
         }
     }
+    // A true delay, not a wait for an event: it moves the kill point to a random moment.
     std::thread::sleep(Duration::from_micros(prng.below(3_000)));
     child.kill().expect("SIGKILL the writer");
     child.wait().expect("reap the writer");
