@@ -132,14 +132,14 @@ impl AccessConfig {
         !self.operator_tokens.is_empty() || !self.owner_tokens.is_empty()
     }
 
-    /// Checks the tokens: each one usable (see [`token_problem`](crate::token_problem)), each owner
+    /// Checks the tokens: each one usable (see [`token_problem`](crate::access::token_problem)), each owner
     /// token with an owner, and no token configured twice: bound to two owners (or twice to one),
     /// or both an operator token and an owner token, it would mean whichever binding is looked up
     /// first. The message names the bindings, never the token.
     pub fn check(&self) -> Result<(), ProxyError> {
         let config = |message: String| ProxyError::Config { message };
         let tokens = self.operator_tokens.iter().chain(self.owner_tokens.iter().map(|bound| &bound.token));
-        if let Some(problem) = tokens.filter_map(|token| crate::token_problem(token)).next() {
+        if let Some(problem) = tokens.filter_map(|token| crate::access::token_problem(token)).next() {
             return Err(config(problem.to_owned()));
         }
         if self.owner_tokens.iter().any(|bound| bound.owner.is_empty()) {

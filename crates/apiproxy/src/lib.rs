@@ -116,6 +116,7 @@ mod hub;
 mod methods;
 pub mod ops;
 mod proxy;
+mod state;
 mod units;
 pub mod wire;
 mod ws;

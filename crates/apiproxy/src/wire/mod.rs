@@ -4,6 +4,7 @@
 //! HTTP and WebSocket layers serialize them. Optional fields are omitted when absent (never
 //! `null`), nullable fields (projection values) are always present.
 
+mod answer;
 pub mod error;
 pub mod payload;
 
@@ -13,7 +14,10 @@ use serde::Serialize;
 use serde_json::{Map, Value, value::RawValue};
 use session_core::{SessionEvent, SessionHeader};
 
-pub use self::error::{CLOSED_ERROR_CODES, DiagnosticReason, ErrorKind, Issue, PathSegment, RpcError};
+pub use self::{
+    answer::{Appended, Created, Flushed, Forked, HostDescription, Released, SessionList, SessionListPage, Spawned},
+    error::{CLOSED_ERROR_CODES, DiagnosticReason, ErrorKind, Issue, PathSegment, RpcError},
+};
 
 /// The rpcId answered when a request's own rpcId cannot be read.
 pub const INVALID_REQUEST_RPC_ID: &str = "invalid-request";
