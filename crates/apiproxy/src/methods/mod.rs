@@ -2,8 +2,6 @@
 //! Handlers never fail the HTTP request; every outcome is a value or an [`RpcError`].
 
 mod session;
-
-pub(crate) use self::session::resume;
 mod subagent;
 
 use std::sync::Arc;
