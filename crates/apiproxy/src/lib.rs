@@ -119,8 +119,8 @@ pub mod wire;
 mod ws;
 
 pub use crate::{
-    access::{OWNER_HEADER, is_loopback_listen, token_problem},
-    config::{AccessConfig, OwnerToken, ProxyConfig},
+    access::{OWNER_HEADER, is_loopback_listen},
+    config::{AccessConfig, OwnerToken, ProxyConfig, token_problem},
     error::ProxyError,
     proxy::{ApiProxy, ProxyParts},
     units::{LIST_METADATA_KEY, ListMetadata, SessionListMetadata},

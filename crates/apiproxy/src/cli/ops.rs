@@ -286,9 +286,8 @@ pub(crate) async fn show_session(persistence: &dyn SessionPersistence, id: &str)
 pub(crate) async fn stream_session(persistence: &dyn SessionPersistence, id: &str) -> Result<(), ProxyError> {
     let sink = JsonLines { out: std::io::BufWriter::new(std::io::stdout()) };
     match inspect_into(persistence, &SessionId::from(id), &CancellationToken::new(), sink).await {
-        Ok((mut sink, _)) => {
-            std::io::Write::flush(&mut sink.out).map_err(|source| ProxyError::Io { what: "standard output".to_owned(), source })
-        }
+        Ok((mut sink, _)) => std::io::Write::flush(&mut sink.out)
+            .map_err(|source| ProxyError::Io { what: "standard output".to_owned(), source }),
         Err(PersistenceError::NotFound { .. } | PersistenceError::InvalidInput { .. }) => {
             Err(ProxyError::SessionNotFound { id: id.to_owned() })
         }

@@ -1,11 +1,10 @@
 //! The values of the session and host methods (reference 04 §6): one type per answer, so the
-//! handlers build typed values and this module alone says how each one reads on the wire.
+//! handlers build typed values and this module alone says how each one reads on the wire (the
+//! answers made of rows, `session.list`'s, live beside their rows in the `wire` module itself).
 //! `Option` fields named "nullable" below are always present (`null` when none); the others are
 //! omitted when absent.
 
 use serde::{Serialize, Serializer, ser::SerializeStruct};
-
-use crate::wire::SessionSummary;
 
 /// The value of `host.describe`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -23,23 +22,6 @@ pub struct HostDescription {
     pub can_open_path: bool,
     /// Whether the caller is on the operator tier (no owner).
     pub operator_eligible: bool,
-}
-
-/// The value of `session.list` without a page request: every row the caller sees, newest first.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SessionList {
-    /// The rows.
-    pub items: Vec<SessionSummary>,
-}
-
-/// The value of a paged `session.list`: one page of rows and the cursor of the next.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionListPage {
-    /// The rows of this page, newest first.
-    pub items: Vec<SessionSummary>,
-    /// Nullable: the cursor that asks for the next page, `null` on the last one.
-    pub next_cursor: Option<String>,
 }
 
 /// The value of `session.create`: the session's id, and its `agentPreset` when it has one.
