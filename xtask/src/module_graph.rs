@@ -32,6 +32,16 @@ pub(crate) struct Reference {
     pub(crate) path: String,
 }
 
+/// One import cycle: the modules along it, the first repeated at the end, each step with the
+/// reference that makes it; and every module of its group (the modules that all reach each other).
+#[derive(Debug, Clone)]
+pub(crate) struct Cycle {
+    /// The steps, in order; the last names the first module again and has no reference.
+    pub(crate) steps: Vec<(ModPath, Option<Reference>)>,
+    /// The strongly connected group the cycle lies in, sorted.
+    pub(crate) group: Vec<ModPath>,
+}
+
 /// The module files of one crate tree (a library or a binary) and the edges between them.
 #[derive(Debug, Default)]
 pub(crate) struct ModuleGraph {
@@ -111,10 +121,9 @@ impl ModuleGraph {
         (0..=absolute.len()).rev().map(|len| absolute[..len].to_vec()).find(|prefix| self.files.contains_key(prefix))
     }
 
-    /// Every import cycle among the modules at or below `under`: one cycle per strongly
-    /// connected group, as the modules along it (the first repeated at the end), each step with
-    /// the reference that makes it.
-    pub(crate) fn cycles(&self, under: &[String]) -> Vec<Vec<(ModPath, Option<Reference>)>> {
+    /// Every import cycle among the modules at or below `under`: the shortest one through the
+    /// first module of each strongly connected group.
+    pub(crate) fn cycles(&self, under: &[String]) -> Vec<Cycle> {
         let inside = |path: &ModPath| path.starts_with(under);
         let nodes: Vec<&ModPath> = self.files.keys().filter(|path| inside(path)).collect();
         let successors = |node: &ModPath| -> Vec<&ModPath> {
@@ -159,17 +168,18 @@ impl ModuleGraph {
                 .map(|pair| (pair[0].clone(), self.edges.get(&pair[0]).and_then(|to| to.get(&pair[1])).cloned()))
                 .chain(std::iter::once((start.clone(), None)))
                 .collect();
-            cycles.push(steps);
+            cycles.push(Cycle { steps, group: group.into_iter().cloned().collect() });
         }
         cycles
     }
 }
 
-/// A cycle as one line per step: `crate::a -> crate::b (a.rs:3: crate::b::X)`.
-pub(crate) fn describe(cycle: &[(ModPath, Option<Reference>)]) -> String {
-    let names: Vec<String> = cycle.iter().map(|(path, _)| display(path)).collect();
+/// A cycle as its modules, then one line per step with the reference that makes it, then the
+/// whole group when it holds more modules than the cycle.
+pub(crate) fn describe(cycle: &Cycle) -> String {
+    let names: Vec<String> = cycle.steps.iter().map(|(path, _)| display(path)).collect();
     let mut text = names.join(" -> ");
-    for (idx, (path, reference)) in cycle.iter().enumerate() {
+    for (idx, (path, reference)) in cycle.steps.iter().enumerate() {
         if let Some(reference) = reference {
             let to = &names[idx + 1];
             text.push_str(&format!(
@@ -180,6 +190,10 @@ pub(crate) fn describe(cycle: &[(ModPath, Option<Reference>)]) -> String {
                 reference.path
             ));
         }
+    }
+    if cycle.group.len() + 1 > cycle.steps.len() {
+        let group: Vec<String> = cycle.group.iter().map(|path| display(path)).collect();
+        text.push_str(&format!("\n      (all of these reach each other: {})", group.join(", ")));
     }
     text
 }
@@ -556,7 +570,7 @@ mod tests {
         let cycles: Vec<String> = graph
             .cycles(&under)
             .iter()
-            .map(|cycle| cycle.iter().map(|(path, _)| display(path)).collect::<Vec<_>>().join(" -> "))
+            .map(|cycle| cycle.steps.iter().map(|(path, _)| display(path)).collect::<Vec<_>>().join(" -> "))
             .collect();
         assert_eq!(cycles, expected);
     }
