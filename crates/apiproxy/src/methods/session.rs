@@ -302,7 +302,7 @@ fn check_adoptable(caller: &Caller, header: &SessionHeader, request: &CreateRequ
 }
 
 /// Loads a cold session (committing any crash repair) and publishes it live again.
-pub(crate) async fn resume(
+async fn resume(
     shared: &Shared,
     id: &SessionId,
     cancel: &CancellationToken,
