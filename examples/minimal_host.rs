@@ -6,26 +6,18 @@
 //! Run with `cargo run -p examples --example minimal_host [STORE_DIR]` (a temporary directory
 //! without the argument).
 
-use std::{path::PathBuf, sync::Arc, time::SystemTime};
+use std::{path::PathBuf, sync::Arc};
 
 use anyhow::Context;
 use serde_json::json;
-use session_core::{Clock, CreateOptions, HeaderMeta, Session, SessionId, SessionStore, SurfaceIntent};
+use session_core::{
+    BoundedClock, Clock, CreateOptions, HeaderMeta, Session, SessionId, SessionStore, SurfaceIntent, SystemClock,
+};
 use session_persistence::{Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, SessionPersistence};
 use session_projection::ProjectionRegistry;
 use session_projection_cache::{CacheConfig, DiskCheckpointStore, ProjectionCache};
 use subagent::{ChildOptions, ContinuableDescriptor, SubagentRuntime, SubagentServices};
 use tokio_util::sync::CancellationToken;
-
-/// The host's clock: `session-core` reads no clock of its own.
-#[derive(Debug)]
-struct WallClock;
-
-impl Clock for WallClock {
-    fn now_ms(&self) -> i64 {
-        SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |since| since.as_millis() as i64)
-    }
-}
 
 /// One complete turn: the user asks, the model answers.
 fn run_turn(session: &Session, turn: u64, prompt: &str, answer: &str) -> anyhow::Result<()> {
@@ -56,7 +48,9 @@ async fn main() -> anyhow::Result<()> {
     let persistence: Arc<dyn SessionPersistence> = coordinator.clone();
 
     // The live sessions, written behind to storage.
-    let clock = Arc::new(WallClock);
+    // `session-core` reads no clock of its own: the host passes the system's, bounded so every
+    // stored time stays readable whatever the system clock says.
+    let clock: Arc<dyn Clock> = Arc::new(BoundedClock::new(Arc::new(SystemClock)));
     let store = Arc::new(SessionStore::new(clock.clone()));
     coordinator.attach(&store)?;
 

@@ -7,9 +7,12 @@
 //! and `cargo doc` with rustdoc warnings denied.
 //!
 //! The checks that are not plain cargo commands (dependency edges, file headers, banned test
-//! attributes, lint inheritance) live in `tidy.rs` as ordinary `#[test]`s, so `cargo test` and CI
-//! run exactly the same thing.
+//! attributes, lint inheritance, import cycles between modules) live in `tidy.rs` as ordinary
+//! `#[test]`s, so `cargo test` and CI run exactly the same thing; `module_graph.rs` reads a
+//! crate's module graph for the last of them.
 
+#[cfg(test)]
+mod module_graph;
 #[cfg(test)]
 mod tidy;
 

@@ -12,7 +12,11 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{cargo, project_root};
+use crate::{
+    cargo,
+    module_graph::{ModuleGraph, Sources, describe, display},
+    project_root,
+};
 
 /// The heading in `ARCHITECTURE.md` whose first fenced block lists the allowed edges.
 const EDGES_HEADING: &str = "## Allowed dependency edges";
@@ -203,6 +207,103 @@ fn the_hop_to_the_blocking_pool_has_one_home() {
         }
     }
     report("the hop to the blocking pool", problems);
+}
+
+/// The module roots whose modules must not import each other in a circle: a crate's `src/` (each
+/// of its trees, the library's and the binary's) or a module below it (its folder or file).
+const ACYCLIC_MODULE_ROOTS: &[&str] = &["crates/apiproxy/src", "crates/session-persistence/src/coordinator"];
+
+#[test]
+fn no_import_cycles_between_modules() {
+    let mut problems = Vec::new();
+    let mut enforced_crates = BTreeSet::new();
+    for root in ACYCLIC_MODULE_ROOTS {
+        let (src, under) = split_module_root(root);
+        if under.is_empty() {
+            enforced_crates.insert(src.clone());
+        }
+        let trees = module_trees(&project_root().join(&src));
+        if !trees.iter().any(|(_, graph)| graph.contains(&under)) {
+            problems.push(format!(
+                "{root}: no such module in {src}'s trees.\n    Fix the path in ACYCLIC_MODULE_ROOTS (xtask/src/tidy.rs)."
+            ));
+        }
+        for (tree, graph) in &trees {
+            problems.extend(graph.missing.iter().map(|missing| format!("{src}/{tree}: no file for module {missing}")));
+            for cycle in graph.cycles(&under) {
+                problems.push(format!(
+                    "{src}/{tree}: modules import each other in a circle: {}\n    \
+                     Move what both need into a module that imports neither (a leaf), so the edges point one way.",
+                    describe(&cycle)
+                ));
+            }
+        }
+    }
+    // Every other library crate, reported (run with `--nocapture` to see it), not enforced.
+    for src in library_sources().into_iter().filter(|src| !enforced_crates.contains(src)) {
+        for (tree, graph) in module_trees(&project_root().join(&src)) {
+            for cycle in graph.cycles(&[]) {
+                eprintln!("note: {src}/{tree}: import cycle (not enforced): {}", describe(&cycle));
+            }
+        }
+    }
+    report("import cycles between modules", problems);
+}
+
+/// `crates/x/src/a/b` as (`crates/x/src`, the module path `a::b`).
+fn split_module_root(root: &str) -> (String, Vec<String>) {
+    let (src, below) = match root.split_once("/src/") {
+        Some((krate, below)) => (format!("{krate}/src"), below),
+        None => (root.trim_end_matches('/').to_owned(), ""),
+    };
+    let under = below.split('/').filter(|segment| !segment.is_empty());
+    (src, under.map(|segment| segment.trim_end_matches(".rs").to_owned()).collect())
+}
+
+/// Each crate tree under a `src/` directory (`lib.rs`, `main.rs`) with its module graph.
+fn module_trees(src: &Path) -> Vec<(&'static str, ModuleGraph)> {
+    fn walk(dir: &Path, src: &Path, sources: &mut Sources) {
+        let entries = fs::read_dir(dir).unwrap_or_else(|err| panic!("cannot read {}: {err}", dir.display()));
+        for entry in entries {
+            let path = entry.unwrap_or_else(|err| panic!("cannot read {}: {err}", dir.display())).path();
+            if path.is_dir() {
+                walk(&path, src, sources);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let relative = path.strip_prefix(src).expect("walked below src").to_owned();
+                sources.insert(relative, read(&path));
+            }
+        }
+    }
+    let mut sources = Sources::new();
+    walk(src, src, &mut sources);
+    ["lib.rs", "main.rs"]
+        .into_iter()
+        .filter(|root| sources.contains_key(Path::new(root)))
+        .map(|root| (root, ModuleGraph::build(&sources, Path::new(root))))
+        .collect()
+}
+
+/// `crates/<name>/src` of every crate with a library, sorted.
+fn library_sources() -> Vec<String> {
+    let crates = project_root().join("crates");
+    let mut found: Vec<String> = fs::read_dir(&crates)
+        .unwrap_or_else(|err| panic!("cannot read {}: {err}", crates.display()))
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|dir| dir.join("src/lib.rs").is_file())
+        .filter_map(|dir| dir.file_name().map(|name| format!("crates/{}/src", name.to_string_lossy())))
+        .collect();
+    found.sort();
+    found
+}
+
+#[test]
+fn split_module_root_reads_the_crate_and_the_module_path() {
+    assert_eq!(split_module_root("crates/apiproxy/src"), ("crates/apiproxy/src".to_owned(), vec![]));
+    assert_eq!(
+        split_module_root("crates/session-persistence/src/coordinator"),
+        ("crates/session-persistence/src".to_owned(), vec!["coordinator".to_owned()])
+    );
+    assert_eq!(display(&split_module_root("crates/x/src/a/b.rs").1), "crate::a::b");
 }
 
 /// The examples' `.rs` files (a package outside [`SOURCE_DIRS`]).

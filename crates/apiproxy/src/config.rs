@@ -1,4 +1,5 @@
-//! `ProxyConfig`: everything a gateway is tuned by, with the defaults of `apiproxy serve`.
+//! `ProxyConfig`: everything a gateway is tuned by, with the defaults of `apiproxy serve`, and the
+//! check that a bearer token is usable.
 
 use std::time::Duration;
 
@@ -132,14 +133,14 @@ impl AccessConfig {
         !self.operator_tokens.is_empty() || !self.owner_tokens.is_empty()
     }
 
-    /// Checks the tokens: each one usable (see [`token_problem`](crate::token_problem)), each owner
+    /// Checks the tokens: each one usable (see [`token_problem`]), each owner
     /// token with an owner, and no token configured twice: bound to two owners (or twice to one),
     /// or both an operator token and an owner token, it would mean whichever binding is looked up
     /// first. The message names the bindings, never the token.
     pub fn check(&self) -> Result<(), ProxyError> {
         let config = |message: String| ProxyError::Config { message };
         let tokens = self.operator_tokens.iter().chain(self.owner_tokens.iter().map(|bound| &bound.token));
-        if let Some(problem) = tokens.filter_map(|token| crate::token_problem(token)).next() {
+        if let Some(problem) = tokens.filter_map(|token| token_problem(token)).next() {
             return Err(config(problem.to_owned()));
         }
         if self.owner_tokens.iter().any(|bound| bound.owner.is_empty()) {
@@ -158,5 +159,36 @@ impl AccessConfig {
             bindings.push((token, binding));
         }
         Ok(())
+    }
+}
+
+/// Why `token` cannot be a bearer token, if it cannot. An empty token would admit anyone who sends
+/// `Authorization: Bearer ` (and says nothing about who configured it), and a token that no
+/// header carries exactly (surrounding spaces, which are trimmed off what is presented, or bytes
+/// outside printable ASCII) would admit no one.
+pub fn token_problem(token: &str) -> Option<&'static str> {
+    if token.is_empty() {
+        Some("a bearer token must not be empty")
+    } else if !token.bytes().all(|byte| (b' '..=b'~').contains(&byte)) {
+        Some("a bearer token must be printable ASCII")
+    } else if token.trim() != token {
+        Some("a bearer token must not start or end with a space")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_problems() {
+        for good in ["t", "op-secret", "with inner space", "~!@#$%^&*()"] {
+            assert_eq!(token_problem(good), None, "{good:?}");
+        }
+        for bad in ["", " ", " lead", "trail ", "tab\t", "caf\u{e9}", "nul\0"] {
+            assert!(token_problem(bad).is_some(), "{bad:?}");
+        }
     }
 }

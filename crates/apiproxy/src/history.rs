@@ -4,18 +4,20 @@
 //! paging (reference 04 §7.2) under the byte budget and the in-flight budget (`docs/wire.md`,
 //! "History budget").
 
-use std::{collections::VecDeque, sync::Arc, time::Duration};
+use std::{collections::VecDeque, sync::Arc};
 
 use parking_lot::Mutex;
 use session_core::{Session, SessionEvent, SessionHeader, SessionId, SurfaceOp};
 use session_persistence::{PersistenceError, ScanSink, SessionPersistence, inspect_into};
 use session_projection::{CheckpointRows, ProjectionRegistry, RestoreError, RestoreFold, Snapshot};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
+
+pub(crate) mod budget;
 
 use crate::{
     access::Caller,
-    proxy::Shared,
+    state::Shared,
     wire::{ErrorKind, HistoryEntry, HistoryPage, ProjectionsBlock, RpcError},
 };
 
@@ -41,6 +43,15 @@ pub(crate) enum ReadError {
     /// The in-flight budget of history reads stayed taken for the whole wait.
     Busy,
     Failed(PersistenceError),
+}
+
+impl From<budget::Refused> for ReadError {
+    fn from(refused: budget::Refused) -> ReadError {
+        match refused {
+            budget::Refused::Cancelled => ReadError::Cancelled,
+            budget::Refused::Busy => ReadError::Busy,
+        }
+    }
 }
 
 fn block(snapshot: Snapshot) -> ProjectionsBlock {
@@ -301,44 +312,6 @@ impl ScanSink for PageSink {
     }
 }
 
-/// The in-flight budget of history reads (`ProxyConfig::history_inflight_bytes`), counted in
-/// KiB of page budget: a read takes its page's share before it reads and gives it back when its
-/// page is built. Waiters are served in arrival order.
-#[derive(Debug)]
-pub(crate) struct InflightBudget {
-    kib: Arc<Semaphore>,
-    total_kib: u32,
-}
-
-impl InflightBudget {
-    /// A budget of `bytes` (rounded up to whole KiB).
-    pub(crate) fn new(bytes: usize) -> InflightBudget {
-        let total_kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX).max(1);
-        InflightBudget { kib: Arc::new(Semaphore::new(total_kib as usize)), total_kib }
-    }
-
-    /// Takes the share of one read with a page budget of `page_bytes` (all of the budget if the
-    /// page is larger), waiting at most `wait`: then `Busy`. A fired `cancel` is `Cancelled`.
-    pub(crate) async fn admit(
-        &self,
-        page_bytes: usize,
-        wait: Duration,
-        cancel: &CancellationToken,
-    ) -> Result<OwnedSemaphorePermit, ReadError> {
-        let share = u32::try_from(page_bytes.div_ceil(1024)).unwrap_or(u32::MAX).clamp(1, self.total_kib);
-        let acquire = tokio::time::timeout(wait, Arc::clone(&self.kib).acquire_many_owned(share));
-        tokio::select! {
-            biased;
-            () = cancel.cancelled() => Err(ReadError::Cancelled),
-            acquired = acquire => match acquired {
-                Ok(Ok(permit)) => Ok(permit),
-                // The semaphore is never closed; a closed one could only mean no read may run.
-                Ok(Err(_)) | Err(_) => Err(ReadError::Busy),
-            },
-        }
-    }
-}
-
 /// The seq a page of `max_messages` messages starts at (reference 04 §7.2), or 0: walking back
 /// from the end of the window, each `user/message` or `assistant/message` appended to the
 /// surface counts one message; the page starts at the group start (the lowest of its own seq and
@@ -458,32 +431,5 @@ mod tests {
         check("tuccatua", Some(100), 100, ((0..8).collect(), false));
         check("", None, 50, (vec![], false));
         check("ttt", None, 1, (vec![0, 1, 2], false));
-    }
-
-    #[tokio::test]
-    async fn the_inflight_budget_makes_the_excess_wait_then_busy() {
-        let budget = InflightBudget::new(8 << 10);
-        let cancel = CancellationToken::new();
-        let wait = Duration::from_millis(1);
-        let first = budget.admit(4 << 10, wait, &cancel).await.expect("half the budget is free");
-        let second = budget.admit(4 << 10, wait, &cancel).await.expect("the other half is free");
-        assert!(matches!(budget.admit(1, wait, &cancel).await, Err(ReadError::Busy)), "nothing is left");
-        drop(first);
-        // A page larger than the whole budget takes all of it, once it is all free.
-        let waiting = budget.admit(1 << 30, Duration::from_secs(3600), &cancel);
-        tokio::pin!(waiting);
-        tokio::select! {
-            biased;
-            _ = &mut waiting => panic!("a read that needs the whole budget waits for the half still taken"),
-            () = std::future::ready(()) => {}
-        }
-        drop(second);
-        let whole = waiting.await.expect("the whole budget is free again");
-        let cancelled = CancellationToken::new();
-        cancelled.cancel();
-        let admitted = budget.admit(1, Duration::from_secs(3600), &cancelled).await;
-        assert!(matches!(admitted, Err(ReadError::Cancelled)), "a cancelled wait ends at once");
-        drop(whole);
-        assert!(budget.admit(8 << 10, wait, &cancel).await.is_ok());
     }
 }

@@ -30,7 +30,7 @@ use crate::{
     connection::{ConnectionHandle, OWNER_REFUSAL},
     hub::StreamKind,
     methods,
-    proxy::Shared,
+    state::Shared,
     wire::{self, Method, RpcError},
 };
 

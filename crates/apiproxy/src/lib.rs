@@ -1,14 +1,12 @@
-//! The HTTP and WebSocket gateway over a session store (reference 04), and the store operations
-//! behind the operator CLI.
+//! The HTTP and WebSocket gateway over a session store (reference 04). The operator CLI (the
+//! `apiproxy` binary, whose store operations live in its own module tree under `src/cli/`) is
+//! built on it.
 //!
 //! - [`ApiProxy`] serves `POST /api/<method>` (the `client-request` / `server-response` envelopes
 //!   and the HTTP status policy of reference 04 §4.1) and the `GET /api/events.mux` and
 //!   `/api/events.host` WebSocket downlinks, over a live [`SessionStore`], an optional
 //!   [`SessionPersistence`] for cold sessions, and a [`ProjectionRegistry`].
 //! - [`wire`] owns every JSON shape on the wire.
-//! - [`ops`] holds what the CLI does to a store directory: open it, list and show sessions, and
-//!   verify (and repair) every log.
-//! - [`demo`] seeds the demo store of `apiproxy serve --demo`.
 //!
 //! # Example
 //!
@@ -19,12 +17,12 @@
 //! ```
 //! use std::sync::Arc;
 //!
-//! use apiproxy::{ApiProxy, ProjectionRegistry, ProxyConfig, ProxyParts, SessionStore, ops::service_clock};
+//! use apiproxy::{ApiProxy, ProjectionRegistry, ProxyConfig, ProxyParts, SessionStore};
 //! use http_body_util::{BodyExt, Full};
 //! use hyper::{Request, StatusCode, body::Bytes};
 //! use hyper_util::rt::TokioIo;
 //! use serde_json::{Value, json};
-//! use session_core::SessionId;
+//! use session_core::{BoundedClock, SessionId, SystemClock};
 //! use session_persistence::{Coordinator, CoordinatorConfig, MemoryStore};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -32,7 +30,7 @@
 //!     // The parts: live sessions, their storage (attached by the caller, so live sessions are
 //!     // written behind), and a registry the gateway attaches itself. The clock is the system's,
 //!     // bounded so every stored time stays readable.
-//!     let store = Arc::new(SessionStore::new(service_clock()));
+//!     let store = Arc::new(SessionStore::new(Arc::new(BoundedClock::new(Arc::new(SystemClock)))));
 //!     let persistence = Arc::new(Coordinator::new(Arc::new(MemoryStore::new()), CoordinatorConfig::default())?);
 //!     persistence.attach(&store)?;
 //!     let parts = ProxyParts { store, persistence: Some(persistence), registry: ProjectionRegistry::new(), cache: None };
@@ -105,24 +103,24 @@
 //! - `session.list` reports a persistence failure as an `internal` business error, not HTTP 500.
 
 mod access;
+mod calendar;
 mod config;
 mod connection;
 mod date;
-pub mod demo;
 mod error;
 mod history;
 mod http;
 mod hub;
 mod methods;
-pub mod ops;
 mod proxy;
+mod state;
 mod units;
 pub mod wire;
 mod ws;
 
 pub use crate::{
-    access::{OWNER_HEADER, is_loopback_listen, token_problem},
-    config::{AccessConfig, OwnerToken, ProxyConfig},
+    access::{OWNER_HEADER, is_loopback_listen},
+    config::{AccessConfig, OwnerToken, ProxyConfig, token_problem},
     error::ProxyError,
     proxy::{ApiProxy, ProxyParts},
     units::{LIST_METADATA_KEY, ListMetadata, SessionListMetadata},

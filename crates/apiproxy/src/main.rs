@@ -3,6 +3,17 @@
 //!
 //! Exit codes: 0 success; 1 an operational error (printed as one line); 2 a usage error;
 //! 3 `verify` found a log that is not healthy.
+//!
+//! What the commands do to a store (`cli::ops`) and the demo store of `serve --demo`
+//! (`cli::demo`) are this binary's own modules, not the library's API.
+
+mod calendar;
+mod cli {
+    //! The binary's own modules: the store operations of its commands and the demo store.
+
+    pub(crate) mod demo;
+    pub(crate) mod ops;
+}
 
 use std::{
     io::{IsTerminal, Write},
@@ -12,10 +23,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use apiproxy::{
-    AccessConfig, ApiProxy, OwnerToken, ProxyConfig, ProxyParts,
-    ops::{self, LogStatus, StoreLocation},
-};
+use apiproxy::{AccessConfig, ApiProxy, OwnerToken, ProxyConfig, ProxyParts};
 use clap::{Parser, Subcommand, ValueEnum};
 use session_core::SessionStore;
 use session_persistence::Coordinator;
@@ -23,6 +31,8 @@ use session_persistence::{Compression, SessionPersistence, keyed::run_blocking};
 use session_persistence_postgres::{SCHEMA_VERSION, SetupOutcome};
 use session_projection::ProjectionRegistry;
 use session_projection_cache::{BackfillOptions, CacheConfig, CacheError, ProjectionCache};
+
+use crate::cli::ops::{self, LogStatus, StoreLocation};
 
 const EXIT_UNHEALTHY: u8 = 3;
 /// The exit code of a usage error (clap's own).
@@ -598,11 +608,11 @@ async fn serve(
     let (coordinator, proxy) = gateway(&options, config, Purpose::Serve).await?;
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;
-    let demo = if demo { Some(apiproxy::demo::seed(&proxy).await?) } else { None };
+    let demo = if demo { Some(cli::demo::seed(&proxy, &*coordinator).await?) } else { None };
     tracing::info!(%addr, store = %options.path().display(), "serving");
     println!("apiproxy listening on http://{addr} (store {})", options.path().display());
     if demo.is_some() {
-        println!("\n{}\n", apiproxy::demo::curl_examples(&format!("http://{addr}"), token.as_deref()));
+        println!("\n{}\n", cli::demo::curl_examples(&format!("http://{addr}"), token.as_deref()));
     }
     // Checkpoints for stored sessions that lack them, in the background, one session at a time
     // with a pause after each read, so requests keep the machine.

@@ -2,15 +2,15 @@
 
 use std::{fmt, future::Future, net::SocketAddr, sync::Arc};
 
-use session_core::{HeaderField, ObserverId, SessionStore};
+use session_core::{HeaderField, SessionStore};
 use session_persistence::SessionPersistence;
-use session_projection::{ChangeSubscription, ProjectionRegistry, Registration, StoreAttachment};
-use session_projection_cache::{CacheAttachment, ProjectionCache};
+use session_projection::ProjectionRegistry;
+use session_projection_cache::ProjectionCache;
 use tokio::net::TcpListener;
 
 use crate::{
-    access::is_loopback_listen, config::ProxyConfig, connection::Connections, error::ProxyError, hub::Hub,
-    units::SessionListMetadata,
+    access::is_loopback_listen, config::ProxyConfig, connection::Connections, error::ProxyError,
+    history::budget::InflightBudget, hub::Hub, state::Shared, units::SessionListMetadata,
 };
 
 /// The services a gateway is built over.
@@ -37,45 +37,6 @@ impl fmt::Debug for ProxyParts {
             .field("persistence", &self.persistence)
             .field("registry", &self.registry)
             .finish()
-    }
-}
-
-/// Everything a request handler reads.
-pub(crate) struct Shared {
-    pub(crate) store: Arc<SessionStore>,
-    pub(crate) persistence: Option<Arc<dyn SessionPersistence>>,
-    pub(crate) registry: Arc<ProjectionRegistry>,
-    pub(crate) hub: Arc<Hub>,
-    pub(crate) config: ProxyConfig,
-    /// The open TCP connections, counted against `config.max_connections`.
-    pub(crate) connections: Arc<Connections>,
-    /// The address being served, once [`ApiProxy::serve`] runs (the trust fence accepts it).
-    pub(crate) listen: parking_lot::Mutex<Option<SocketAddr>>,
-    /// Serializes `session.append` calls, so a batch's `expectedSeq` check holds for the batch.
-    pub(crate) append_lock: parking_lot::Mutex<()>,
-    /// Serializes, per id, everything that makes an id live or lets it go (create, resume, fork,
-    /// spawn, release), so checking that an id is free and taking it are one step: no live
-    /// session can shadow a stored one.
-    pub(crate) id_locks: session_persistence::keyed::KeyedLocks,
-    /// The subagent catalog over the same store, registry and persistence.
-    pub(crate) subagents: subagent::SubagentRuntime,
-    /// The in-flight budget of history reads (`config.history_inflight_bytes`).
-    pub(crate) history_budget: crate::history::InflightBudget,
-    /// One-shot children whose descriptor is appended when their first step starts.
-    pub(crate) pending_one_shots:
-        parking_lot::Mutex<std::collections::HashMap<session_core::SessionId, Arc<subagent::OneShotChild>>>,
-    hub_observer: ObserverId,
-    _registry_attachment: StoreAttachment,
-    _list_metadata: Registration,
-    _projection_feed: ChangeSubscription,
-    /// The checkpoint cache, if mounted, with its write policy attached to the store.
-    pub(crate) cache: Option<ProjectionCache>,
-    _cache_attachment: Option<CacheAttachment>,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        self.store.remove_observer(self.hub_observer);
     }
 }
 
@@ -184,7 +145,7 @@ impl ApiProxy {
                 registry,
                 hub,
                 connections: Connections::new(config.max_connections, config.owner_connection_share()),
-                history_budget: crate::history::InflightBudget::new(config.history_inflight_bytes),
+                history_budget: InflightBudget::new(config.history_inflight_bytes),
                 config,
                 listen: parking_lot::Mutex::new(None),
                 append_lock: parking_lot::Mutex::new(()),

@@ -21,7 +21,7 @@ use crate::{
     access::Caller,
     connection::ConnectionHandle,
     hub::{StreamKind, overflow_error},
-    proxy::Shared,
+    state::Shared,
     wire::Frame,
 };
 

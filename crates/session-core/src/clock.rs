@@ -1,8 +1,10 @@
-//! Time as an injected value: the `Clock` trait, a manual clock for tests and replays, and the
-//! bounded clock a service stamps stored times with.
+//! Time as an injected value: the `Clock` trait, a manual clock for tests and replays, the system
+//! clock for hosts, and the bounded clock a service stamps stored times with.
 //!
-//! This crate never reads the system clock. A host passes a clock that does; tests pass a
-//! [`ManualClock`] so every `time` and `createdAt` is deterministic.
+//! Nothing in this crate reads the time of its own accord: it reads only the clock it is given.
+//! A host passes one that reads the system time ([`SystemClock`], best wrapped in a
+//! [`BoundedClock`]); tests pass a [`ManualClock`] so every `time` and `createdAt` is
+//! deterministic.
 
 use std::{
     fmt,
@@ -49,6 +51,34 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
         self.now_ms.load(Ordering::SeqCst)
+    }
+}
+
+/// The one clock that reads the system time, for embedders to pass to a
+/// [`SessionStore`](crate::SessionStore) (or a projection cache): the time as it is, negative
+/// before 1970, saturating at the ends of `i64`. Nothing in the workspace's libraries constructs
+/// it; a host does. A system clock is not the host's to trust (it may read before 1970 or be set
+/// far ahead), so a service wraps it in a [`BoundedClock`], which keeps every stored time readable:
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use session_core::{BoundedClock, Clock, SessionStore, SystemClock};
+///
+/// let clock: Arc<dyn Clock> = Arc::new(BoundedClock::new(Arc::new(SystemClock)));
+/// let store = SessionStore::new(clock);
+/// # drop(store);
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        let now = std::time::SystemTime::now();
+        match now.duration_since(std::time::UNIX_EPOCH) {
+            Ok(since) => i64::try_from(since.as_millis()).unwrap_or(i64::MAX),
+            Err(before) => i64::try_from(before.duration().as_millis()).map_or(i64::MIN, |before| -before),
+        }
     }
 }
 

@@ -25,8 +25,9 @@
 //!   the events that close a turn a crash left open.
 //!
 //! This is the bottom layer: every other crate of the workspace builds on it, and it knows
-//! nothing about files, sockets or clocks. It does no I/O and reads no clock: time arrives
-//! through the [`Clock`] trait, and storage lives in `session-persistence`, whose coordinator is
+//! nothing about files or sockets. It does no I/O and reads no clock of its own: time arrives
+//! through the [`Clock`] trait (a host passes [`SystemClock`], the one clock that reads the
+//! system time, or its own), and storage lives in `session-persistence`, whose coordinator is
 //! a [`StoreObserver`] and a [`FlushHook`] of the store and writes each live session behind.
 //! `session-projection` folds logs into typed state the same way, as another observer.
 //!
@@ -109,7 +110,7 @@ pub use crate::{
         HeaderField, MAX_AGENT_PRESET_BYTES, MAX_CWD_BYTES, MAX_EVENT_BYTES, MAX_HEADER_JSON_BYTES, MAX_ID_BYTES,
         MAX_OWNER_BYTES, Oversized, TooLarge,
     },
-    clock::{BoundedClock, Clock, MAX_CLOCK_MS, ManualClock},
+    clock::{BoundedClock, Clock, MAX_CLOCK_MS, ManualClock, SystemClock},
     error::{ForkError, ForkErrorCode, ObserverError, SessionError, StoreError},
     event::{
         END_SEED, EventType, INVALID_ENVELOPE, KNOWN_SESSION_EVENT_TYPES, SURFACE_ELIGIBLE_TYPES, SessionEvent,

@@ -2,21 +2,19 @@
 //! Handlers never fail the HTTP request; every outcome is a value or an [`RpcError`].
 
 mod session;
-
-pub(crate) use self::session::resume;
 mod subagent;
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use session_core::{Session, SessionHeader, SessionId};
 use session_persistence::PersistenceError;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     access::Caller,
-    proxy::Shared,
-    wire::{Issue, Method, RpcError},
+    state::Shared,
+    wire::{HostDescription, Issue, Method, RpcError, to_value},
 };
 
 /// What is under an id, as far as a caller may know.
@@ -119,12 +117,12 @@ pub(crate) async fn dispatch(
 fn host_describe(shared: &Shared, caller: &Caller) -> Value {
     let attached = shared.store.list().iter().filter(|session| caller.sees(session.header())).count();
     let home = std::env::var("HOME").unwrap_or_else(|_| "/".to_owned());
-    json!({
-        "version": shared.config.version,
-        "cwd": shared.config.default_cwd,
-        "attachedSessions": attached,
-        "home": home,
-        "canOpenPath": false,
-        "operatorEligible": caller.owner.is_none(),
+    to_value(&HostDescription {
+        version: shared.config.version.clone(),
+        cwd: shared.config.default_cwd.clone(),
+        attached_sessions: attached,
+        home,
+        can_open_path: false,
+        operator_eligible: caller.owner.is_none(),
     })
 }

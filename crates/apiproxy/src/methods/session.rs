@@ -3,7 +3,7 @@
 
 use std::{collections::HashSet, sync::Arc};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use session_core::{
     CreateOptions, HeaderField, HeaderMeta, JsonData, Oversized, Session, SessionEvent, SessionHeader, SessionId,
     StoreError, TooLarge,
@@ -16,14 +16,15 @@ use super::{Presence, presence};
 use crate::{
     access::Caller,
     history::{self, ReadError},
-    proxy::Shared,
+    state::Shared,
     units::{LIST_METADATA_KEY, ListMetadata, SessionListMetadata},
+    wire::error::{refused_as_too_large, rejected, rejected_as_too_large},
     wire::to_value,
     wire::{
-        ErrorKind, Issue, PathSegment, ProjectionsBlock, RpcError, SessionSummary,
+        Appended, Created, ErrorKind, Flushed, Forked, PathSegment, ProjectionsBlock, Released, RpcError, SessionList,
+        SessionListPage, SessionSummary,
         payload::{
             AppendRequest, CreateRequest, ForkRequest, HistoryRequest, ListPageRequest, ReleaseRequest, encode_cursor,
-            too_large_issue,
         },
     },
 };
@@ -145,7 +146,7 @@ pub(super) async fn list(shared: &Shared, caller: &Caller, cancel: &Cancellation
         }
     }
     rows.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.session_id.cmp(&b.session_id)));
-    Ok(json!({"items": rows}))
+    Ok(to_value(&SessionList { items: rows }))
 }
 
 /// `session.list` with a `limit` → `{items, nextCursor}`: one page, newest first by `createdAt`
@@ -224,7 +225,7 @@ pub(super) async fn list_page(
             Candidate::Cold(stored) => cold_summary(shared, stored, snapshots.next().flatten(), cancel).await,
         });
     }
-    Ok(json!({"items": rows, "nextCursor": next.as_ref().map(encode_cursor)}))
+    Ok(to_value(&SessionListPage { items: rows, next_cursor: next.as_ref().map(encode_cursor) }))
 }
 
 /// The checkpoint cache's stored snapshots of `cold`, in order, looked up in one hop to the
@@ -263,11 +264,7 @@ pub(super) async fn history(
 }
 
 fn created(header: &SessionHeader) -> Value {
-    let mut value = json!({"sessionId": header.id.as_str()});
-    if let Some(preset) = &header.agent_preset {
-        value["agentPreset"] = json!(preset);
-    }
-    value
+    to_value(&Created { session_id: header.id.to_string(), agent_preset: header.agent_preset.clone() })
 }
 
 /// The checks an explicit-id `session.create` makes before adopting an existing session.
@@ -305,7 +302,7 @@ fn check_adoptable(caller: &Caller, header: &SessionHeader, request: &CreateRequ
 }
 
 /// Loads a cold session (committing any crash repair) and publishes it live again.
-pub(crate) async fn resume(
+async fn resume(
     shared: &Shared,
     id: &SessionId,
     cancel: &CancellationToken,
@@ -462,7 +459,7 @@ pub(super) async fn fork(
     };
     let seed = events[..end].to_vec();
     match shared.store.create(Some(child_id.clone()), CreateOptions { seed: Some(seed), meta }) {
-        Ok(_) => Ok(json!({"sessionId": child_id.as_str()})),
+        Ok(_) => Ok(to_value(&Forked { session_id: child_id.to_string() })),
         // The child's header and seed come from the source (a log written before the bounds may
         // exceed them): nothing was created, and the source is what cannot be forked.
         Err(ref error) if let Some(too_large) = error.too_large() => {
@@ -506,7 +503,7 @@ pub(super) async fn append(
     let (first, last) = append_batch(shared, &session, request)?;
     let durable_seq =
         if durable { make_durable(shared, &session, cancel).await? } else { durable_seq(shared, &session) };
-    Ok(json!({"firstSeq": first, "lastSeq": last, "durableSeq": durable_seq}))
+    Ok(to_value(&Appended { first_seq: first, last_seq: last, durable_seq }))
 }
 
 /// `session.flush` → `{durableSeq}`: waits until everything the live session appended so far is
@@ -518,7 +515,7 @@ pub(super) async fn flush(
     cancel: &CancellationToken,
 ) -> Result<Value, RpcError> {
     let session = addressed_live(shared, caller, &request.session_id, request.parent_session_id.as_deref())?;
-    Ok(json!({"durableSeq": make_durable(shared, &session, cancel).await?}))
+    Ok(to_value(&Flushed { durable_seq: make_durable(shared, &session, cancel).await? }))
 }
 
 /// The durable watermark of a live session: the last seq written and fsynced, `null` when none
@@ -630,31 +627,6 @@ fn append_batch(
     Ok((first, last))
 }
 
-/// `bad-request` for the event at `idx`, saying how far the batch got.
-fn rejected(idx: usize, last: Option<u64>, message: String) -> RpcError {
-    let issue = Issue::new("custom", vec![PathSegment::from("events"), PathSegment::from(idx)], message.clone());
-    rejected_with(idx, last, message, issue)
-}
-
-/// `bad-request` for the event at `idx` that is over the event size bound, with a `too_big`
-/// issue at its `data`.
-fn rejected_as_too_large(idx: usize, last: Option<u64>, too_large: &TooLarge) -> RpcError {
-    let path = vec![PathSegment::from("events"), PathSegment::from(idx), PathSegment::from("data")];
-    rejected_with(idx, last, too_large.to_string(), too_large_issue(too_large, path))
-}
-
-fn rejected_with(idx: usize, last: Option<u64>, message: String, issue: Issue) -> RpcError {
-    let committed =
-        last.map_or_else(|| "none were appended".to_owned(), |last| format!("events through seq {last} were appended"));
-    RpcError::bad_request(format!("event {idx} was rejected ({committed}): {message}"), vec![issue])
-}
-
-/// `bad-request` for a creation refused because something is over its size bound: nothing was
-/// created, and the issue at `path` names the field or event, its size and the limit.
-pub(super) fn refused_as_too_large(method: &str, too_large: &TooLarge, path: Vec<PathSegment>) -> RpcError {
-    RpcError::bad_request(format!("invalid payload for {method}: {too_large}"), vec![too_large_issue(too_large, path)])
-}
-
 /// The `session.create` payload key a header field comes from; the payload itself for one the
 /// gateway fills in (the owner comes from the caller).
 fn create_path(too_large: &TooLarge) -> Vec<PathSegment> {
@@ -743,5 +715,5 @@ pub(super) async fn release(shared: &Shared, caller: &Caller, request: ReleaseRe
             format!("session \"{id}\" was released, but what it held past the stored log was not stored"),
         ));
     }
-    Ok(json!({"released": true, "lastSeq": last_seq}))
+    Ok(to_value(&Released { last_seq }))
 }

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use session_core::{SessionEvent, SessionHeader, SessionId, json::MAX_SAFE_INTEGER};
 use subagent::{
     ChildOptions, ContinuableDescriptor, CreateChildError, Descriptor, OneShotDescriptor, Scope, SubagentError,
@@ -20,14 +20,14 @@ use super::{Presence, presence};
 use crate::{
     access::Caller,
     history::{self, ReadError},
-    proxy::Shared,
+    state::Shared,
+    wire::error::refused_as_too_large,
     wire::{
-        DiagnosticReason, ErrorKind, PathSegment, RpcError, SubagentCatalog, SubagentListEntry,
+        DiagnosticReason, ErrorKind, PathSegment, RpcError, Spawned, SubagentCatalog, SubagentListEntry,
         payload::{SubagentHistoryRequest, SubagentListRequest, SubagentMode, SubagentSpawnRequest},
+        to_value,
     },
 };
-
-use super::session::refused_as_too_large;
 
 /// The provider recorded in descriptors of children spawned through the gateway.
 pub(crate) const GATEWAY_PROVIDER: &str = "apiproxy";
@@ -100,7 +100,7 @@ pub(super) async fn list(
     let parent_available = shared.store.get(&parent).is_some_and(|session| caller.sees(session.header()));
     let catalog =
         SubagentCatalog { entries: entries.iter().map(|entry| wire_entry(shared, entry)).collect(), parent_available };
-    Ok(crate::wire::to_value(&catalog))
+    Ok(to_value(&catalog))
 }
 
 /// The catalog scope of `caller`: everything for the operator tier, else its own sessions.
@@ -167,7 +167,7 @@ pub(super) async fn history(
             "subagent parent changed during history read",
         ));
     }
-    Ok(crate::wire::to_value(&read.page))
+    Ok(to_value(&read.page))
 }
 
 /// `session-conflict` for a child id that is taken: `existingCwd` only for a session the caller
@@ -250,7 +250,7 @@ pub(super) async fn spawn(
         }
     };
     match created {
-        Ok(child) => Ok(json!({"childSessionId": child.id().as_str(), "mode": request.mode.as_str()})),
+        Ok(child) => Ok(to_value(&Spawned { child_session_id: child.id().to_string(), mode: request.mode.as_str() })),
         Err(CreateChildError::DuplicateChild { id }) => {
             let existing_cwd = shared
                 .store

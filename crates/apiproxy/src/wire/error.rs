@@ -1,8 +1,11 @@
 //! `RpcError`: the closed error union of the wire (reference 04 §11.1). Only the codes this gateway
 //! produces have a variant, each with exactly the detail fields the reference's schema requires.
+//! Every constructor of an error the handlers answer lives here, the `bad-request` rejections of
+//! an event or a creation that is over a bound included, so no handler module builds another's.
 
 use serde::{Serialize, Serializer, ser::SerializeMap};
 use serde_json::{Map, Value, json};
+use session_core::TooLarge;
 
 /// Every code of the reference's closed error set (reference 04 §11.1). A client rejects an
 /// envelope carrying any other code, so [`RpcError`] can only produce codes listed here.
@@ -92,6 +95,12 @@ impl Issue {
     /// An issue at a top-level key of the payload.
     pub fn at(code: &'static str, key: &str, message: impl Into<String>) -> Issue {
         Issue::new(code, vec![PathSegment::from(key)], message)
+    }
+
+    /// The `too_big` issue at `path` for a header field or an event over its size bound; the
+    /// message names the field or event, its size and the limit.
+    pub fn too_large(too_large: &TooLarge, path: Vec<PathSegment>) -> Issue {
+        Issue::new("too_big", path, too_large.to_string())
     }
 }
 
@@ -347,4 +356,29 @@ impl Serialize for RpcError {
         map.serialize_entry("details", &self.kind.details())?;
         map.end()
     }
+}
+
+/// `bad-request` for the event at `idx`, saying how far the batch got.
+pub(crate) fn rejected(idx: usize, last: Option<u64>, message: String) -> RpcError {
+    let issue = Issue::new("custom", vec![PathSegment::from("events"), PathSegment::from(idx)], message.clone());
+    rejected_with(idx, last, message, issue)
+}
+
+/// `bad-request` for the event at `idx` that is over the event size bound, with a `too_big`
+/// issue at its `data`.
+pub(crate) fn rejected_as_too_large(idx: usize, last: Option<u64>, too_large: &TooLarge) -> RpcError {
+    let path = vec![PathSegment::from("events"), PathSegment::from(idx), PathSegment::from("data")];
+    rejected_with(idx, last, too_large.to_string(), Issue::too_large(too_large, path))
+}
+
+fn rejected_with(idx: usize, last: Option<u64>, message: String, issue: Issue) -> RpcError {
+    let committed =
+        last.map_or_else(|| "none were appended".to_owned(), |last| format!("events through seq {last} were appended"));
+    RpcError::bad_request(format!("event {idx} was rejected ({committed}): {message}"), vec![issue])
+}
+
+/// `bad-request` for a creation refused because something is over its size bound: nothing was
+/// created, and the issue at `path` names the field or event, its size and the limit.
+pub(crate) fn refused_as_too_large(method: &str, too_large: &TooLarge, path: Vec<PathSegment>) -> RpcError {
+    RpcError::bad_request(format!("invalid payload for {method}: {too_large}"), vec![Issue::too_large(too_large, path)])
 }

@@ -4,6 +4,7 @@
 //! HTTP and WebSocket layers serialize them. Optional fields are omitted when absent (never
 //! `null`), nullable fields (projection values) are always present.
 
+mod answer;
 pub mod error;
 pub mod payload;
 
@@ -13,7 +14,10 @@ use serde::Serialize;
 use serde_json::{Map, Value, value::RawValue};
 use session_core::{SessionEvent, SessionHeader};
 
-pub use self::error::{CLOSED_ERROR_CODES, DiagnosticReason, ErrorKind, Issue, PathSegment, RpcError};
+pub use self::{
+    answer::{Appended, Created, Flushed, Forked, HostDescription, Released, Spawned},
+    error::{CLOSED_ERROR_CODES, DiagnosticReason, ErrorKind, Issue, PathSegment, RpcError},
+};
 
 /// The rpcId answered when a request's own rpcId cannot be read.
 pub const INVALID_REQUEST_RPC_ID: &str = "invalid-request";
@@ -234,6 +238,23 @@ impl SessionSummary {
             projections: None,
         }
     }
+}
+
+/// The value of `session.list` without a page request: every row the caller sees, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionList {
+    /// The rows.
+    pub items: Vec<SessionSummary>,
+}
+
+/// The value of a paged `session.list`: one page of rows and the cursor of the next.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionListPage {
+    /// The rows of this page, newest first.
+    pub items: Vec<SessionSummary>,
+    /// Nullable: the cursor that asks for the next page, `null` on the last one.
+    pub next_cursor: Option<String>,
 }
 
 /// `{event}`: a history entry. This gateway computes no tool views, so `view` is always omitted

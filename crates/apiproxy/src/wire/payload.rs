@@ -5,7 +5,7 @@
 //! of the wrong type is an issue (JSON `null` included, as in the reference's schemas).
 
 use serde_json::{Map, Value};
-use session_core::{HeaderField, SurfaceIntent, SurfaceOp, TooLarge, json::MAX_SAFE_INTEGER};
+use session_core::{HeaderField, SurfaceIntent, SurfaceOp, json::MAX_SAFE_INTEGER};
 
 use crate::wire::error::{Issue, PathSegment};
 
@@ -305,7 +305,7 @@ impl<'a> Fields<'a> {
     /// session is never created with a header its log could not store.
     fn check_header_bound(&mut self, key: &str, field: HeaderField, value: Option<&str>) {
         if let Some(Err(too_large)) = value.map(|value| field.check(value)) {
-            self.issues.push(too_large_issue(&too_large, vec![PathSegment::from(key)]));
+            self.issues.push(Issue::too_large(&too_large, vec![PathSegment::from(key)]));
         }
         if let Some(Err(message)) = value.map(|value| field.check_text(value)) {
             self.issue("custom", key, message);
@@ -456,12 +456,6 @@ fn new_event(item: &Value) -> Result<NewEvent, Vec<Issue>> {
     let surface = surface_op.map(|op| SurfaceIntent { op, source_event_seqs: sources });
     let (Some(kind), Some(data)) = (event_type, data) else { return Err(fields.issues) };
     fields.finish(NewEvent { kind, data, surface })
-}
-
-/// The `too_big` issue at `path` for a header field or an event over its size bound; the
-/// message names the field or event, its size and the limit.
-pub fn too_large_issue(too_large: &TooLarge, path: Vec<PathSegment>) -> Issue {
-    Issue::new("too_big", path, too_large.to_string())
 }
 
 /// A JSON number that is an integer in `[0, 2^53 - 1]`; `5.0` counts, `-0`, `1.5` and `1e300` do not.

@@ -113,3 +113,51 @@ fn frames_and_rows() {
         expect![[r#"{"kind":"diagnostic","id":"d","reason":"corrupt"}"#]],
     );
 }
+
+#[test]
+fn answers() {
+    check(
+        &HostDescription {
+            version: "0.1.0".into(),
+            cwd: "/w".into(),
+            attached_sessions: 2,
+            home: "/home/u".into(),
+            can_open_path: false,
+            operator_eligible: true,
+        },
+        expect![[
+            r#"{"version":"0.1.0","cwd":"/w","attachedSessions":2,"home":"/home/u","canOpenPath":false,"operatorEligible":true}"#
+        ]],
+    );
+    let row = SessionSummary::from_header(&SessionHeader::new("s".into(), 5), 7, false, true);
+    check(
+        &SessionList { items: vec![row.clone()] },
+        expect![[r#"{"items":[{"sessionId":"s","updatedAt":7,"running":false,"blank":true}]}"#]],
+    );
+    check(
+        &SessionListPage { items: vec![row.clone()], next_cursor: Some("c".into()) },
+        expect![[r#"{"items":[{"sessionId":"s","updatedAt":7,"running":false,"blank":true}],"nextCursor":"c"}"#]],
+    );
+    check(&SessionListPage { items: vec![], next_cursor: None }, expect![[r#"{"items":[],"nextCursor":null}"#]]);
+    check(&Created { session_id: "s".into(), agent_preset: None }, expect![[r#"{"sessionId":"s"}"#]]);
+    check(
+        &Created { session_id: "s".into(), agent_preset: Some("p".into()) },
+        expect![[r#"{"sessionId":"s","agentPreset":"p"}"#]],
+    );
+    check(&Forked { session_id: "f".into() }, expect![[r#"{"sessionId":"f"}"#]]);
+    check(
+        &Appended { first_seq: Some(3), last_seq: Some(4), durable_seq: None },
+        expect![[r#"{"firstSeq":3,"lastSeq":4,"durableSeq":null}"#]],
+    );
+    check(
+        &Appended { first_seq: None, last_seq: None, durable_seq: Some(2) },
+        expect![[r#"{"firstSeq":null,"lastSeq":null,"durableSeq":2}"#]],
+    );
+    check(&Flushed { durable_seq: Some(4) }, expect![[r#"{"durableSeq":4}"#]]);
+    check(&Flushed { durable_seq: None }, expect![[r#"{"durableSeq":null}"#]]);
+    check(&Released { last_seq: -1 }, expect![[r#"{"released":true,"lastSeq":-1}"#]]);
+    check(
+        &Spawned { child_session_id: "c".into(), mode: "one-shot" },
+        expect![[r#"{"childSessionId":"c","mode":"one-shot"}"#]],
+    );
+}

@@ -2,9 +2,9 @@
 //! header, truncation, zeros, a directory, a FIFO, a symlink loop, a dangling symlink, a swapped
 //! log, an oversized header written by hand, an unreadable file, a file where the session
 //! directory belongs), in both encodings. Every other session still lists, shows and folds
-//! exactly as before, through the library, the CLI and the gateway; the damaged one gets its
-//! documented status (`docs/storage-format.md`, "Damaged logs"); nothing hangs (every case runs
-//! under a time bound of the harness) and nothing panics.
+//! exactly as before, through the storage and catalog libraries, the CLI and the gateway; the
+//! damaged one gets its documented status (`docs/storage-format.md`, "Damaged logs"); nothing
+//! hangs (every case runs under a time bound of the harness) and nothing panics.
 
 use std::{
     collections::BTreeMap,
@@ -103,7 +103,7 @@ async fn write_store(root: &Path, compression: Compression) {
     let mut sessions = Vec::new();
     for id in ["p", "solo"] {
         let session = store.create(Some(SessionId::from(id)), CreateOptions { seed: None, meta: meta() }).unwrap();
-        apiproxy::demo::append_turn(&session, 1, "question", "an answer in words").unwrap();
+        crate::turns::append_turn(&session, 1, "question", "an answer in words").unwrap();
         sessions.push(session);
     }
     for kid in ["kid-a", "kid-b", "kid-c"] {
@@ -117,7 +117,7 @@ async fn write_store(root: &Path, compression: Compression) {
         };
         let options = ChildOptions { id: Some(SessionId::from(kid)), ..ChildOptions::default() };
         let child = subagent::create_continuable_child(&store, &sessions[0], descriptor, options).unwrap();
-        apiproxy::demo::append_turn(&child, 1, "do it", "done").unwrap();
+        crate::turns::append_turn(&child, 1, "do it", "done").unwrap();
         sessions.push(child);
     }
     for session in &sessions {
@@ -215,8 +215,11 @@ struct View {
 }
 
 async fn view(root: &Path, compression: Compression) -> View {
-    let options = apiproxy::ops::StoreOptions { dir: root.to_owned(), compression };
-    let persistence = apiproxy::ops::open_read_only(&options).unwrap();
+    // Opened as the CLI opens a store for reading: without its lock, a server may be writing it.
+    let config = JsonlConfig { root: root.to_owned(), compression, pack_chunks: true };
+    let backend = JsonlStore::open_read_only(config).unwrap();
+    let persistence: Arc<dyn SessionPersistence> =
+        Arc::new(Coordinator::new(Arc::new(backend), CoordinatorConfig::default()).unwrap());
     let cancel = CancellationToken::new();
     let listing = persistence.list_snapshots(&cancel).await.unwrap();
     let listed: Vec<String> = listing.headers.iter().map(|stored| stored.header.id.to_string()).collect();
@@ -224,10 +227,18 @@ async fn view(root: &Path, compression: Compression) -> View {
     let mut events = BTreeMap::new();
     for id in &listed {
         // A log whose damage is past its header still shows (torn tails are cut in memory).
-        let inspection = apiproxy::ops::show_session(&*persistence, id).await.unwrap();
+        let inspection = persistence.inspect(&SessionId::from(id.as_str()), &cancel).await.unwrap();
         events.insert(id.clone(), serde_json::to_value(&*inspection.events).unwrap());
     }
-    let rows = apiproxy::ops::list_subagents(persistence, "p", false).await.unwrap();
+    let runtime = subagent::SubagentRuntime::new(subagent::SubagentServices {
+        sessions: Some(Arc::new(SessionStore::new(Arc::new(ManualClock::new(1_000))))),
+        projections: Some(apiproxy::ProjectionRegistry::new()),
+        persistence: Some(persistence),
+        cache: None,
+    })
+    .unwrap();
+    let children = runtime.list_children(&SessionId::from("p"), &cancel).await.unwrap();
+    let rows = children.iter().map(|row| serde_json::to_value(row).unwrap()).collect();
     View { listed, faults, events, rows }
 }
 

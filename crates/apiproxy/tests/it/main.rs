@@ -19,3 +19,4 @@ mod sqlite_store;
 mod streams;
 mod subagents;
 mod support;
+mod turns;

@@ -4,8 +4,9 @@
 
 use std::{path::PathBuf, sync::Arc};
 
+use apiproxy::ProxyError;
 use serde_json::{Value, json};
-use session_core::{BoundedClock, Clock, SessionHeader, SessionId, SessionStore};
+use session_core::{BoundedClock, Clock, SessionHeader, SessionId, SessionStore, SystemClock};
 use session_persistence::{
     Compression, Coordinator, CoordinatorConfig, Inspection, JsonlConfig, JsonlStore, Listing, PersistenceError,
     ScanSink, SessionPersistence, StoreEncoding, inspect_into, keyed::run_blocking_with,
@@ -15,21 +16,19 @@ use session_persistence_sqlite::{SqliteCheckpointStore, SqliteConfig, SqliteStor
 use session_projection::ProjectionRegistry;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ProxyError;
-
 /// Where a store lives and how it is encoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreOptions {
+pub(crate) struct StoreOptions {
     /// The store's root directory.
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// The encoding of its logs (see [`detect_compression`]).
-    pub compression: Compression,
+    pub(crate) compression: Compression,
 }
 
 /// The encoding of the store at `dir` when none is asked for: the one its logs use, or zstd for
 /// an empty or new store. A store holding both kinds is refused, with a count of each and one
 /// file of each.
-pub fn detect_compression(dir: &std::path::Path) -> Result<Compression, ProxyError> {
+pub(crate) fn detect_compression(dir: &std::path::Path) -> Result<Compression, ProxyError> {
     match session_persistence::detect_encoding(dir)? {
         StoreEncoding::Empty => Ok(Compression::Zstd),
         StoreEncoding::Uniform(compression) => Ok(compression),
@@ -41,7 +40,7 @@ pub fn detect_compression(dir: &std::path::Path) -> Result<Compression, ProxyErr
 
 /// Which store a command works on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreLocation {
+pub(crate) enum StoreLocation {
     /// A JSONL store directory.
     Jsonl(StoreOptions),
     /// A SQLite session database (the reference's format); its projection checkpoints live in a
@@ -57,9 +56,9 @@ pub enum StoreLocation {
 
 /// A PostgreSQL store: its settings, and the URL as messages show it (never the password).
 #[derive(Debug, Clone)]
-pub struct PgLocation {
+pub(crate) struct PgLocation {
     /// The connection and store settings.
-    pub config: PgConfig,
+    pub(crate) config: PgConfig,
     shown: PathBuf,
 }
 
@@ -73,13 +72,13 @@ impl Eq for PgLocation {}
 
 impl PgLocation {
     /// The location of the store `config` names.
-    pub fn new(config: PgConfig) -> PgLocation {
+    pub(crate) fn new(config: PgConfig) -> PgLocation {
         PgLocation { shown: PathBuf::from(config.shown()), config }
     }
 }
 
 /// The prefix of a `--store` argument that names a SQLite database.
-pub const SQLITE_PREFIX: &str = "sqlite:";
+pub(crate) const SQLITE_PREFIX: &str = "sqlite:";
 
 impl StoreLocation {
     /// Reads a `--store` argument: a `postgres://` (or `postgresql://`) URL is a PostgreSQL
@@ -87,7 +86,7 @@ impl StoreLocation {
     /// the process environment: see [`PgConfig::from_url_and_env`]), `sqlite:PATH` a SQLite
     /// database file, anything else a JSONL store directory with `compression`, or, without one,
     /// the encoding its logs use (see [`detect_compression`]).
-    pub fn parse(text: &str, compression: Option<Compression>) -> Result<StoreLocation, ProxyError> {
+    pub(crate) fn parse(text: &str, compression: Option<Compression>) -> Result<StoreLocation, ProxyError> {
         if is_postgres_url(text) {
             let config = PgConfig::from_url_and_env(text, &PgEnv::from_process())?;
             return Ok(StoreLocation::Postgres(Box::new(PgLocation::new(config))));
@@ -106,7 +105,7 @@ impl StoreLocation {
     }
 
     /// The directory or file (for PostgreSQL, the URL without its password), for messages.
-    pub fn path(&self) -> &std::path::Path {
+    pub(crate) fn path(&self) -> &std::path::Path {
         match self {
             StoreLocation::Jsonl(options) => &options.dir,
             StoreLocation::Sqlite { path } => path,
@@ -121,7 +120,7 @@ fn backend_coordinator(backend: Arc<dyn session_persistence::Backend>) -> Result
 
 /// Opens a store for writing: a JSONL directory (see [`open_writable`]), or a SQLite database
 /// (created on first use, with the reference's file rules).
-pub fn open_location_writable(location: &StoreLocation) -> Result<Arc<Coordinator>, ProxyError> {
+pub(crate) fn open_location_writable(location: &StoreLocation) -> Result<Arc<Coordinator>, ProxyError> {
     match location {
         StoreLocation::Jsonl(options) => open_writable(options),
         StoreLocation::Sqlite { path } => backend_coordinator(Arc::new(SqliteStore::open(SqliteConfig::file(path))?)),
@@ -143,7 +142,7 @@ pub fn open_location_writable(location: &StoreLocation) -> Result<Arc<Coordinato
 
 /// The explicit setup step of a store: creates (or migrates) a PostgreSQL store's schema and
 /// says what it did; other stores need none (`None`).
-pub fn setup_location(location: &StoreLocation) -> Result<Option<SetupOutcome>, ProxyError> {
+pub(crate) fn setup_location(location: &StoreLocation) -> Result<Option<SetupOutcome>, ProxyError> {
     match location {
         StoreLocation::Postgres(location) => Ok(Some(PgStore::setup(&location.config)?.1)),
         StoreLocation::Jsonl(_) | StoreLocation::Sqlite { .. } => Ok(None),
@@ -152,7 +151,7 @@ pub fn setup_location(location: &StoreLocation) -> Result<Option<SetupOutcome>, 
 
 /// Opens an existing store for reading while a server may be writing it. A SQLite database in a
 /// read-only place is read immutable.
-pub fn open_location_read_only(location: &StoreLocation) -> Result<Arc<Coordinator>, ProxyError> {
+pub(crate) fn open_location_read_only(location: &StoreLocation) -> Result<Arc<Coordinator>, ProxyError> {
     match location {
         StoreLocation::Jsonl(options) => open_read_only(options),
         StoreLocation::Sqlite { path } => {
@@ -166,7 +165,7 @@ pub fn open_location_read_only(location: &StoreLocation) -> Result<Arc<Coordinat
 }
 
 /// Whether a writer (a running `apiproxy serve`, say) holds the store right now.
-pub fn location_writer_active(location: &StoreLocation) -> Result<bool, ProxyError> {
+pub(crate) fn location_writer_active(location: &StoreLocation) -> Result<bool, ProxyError> {
     match location {
         StoreLocation::Jsonl(options) => writer_active(options),
         StoreLocation::Sqlite { path } => Ok(SqliteStore::open_for_reading(path)?.writer_active()?),
@@ -184,7 +183,7 @@ pub fn location_writer_active(location: &StoreLocation) -> Result<bool, ProxyErr
 /// unreadable, a newer build's) is moved aside to `<name>.damaged-<UTC time>`, with a warning,
 /// and a fresh, empty one is opened in its place (`cache warm` fills it again). Only a fresh one
 /// that cannot be opened either is an error.
-pub fn open_checkpoints(
+pub(crate) fn open_checkpoints(
     location: &StoreLocation,
 ) -> Result<Arc<dyn session_projection_cache::CheckpointStore>, session_projection_cache::CacheError> {
     let stamp = file_stamp(service_clock().now_ms());
@@ -223,7 +222,7 @@ pub fn open_checkpoints(
 
 /// `ms` as a compact UTC time for file names, `YYYYMMDDTHHMMSSZ` (clamped to 1970..=9999).
 pub(crate) fn file_stamp(ms: i64) -> String {
-    let (year, month, day, secs_of_day) = crate::date::utc(ms);
+    let (year, month, day, secs_of_day) = crate::calendar::utc(ms);
     format!(
         "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
         secs_of_day / 3600,
@@ -233,26 +232,11 @@ pub(crate) fn file_stamp(ms: i64) -> String {
 }
 
 /// The projection cache's directory inside a JSONL store root.
-pub const CHECKPOINT_DIR: &str = ".projection-cache";
+pub(crate) const CHECKPOINT_DIR: &str = ".projection-cache";
 
-/// A clock reading the system time as it is: negative before 1970, saturating at the ends of
-/// `i64`. `apiproxy serve` stamps with it through a [`BoundedClock`], which keeps stored times
-/// readable whatever the system clock says.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> i64 {
-        let now = std::time::SystemTime::now();
-        match now.duration_since(std::time::UNIX_EPOCH) {
-            Ok(since) => i64::try_from(since.as_millis()).unwrap_or(i64::MAX),
-            Err(before) => i64::try_from(before.duration().as_millis()).map_or(i64::MIN, |before| -before),
-        }
-    }
-}
-
-/// The clock of `apiproxy serve`: the system time, bounded to what a stored time can hold.
-pub fn service_clock() -> Arc<dyn Clock> {
+/// The clock of `apiproxy serve`: the system time, bounded to what a stored time can hold, so
+/// stored times stay readable whatever the system clock says.
+pub(crate) fn service_clock() -> Arc<dyn Clock> {
     Arc::new(BoundedClock::new(Arc::new(SystemClock)))
 }
 
@@ -261,13 +245,13 @@ fn coordinator(store: JsonlStore) -> Result<Arc<Coordinator>, ProxyError> {
 }
 
 /// Opens a store for writing (creating the directory on first use) and takes its lock.
-pub fn open_writable(options: &StoreOptions) -> Result<Arc<Coordinator>, ProxyError> {
+pub(crate) fn open_writable(options: &StoreOptions) -> Result<Arc<Coordinator>, ProxyError> {
     let config = JsonlConfig { root: options.dir.clone(), compression: options.compression, pack_chunks: true };
     coordinator(JsonlStore::open(config)?)
 }
 
 /// Opens an existing store for reading, without its lock (a server may be writing it).
-pub fn open_read_only(options: &StoreOptions) -> Result<Arc<Coordinator>, ProxyError> {
+pub(crate) fn open_read_only(options: &StoreOptions) -> Result<Arc<Coordinator>, ProxyError> {
     if !options.dir.is_dir() {
         return Err(ProxyError::StoreMissing { path: options.dir.clone() });
     }
@@ -276,18 +260,18 @@ pub fn open_read_only(options: &StoreOptions) -> Result<Arc<Coordinator>, ProxyE
 }
 
 /// Every stored header, sorted by id, and every log that cannot be listed, each on its own.
-pub async fn list_sessions(persistence: &dyn SessionPersistence) -> Result<Listing, ProxyError> {
+pub(crate) async fn list_sessions(persistence: &dyn SessionPersistence) -> Result<Listing, ProxyError> {
     Ok(persistence.list_snapshots(&CancellationToken::new()).await?)
 }
 
 /// Whether a writer (a running `apiproxy serve`, say) holds the store's lock right now.
-pub fn writer_active(options: &StoreOptions) -> Result<bool, ProxyError> {
+pub(crate) fn writer_active(options: &StoreOptions) -> Result<bool, ProxyError> {
     let config = JsonlConfig { root: options.dir.clone(), compression: options.compression, pack_chunks: true };
     Ok(JsonlStore::open_read_only(config)?.writer_active()?)
 }
 
 /// The balanced view of one stored session (crash closers synthesized in memory).
-pub async fn show_session(persistence: &dyn SessionPersistence, id: &str) -> Result<Inspection, ProxyError> {
+pub(crate) async fn show_session(persistence: &dyn SessionPersistence, id: &str) -> Result<Inspection, ProxyError> {
     match persistence.inspect(&SessionId::from(id), &CancellationToken::new()).await {
         Ok(inspection) => Ok(inspection),
         Err(PersistenceError::NotFound { .. } | PersistenceError::InvalidInput { .. }) => {
@@ -299,12 +283,11 @@ pub async fn show_session(persistence: &dyn SessionPersistence, id: &str) -> Res
 
 /// Writes the balanced view of one stored session to standard output as JSON Lines, one compact
 /// event per line, streamed as the log is read: memory does not grow with the log.
-pub async fn stream_session(persistence: &dyn SessionPersistence, id: &str) -> Result<(), ProxyError> {
+pub(crate) async fn stream_session(persistence: &dyn SessionPersistence, id: &str) -> Result<(), ProxyError> {
     let sink = JsonLines { out: std::io::BufWriter::new(std::io::stdout()) };
     match inspect_into(persistence, &SessionId::from(id), &CancellationToken::new(), sink).await {
-        Ok((mut sink, _)) => {
-            std::io::Write::flush(&mut sink.out).map_err(|source| ProxyError::io("standard output", source))
-        }
+        Ok((mut sink, _)) => std::io::Write::flush(&mut sink.out)
+            .map_err(|source| ProxyError::Io { what: "standard output".to_owned(), source }),
         Err(PersistenceError::NotFound { .. } | PersistenceError::InvalidInput { .. }) => {
             Err(ProxyError::SessionNotFound { id: id.to_owned() })
         }
@@ -328,7 +311,7 @@ impl ScanSink for JsonLines {
 
 /// The subagents of `parent` in a stored (cold) store, as wire `SubagentListEntry` rows; with
 /// `descendants`, every subagent below it with `parentId` and `depth`.
-pub async fn list_subagents(
+pub(crate) async fn list_subagents(
     persistence: Arc<dyn SessionPersistence>,
     parent: &str,
     descendants: bool,
@@ -344,18 +327,17 @@ pub async fn list_subagents(
     let parent = SessionId::from(parent);
     let failed =
         |error: subagent::SubagentError| ProxyError::Session { message: format!("listing subagents failed: {error}") };
-    if descendants {
-        let rows = runtime.list_descendants(&parent, &cancel).await.map_err(failed)?;
-        Ok(rows.iter().map(crate::wire::to_value).collect())
+    let rows: Result<Vec<Value>, _> = if descendants {
+        runtime.list_descendants(&parent, &cancel).await.map_err(failed)?.iter().map(serde_json::to_value).collect()
     } else {
-        let rows = runtime.list_children(&parent, &cancel).await.map_err(failed)?;
-        Ok(rows.iter().map(crate::wire::to_value).collect())
-    }
+        runtime.list_children(&parent, &cancel).await.map_err(failed)?.iter().map(serde_json::to_value).collect()
+    };
+    rows.map_err(|error| ProxyError::Session { message: format!("listing subagents failed: {error}") })
 }
 
 /// What `verify` found in one log.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LogStatus {
+pub(crate) enum LogStatus {
     /// Every committed byte decodes and validates, and nothing needs closing.
     Healthy,
     /// The physical tail is not committed (a crash mid-write); a repair cuts it.
@@ -399,13 +381,13 @@ pub enum LogStatus {
 
 impl LogStatus {
     /// Whether the log needs nothing.
-    pub fn is_healthy(&self) -> bool {
+    pub(crate) fn is_healthy(&self) -> bool {
         matches!(self, LogStatus::Healthy | LogStatus::Repaired { .. } | LogStatus::InUse { .. })
     }
 
     /// A short label: `healthy`, `torn`, `interrupted`, `in-use`, `corrupt`, `unsupported`,
     /// `unreadable`, `repaired`.
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             LogStatus::Healthy => "healthy",
             LogStatus::Torn => "torn",
@@ -421,15 +403,15 @@ impl LogStatus {
 
 /// One log's verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogReport {
+pub(crate) struct LogReport {
     /// The log's id as its location names it.
-    pub id: SessionId,
+    pub(crate) id: SessionId,
     /// Where the log lives, when its backend has files to name (`None` for backends without).
-    pub path: Option<PathBuf>,
+    pub(crate) path: Option<PathBuf>,
     /// Events in the balanced view (0 when unreadable).
-    pub n_events: u64,
+    pub(crate) n_events: u64,
     /// The verdict.
-    pub status: LogStatus,
+    pub(crate) status: LogStatus,
 }
 
 /// Counts what a scan streams.
@@ -464,18 +446,18 @@ fn classify(error: PersistenceError) -> LogStatus {
 
 /// How `verify` runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct VerifyOptions {
+pub(crate) struct VerifyOptions {
     /// Commit the repairs of torn and interrupted logs.
-    pub repair: bool,
+    pub(crate) repair: bool,
     /// Another process holds the store for writing, so a log that ends inside a turn may be
     /// live, and a torn tail may be an append in flight: both are reported as in use.
-    pub writer_active: bool,
+    pub(crate) writer_active: bool,
 }
 
 /// Checks one log: a raw scan (structure, torn tail), then a validating streamed inspection
 /// (session rules, crash closers). With `repair`, a torn or interrupted log is loaded, which
 /// cuts the torn tail and appends the closers durably.
-pub async fn verify_log(coordinator: &Coordinator, header: &SessionHeader, options: VerifyOptions) -> LogReport {
+pub(crate) async fn verify_log(coordinator: &Coordinator, header: &SessionHeader, options: VerifyOptions) -> LogReport {
     let repair = options.repair;
     let id = header.id.clone();
     let cancel = CancellationToken::new();
@@ -525,7 +507,7 @@ pub async fn verify_log(coordinator: &Coordinator, header: &SessionHeader, optio
 /// Surveys the store and verifies every log, calling `progress(done, total)` after each one. A
 /// log whose header cannot be read is reported (corrupt, unsupported or unreadable) instead of
 /// hiding the others.
-pub async fn verify(
+pub(crate) async fn verify(
     coordinator: &Coordinator,
     options: VerifyOptions,
     mut progress: impl FnMut(usize, usize, &LogReport),
@@ -546,6 +528,43 @@ pub async fn verify(
 }
 
 /// The header and balanced events of a session as one JSON value.
-pub fn inspection_json(inspection: &Inspection) -> Value {
+pub(crate) fn inspection_json(inspection: &Inspection) -> Value {
     json!({"header": inspection.header, "events": inspection.events})
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+    use session_core::{JsonData, SessionEvent, SessionHeader};
+    use session_persistence::Backend;
+
+    use super::*;
+
+    #[test]
+    fn file_stamps_are_compact_utc_times() {
+        assert_eq!(file_stamp(784_111_777_000), "19941106T084937Z");
+        assert_eq!(file_stamp(-1), "19700101T000000Z");
+    }
+
+    #[test]
+    fn a_store_without_an_encoding_asked_for_gets_the_one_its_logs_use_else_zstd() {
+        let dir = tempfile::tempdir().unwrap();
+        let raw_root = dir.path().join("raw");
+        let zstd_root = dir.path().join("zstd");
+        let header = SessionHeader::new(SessionId::from("z"), 1);
+        let events = [SessionEvent::new("turn/start", 0, 1, JsonData::from_value(&json!({"turn": 1})).unwrap())];
+        for (root, compression) in [(&raw_root, Compression::None), (&zstd_root, Compression::Zstd)] {
+            let config = JsonlConfig { root: root.clone(), compression, pack_chunks: true };
+            let backend = JsonlStore::open(config).unwrap();
+            backend.append_batch(&header, &events.clone().map(Arc::new), false).unwrap();
+        }
+        assert_eq!(detect_compression(&raw_root).unwrap(), Compression::None);
+        assert_eq!(detect_compression(&zstd_root).unwrap(), Compression::Zstd);
+        let empty = dir.path().join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        assert_eq!(detect_compression(&empty).unwrap(), Compression::Zstd);
+        assert_eq!(detect_compression(&dir.path().join("absent")).unwrap(), Compression::Zstd);
+    }
 }

@@ -11,28 +11,27 @@
 
 use std::{sync::Arc, time::Duration};
 
+use apiproxy::{ApiProxy, ProxyError};
 use serde_json::{Value, json};
-use session_core::{Session, SessionError, SessionId, SurfaceIntent};
-use session_persistence::PersistenceError;
+use session_core::{CreateOptions, HeaderMeta, Session, SessionError, SessionId, StoreError, SurfaceIntent};
+use session_persistence::{PersistenceError, SessionPersistence};
 use subagent::{ChildOptions, ContinuableDescriptor, OneShotDescriptor};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::{ApiProxy, error::ProxyError};
-
 /// The demo parent: one completed turn; the parent of every demo child and of the fork.
-pub const DEMO_PARENT: &str = "demo-parent";
+pub(crate) const DEMO_PARENT: &str = "demo-parent";
 /// A continuable child with its descriptor and one completed turn; cold once seeded.
-pub const DEMO_CONTINUABLE: &str = "demo-child-continuable";
+pub(crate) const DEMO_CONTINUABLE: &str = "demo-child-continuable";
 /// A one-shot child with its descriptor and one completed turn; cold once seeded.
-pub const DEMO_ONE_SHOT: &str = "demo-child-oneshot";
+pub(crate) const DEMO_ONE_SHOT: &str = "demo-child-oneshot";
 /// A continuable child that stays live and appends an event every two seconds.
-pub const DEMO_LIVE: &str = "demo-child-live";
+pub(crate) const DEMO_LIVE: &str = "demo-child-live";
 /// A one-shot child that ended its turn before its first step, so it has no descriptor: the
 /// catalog lists it with a `corrupt` diagnostic.
-pub const DEMO_SETTLED: &str = "demo-child-settled";
+pub(crate) const DEMO_SETTLED: &str = "demo-child-settled";
 /// An ordinary fork of the parent with a turn of its own; the subagent catalog does not list it.
-pub const DEMO_FORK: &str = "demo-fork";
+pub(crate) const DEMO_FORK: &str = "demo-fork";
 
 /// How often the live child appends an event.
 const TICK: Duration = Duration::from_secs(2);
@@ -46,12 +45,12 @@ fn other_error(error: impl std::fmt::Display) -> ProxyError {
 }
 
 /// A `user/message` payload from a human.
-pub fn user_message(id: &str, text: &str) -> Value {
+pub(crate) fn user_message(id: &str, text: &str) -> Value {
     json!({"id": id, "role": "user", "source": {"kind": "user"}, "content": [{"type": "text", "text": text}]})
 }
 
 /// An `assistant/message` payload from the demo model.
-pub fn assistant_message(turn: u64, step: u64, id: &str, text: &str) -> Value {
+pub(crate) fn assistant_message(turn: u64, step: u64, id: &str, text: &str) -> Value {
     json!({
         "turn": turn,
         "step": step,
@@ -65,7 +64,7 @@ pub fn assistant_message(turn: u64, step: u64, id: &str, text: &str) -> Value {
 }
 
 /// Appends one complete turn: a prompt, streamed chunks, the answer.
-pub fn append_turn(session: &Session, turn: u64, prompt: &str, answer: &str) -> Result<(), SessionError> {
+pub(crate) fn append_turn(session: &Session, turn: u64, prompt: &str, answer: &str) -> Result<(), SessionError> {
     let id = session.id();
     session.append("turn/start", &json!({"turn": turn}), None)?;
     session.append("user/message", &user_message(&format!("{id}-u{turn}"), prompt), Some(SurfaceIntent::append()))?;
@@ -84,7 +83,7 @@ pub fn append_turn(session: &Session, turn: u64, prompt: &str, answer: &str) -> 
 
 /// A running demo: the live child's appender. Dropping it stops nothing; call [`Demo::stop`].
 #[derive(Debug)]
-pub struct Demo {
+pub(crate) struct Demo {
     stop: CancellationToken,
     appender: JoinHandle<()>,
     child: Arc<Session>,
@@ -93,7 +92,7 @@ pub struct Demo {
 impl Demo {
     /// Stops the live child's appender, waits for it, and closes the child's open turn so the
     /// stored demo stays healthy.
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.stop.cancel();
         let _ = self.appender.await;
         if self.child.has_open_turn() {
@@ -114,12 +113,11 @@ async fn park(proxy: &ApiProxy, session: &Arc<Session>) -> Result<(), ProxyError
     Ok(())
 }
 
-async fn exists(proxy: &ApiProxy, id: &str) -> Result<bool, ProxyError> {
+async fn exists(proxy: &ApiProxy, persistence: &dyn SessionPersistence, id: &str) -> Result<bool, ProxyError> {
     let id = SessionId::from(id);
     if proxy.store().contains(&id) {
         return Ok(true);
     }
-    let Some(persistence) = &proxy.shared.persistence else { return Ok(false) };
     match persistence.inspect(&id, &CancellationToken::new()).await {
         Ok(_) => Ok(true),
         Err(PersistenceError::NotFound { .. }) => Ok(false),
@@ -127,21 +125,40 @@ async fn exists(proxy: &ApiProxy, id: &str) -> Result<bool, ProxyError> {
     }
 }
 
-async fn live(proxy: &ApiProxy, id: &str) -> Result<Arc<Session>, ProxyError> {
+/// The live session `id`, resumed from `persistence` (its crash repair committed) when it is
+/// stored only. The demo is seeded before the gateway serves, so no request races the resume.
+async fn live(proxy: &ApiProxy, persistence: &dyn SessionPersistence, id: &str) -> Result<Arc<Session>, ProxyError> {
     let id = SessionId::from(id);
     if let Some(session) = proxy.store().get(&id) {
         return Ok(session);
     }
-    crate::methods::resume(&proxy.shared, &id, &CancellationToken::new())
-        .await
-        .map_err(|error| other_error(error.message))
+    let loaded = persistence.load(&id, &CancellationToken::new()).await?;
+    let header = &loaded.header;
+    let meta = HeaderMeta {
+        cwd: header.cwd.clone(),
+        parent_session: header.parent_session.clone(),
+        created_at: Some(header.created_at),
+        seed_length: header.seed_length,
+        origin: header.origin,
+        delegation_depth: header.delegation_depth,
+        agent_preset: header.agent_preset.clone(),
+        owner: header.owner.clone(),
+    };
+    match proxy.store().create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }) {
+        Ok(session) => Ok(session),
+        Err(StoreError::AlreadyExists { .. }) => {
+            proxy.store().get(&id).ok_or_else(|| other_error("the session vanished"))
+        }
+        Err(error) => Err(other_error(error)),
+    }
 }
 
-/// Seeds the demo sessions (or resumes them when the store already has them), keeps the parent
-/// and the live child live, and starts the live child's appender.
-pub async fn seed(proxy: &ApiProxy) -> Result<Demo, ProxyError> {
+/// Seeds the demo sessions (or resumes them from `persistence`, the gateway's, when the store
+/// already has them), keeps the parent and the live child live, and starts the live child's
+/// appender. Call it before the gateway serves.
+pub(crate) async fn seed(proxy: &ApiProxy, persistence: &dyn SessionPersistence) -> Result<Demo, ProxyError> {
     let store = proxy.store();
-    if !exists(proxy, DEMO_PARENT).await? {
+    if !exists(proxy, persistence, DEMO_PARENT).await? {
         let cwd = proxy.config().default_cwd.clone();
         let meta = session_core::HeaderMeta { cwd: Some(cwd), ..session_core::HeaderMeta::default() };
         let parent = store
@@ -211,8 +228,8 @@ pub async fn seed(proxy: &ApiProxy) -> Result<Demo, ProxyError> {
         .map_err(other_error)?;
         proxy.store().flush(parent.id()).await.map_err(other_error)?;
     }
-    live(proxy, DEMO_PARENT).await?;
-    let child = live(proxy, DEMO_LIVE).await?;
+    live(proxy, persistence, DEMO_PARENT).await?;
+    let child = live(proxy, persistence, DEMO_LIVE).await?;
     let stop = CancellationToken::new();
     let appender = tokio::spawn(keep_appending(Arc::clone(&child), stop.clone()));
     Ok(Demo { stop, appender, child })
@@ -257,7 +274,7 @@ async fn keep_appending(child: Arc<Session>, stop: CancellationToken) {
 }
 
 /// Ready-to-paste `curl` examples against `base` (such as `http://127.0.0.1:8420`).
-pub fn curl_examples(base: &str, token: Option<&str>) -> String {
+pub(crate) fn curl_examples(base: &str, token: Option<&str>) -> String {
     let auth = token.map_or_else(String::new, |token| format!(" -H 'authorization: Bearer {token}'"));
     let call = |method: &str, payload: &str| {
         format!(
