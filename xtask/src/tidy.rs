@@ -179,7 +179,7 @@ fn no_ignored_or_should_panic_tests_and_no_stubs() {
 fn the_hop_to_the_blocking_pool_has_one_home() {
     // Built with concat! so this file does not match its own pattern.
     let pattern = concat!("spawn_", "blocking(");
-    let home = Path::new("crates/session-persistence/src/keyed.rs");
+    let home = Path::new("crates/session-storage-io/src/keyed.rs");
     let mut problems = Vec::new();
     for path in rust_files().into_iter().chain(example_files()) {
         let path_text = relative(&path);
@@ -195,7 +195,7 @@ fn the_hop_to_the_blocking_pool_has_one_home() {
         for (line_idx, line) in read(&path).lines().enumerate() {
             if !line.trim_start().starts_with("//") && line.contains(pattern) {
                 problems.push(format!(
-                    "{path_text}:{}: calls `{pattern}` directly; use `session_persistence::keyed::run_blocking` \
+                    "{path_text}:{}: calls `{pattern}` directly; use `session_storage_io::keyed::run_blocking` \
                      (a panic resumes in the caller, a cancellation at shutdown is a typed error)",
                     line_idx + 1
                 ));
