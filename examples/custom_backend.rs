@@ -255,13 +255,17 @@ async fn main() -> anyhow::Result<()> {
 
     // 2. The store proven by the test kit. A backend's tests write one test per case
     // (`persistence_contract!(persistence, Fresh::new)`, see the tests below); here, three cases.
-    // The kit runs each case on a runtime of its own, so it runs on a blocking thread here.
-    let report = session_persistence::keyed::run_blocking(|| {
+    // The kit runs each case on a runtime of its own, so it runs on a thread of its own here,
+    // which hands the report back through a channel.
+    let (done, report) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
         let wanted =
             ["round_trip", "crash_recovery_of_an_open_step", "read_from_serves_stored_suffixes_without_closers"];
-        persistence_testkit::persistence_contract().only(|case| wanted.contains(&case)).run(Fresh::new)
-    })
-    .await?;
+        let report = persistence_testkit::persistence_contract().only(|case| wanted.contains(&case)).run(Fresh::new);
+        // The receiver is gone only if `main` already returned.
+        let _ = done.send(report);
+    });
+    let report = report.await?;
     println!("{}: {} of {} cases passed", report.suite, report.passed(), report.cases.len());
     Ok(())
 }

@@ -27,10 +27,11 @@ use apiproxy::{AccessConfig, ApiProxy, OwnerToken, ProxyConfig, ProxyParts};
 use clap::{Parser, Subcommand, ValueEnum};
 use session_core::SessionStore;
 use session_persistence::Coordinator;
-use session_persistence::{Compression, SessionPersistence, keyed::run_blocking};
+use session_persistence::{Compression, SessionPersistence};
 use session_persistence_postgres::{SCHEMA_VERSION, SetupOutcome};
 use session_projection::ProjectionRegistry;
 use session_projection_cache::{BackfillOptions, CacheConfig, CacheError, ProjectionCache};
+use session_storage_io::keyed::run_blocking;
 
 use crate::cli::ops::{self, LogStatus, StoreLocation};
 

@@ -149,7 +149,7 @@ impl ApiProxy {
                 config,
                 listen: parking_lot::Mutex::new(None),
                 append_lock: parking_lot::Mutex::new(()),
-                id_locks: session_persistence::keyed::KeyedLocks::new(),
+                id_locks: session_storage_io::keyed::KeyedLocks::new(),
                 subagents,
                 pending_one_shots: parking_lot::Mutex::default(),
                 hub_observer,

@@ -27,7 +27,7 @@ pub(crate) struct Shared {
     /// Serializes, per id, everything that makes an id live or lets it go (create, resume, fork,
     /// spawn, release), so checking that an id is free and taking it are one step: no live
     /// session can shadow a stored one.
-    pub(crate) id_locks: session_persistence::keyed::KeyedLocks,
+    pub(crate) id_locks: session_storage_io::keyed::KeyedLocks,
     /// The subagent catalog over the same store, registry and persistence.
     pub(crate) subagents: subagent::SubagentRuntime,
     /// The in-flight budget of history reads (`config.history_inflight_bytes`).

@@ -6,7 +6,7 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use serde_json::{Value, json};
 use session_core::{CreateOptions, HeaderMeta, ManualClock, SessionEvent, SessionHeader, SessionId, SessionStore};
-use session_persistence::{Coordinator, CoordinatorConfig, PersistenceError, SessionPersistence};
+use session_persistence::{Coordinator, CoordinatorConfig, PersistenceError, SessionPersistence, SinkSlot};
 use tokio_util::sync::CancellationToken;
 
 use crate::{Place, inspect::kinds};
@@ -501,19 +501,25 @@ fn collect() -> Box<dyn session_persistence::StreamSink> {
     Box::new(session_persistence::CollectSink::default())
 }
 
-fn collected(sink: Box<dyn session_persistence::StreamSink>) -> Vec<SessionEvent> {
-    let sink: Box<dyn std::any::Any> = sink;
-    sink.downcast::<session_persistence::CollectSink>().unwrap().events
+/// A collecting sink lent to a read, with the slot it comes back through.
+fn lent_collect() -> (Box<dyn session_persistence::StreamSink>, SinkSlot<session_persistence::CollectSink>) {
+    SinkSlot::lend(session_persistence::CollectSink::default())
 }
 
 pub(crate) async fn batched_streams_equal_single_streams_in_request_order(h: &Cx<'_>) {
     let (persistence, _store) = three_stored_and_one_live(h).await;
     let order = ["s-b", "s-missing", "s-a", "s-live", "s-c"];
     for lanes in [0, 1, 2, 16] {
-        let reads = order.iter().map(|name| (SessionId::from(*name), collect())).collect();
+        let (reads, slots): (Vec<_>, Vec<_>) = order
+            .iter()
+            .map(|name| {
+                let (sink, slot) = lent_collect();
+                ((SessionId::from(*name), sink), slot)
+            })
+            .unzip();
         let batch = persistence.inspect_streams(reads, lanes, &cancel()).await;
         assert_eq!(batch.len(), order.len());
-        for (name, streamed) in order.iter().zip(batch) {
+        for ((name, streamed), slot) in order.iter().zip(batch).zip(slots) {
             let id = SessionId::from(*name);
             let single = session_persistence::inspect_into(
                 &persistence,
@@ -523,8 +529,8 @@ pub(crate) async fn batched_streams_equal_single_streams_in_request_order(h: &Cx
             )
             .await;
             match (streamed, single) {
-                (Ok((sink, summary)), Ok((single_sink, single_summary))) => {
-                    assert_eq!(collected(sink), single_sink.events, "{name}, {lanes} lanes");
+                (Ok(summary), Ok((single_sink, single_summary))) => {
+                    assert_eq!(slot.take().unwrap().events, single_sink.events, "{name}, {lanes} lanes");
                     assert_eq!(summary.header, single_summary.header);
                     assert_eq!(
                         (summary.n_events, summary.n_closers, summary.live),
@@ -729,10 +735,21 @@ pub(crate) async fn a_stream_finishes_its_sink_once_after_the_last_event(h: &Cx<
     }
 }
 
-/// A persistence that breaks the streaming contract: it streams into a sink of its own and hands
-/// that back, and it returns one result short for a batch.
+/// A persistence that breaks the streaming contract: it keeps the sink it was given past the
+/// read (streaming into one of its own), and it returns one result short for a batch. (Handing
+/// back a sink of another type cannot be written: nothing comes back through the trait.)
 #[derive(Debug)]
-struct Misbehaving(Coordinator);
+struct Misbehaving(Coordinator, Kept);
+
+/// The sinks a misbehaving persistence kept.
+#[derive(Default)]
+struct Kept(std::sync::Mutex<Vec<Box<dyn session_persistence::StreamSink>>>);
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kept").finish_non_exhaustive()
+    }
+}
 
 #[async_trait::async_trait]
 impl SessionPersistence for Misbehaving {
@@ -800,8 +817,9 @@ impl SessionPersistence for Misbehaving {
         &self,
         id: &SessionId,
         cancel: &CancellationToken,
-        _sink: Box<dyn session_persistence::StreamSink>,
-    ) -> session_persistence::Streamed {
+        sink: Box<dyn session_persistence::StreamSink>,
+    ) -> session_persistence::Result<session_persistence::StreamSummary> {
+        self.1.0.lock().unwrap().push(sink);
         self.0.inspect_stream(id, cancel, collect()).await
     }
 
@@ -810,7 +828,7 @@ impl SessionPersistence for Misbehaving {
         mut reads: Vec<(SessionId, Box<dyn session_persistence::StreamSink>)>,
         lanes: usize,
         cancel: &CancellationToken,
-    ) -> Vec<session_persistence::Streamed> {
+    ) -> Vec<session_persistence::Result<session_persistence::StreamSummary>> {
         reads.pop();
         self.0.inspect_streams(reads, lanes, cancel).await
     }
@@ -848,12 +866,12 @@ impl SessionPersistence for Misbehaving {
 pub(crate) async fn a_persistence_breaking_the_stream_contract_gives_errors_not_panics(h: &Cx<'_>) {
     let persistence = h.open();
     three_stored(&persistence).await;
-    let misbehaving = Misbehaving(persistence);
-    let swapped =
+    let misbehaving = Misbehaving(persistence, Kept::default());
+    let kept =
         session_persistence::inspect_into(&misbehaving, &SessionId::from("s-a"), &cancel(), FinishSink::default())
             .await;
-    let Err(PersistenceError::InvalidInput { message }) = swapped else { panic!("a swapped sink is an error") };
-    assert!(message.contains("another sink"), "{message}");
+    let Err(PersistenceError::InvalidInput { message }) = kept else { panic!("a kept sink is an error") };
+    assert!(message.contains("kept the sink"), "{message}");
 
     let reads = ["s-a", "s-b", "s-c"].iter().map(|name| (SessionId::from(*name), FinishSink::default())).collect();
     let batch = session_persistence::inspect_each_into(&misbehaving, reads, 2, &cancel()).await;

@@ -103,8 +103,6 @@ mod view;
 #[cfg(test)]
 mod tests;
 
-pub use futures::future::BoxFuture;
-
 pub use crate::{
     bounds::{
         HeaderField, MAX_AGENT_PRESET_BYTES, MAX_CWD_BYTES, MAX_EVENT_BYTES, MAX_HEADER_JSON_BYTES, MAX_ID_BYTES,

@@ -16,7 +16,7 @@
 //! blocks on that runtime per call. Every call works from any thread, a Tokio runtime's included
 //! (it never panics there): on a multi-thread runtime's worker it waits in `block_in_place`, on a
 //! current-thread runtime it blocks that runtime's thread for the call, so async code should
-//! still go through the `Coordinator` (or `session_persistence::keyed::run_blocking`). Every query is bounded by [`PgConfig::query_timeout`]. No
+//! still go through the `Coordinator` (or call it from a blocking thread). Every query is bounded by [`PgConfig::query_timeout`]. No
 //! message carries the URL's password. Connections use TLS (`rustls`) as libpq's `sslmode` and
 //! `sslrootcert` say ([`TlsMode`]; `prefer` by default, `verify-full` to check the server).
 //!

@@ -9,8 +9,7 @@ use std::{fmt, path::PathBuf, sync::Arc};
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
     Backend, CorruptKind, FencedWrite, HeaderPage, Listing, Location, LogFault, PageKey, PageRequest, PersistenceError,
-    Result, Revision, ScanOutcome, ScanSink, StoredHeader, TornTail, format::decode_header_line,
-    format::encode_header_line,
+    Result, Revision, ScanOutcome, ScanSink, StoredHeader, TornTail, decode_header_line, encode_header_line,
 };
 use tokio_postgres::{IsolationLevel, Row, types::ToSql};
 use tokio_util::sync::CancellationToken;

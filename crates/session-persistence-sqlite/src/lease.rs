@@ -21,7 +21,8 @@ use std::{
 };
 
 use session_core::SessionId;
-use session_persistence::{LOCK_WAIT, PersistenceError, Result, fsio, lease};
+use session_persistence::{LOCK_WAIT, PersistenceError, Result, lease};
+use session_storage_io::fsio;
 
 /// The file whose shared lock marks a writable store: `<database>.writer-lock`, beside it.
 pub(crate) fn writer_lock_path(path: &Path) -> PathBuf {

@@ -132,7 +132,7 @@ pub(crate) fn check_regular(subject: Subject, path: &Path, metadata: &Metadata) 
 pub(crate) fn create_file(subject: Subject, path: &Path) -> Result<Metadata, PersistenceError> {
     match OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
         Ok(_) => {
-            session_persistence::fsio::sync_dir(&parent_of(path)).map_err(io_error(path))?;
+            session_storage_io::fsio::sync_dir(&parent_of(path)).map_err(io_error(path))?;
         }
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
         Err(error) => return Err(PersistenceError::io(path, error)),

@@ -267,6 +267,13 @@ pub enum PersistenceError {
     TooLarge(#[from] TooLarge),
 }
 
+/// A backend call the runtime dropped at shutdown is the caller's cancellation, not a bug.
+impl From<session_storage_io::keyed::BlockingCancelled> for PersistenceError {
+    fn from(_: session_storage_io::keyed::BlockingCancelled) -> PersistenceError {
+        PersistenceError::Cancelled
+    }
+}
+
 impl PersistenceError {
     /// An `Io` error on `path`.
     pub fn io(path: impl Into<PathBuf>, source: io::Error) -> PersistenceError {

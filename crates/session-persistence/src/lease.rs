@@ -14,7 +14,7 @@ pub fn holder_name() -> String {
 
 /// This machine's host name, or `unknown` where the system does not say.
 fn host_name() -> String {
-    let from_kernel = crate::fsio::read_regular(std::path::Path::new("/proc/sys/kernel/hostname"), 256)
+    let from_kernel = session_storage_io::fsio::read_regular(std::path::Path::new("/proc/sys/kernel/hostname"), 256)
         .ok()
         .flatten()
         .and_then(|bytes| String::from_utf8(bytes).ok());

@@ -7,7 +7,7 @@
 //!   report a log they cannot list as its own [`LogFault`], and cold reads:
 //!   [`inspect`](SessionPersistence::inspect) (the whole balanced log),
 //!   [`inspect_stream`](SessionPersistence::inspect_stream) (events handed to a [`ScanSink`] as
-//!   they are decoded), [`read_from`](SessionPersistence::read_from) (a suffix) and
+//!   they are decoded; [`inspect_into`] lends a typed sink and hands it back, typed), [`read_from`](SessionPersistence::read_from) (a suffix) and
 //!   [`load`](SessionPersistence::load) (the only read that commits a crash repair).
 //! - [`Coordinator`] is its one implementation, over any [`Backend`]. It owns everything that is
 //!   not bytes: per-id serialization, validation of what is read (a log cut off by a crash is
@@ -121,11 +121,8 @@ mod error;
 // codec) is re-exported at the crate root below.
 #[doc(hidden)]
 pub mod format;
-pub mod fsio;
 mod jsonl;
-pub mod keyed;
 pub mod lease;
-mod live;
 mod memory;
 mod persistence;
 mod validate;
@@ -140,13 +137,15 @@ pub use crate::{
     error::{CorruptKind, DatabaseFault, FencedWrite, Location, PersistenceError, Result},
     // The chunk-row codec, for backends that store packed runs in a layout of their own.
     format::{ChunkKind, ChunkRow, Compression, MIN_RUN, Record, RecordError, chunk_runs, decode_record},
+    // The header-line codec, for backends that store a log's header as its JSONL line.
+    format::{decode_header_line, encode_header_line},
     jsonl::{
         HeaderCacheStats, JsonlConfig, JsonlStore, LOCK_WAIT, StoreEncoding, detect_encoding, encode_segment,
         project_key,
     },
     memory::MemoryStore,
     persistence::{
-        Inspection, SessionPersistence, StreamSink, StreamSummary, Streamed, inspect_each_into, inspect_into,
+        Inspection, SessionPersistence, SinkSlot, StreamSink, StreamSummary, inspect_each_into, inspect_into,
         stream_each,
     },
     validate::ReadThreads,

@@ -1,7 +1,8 @@
 //! The `SessionPersistence` trait: what the upper layers need from durable storage.
 
-use std::{any::Any, fmt, path::PathBuf, sync::Arc};
+use std::{fmt, path::PathBuf, sync::Arc};
 
+use parking_lot::Mutex;
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
 
@@ -41,13 +42,99 @@ pub struct StreamSummary {
     pub revision: Option<Revision>,
 }
 
-/// One streamed read's result: the sink it was given, with the summary.
-pub type Streamed = Result<(Box<dyn StreamSink>, StreamSummary)>;
+/// A sink that can travel to the thread that reads: any [`ScanSink`] that can be sent.
+///
+/// A streamed read takes its sink by value (`Box<dyn StreamSink>`) and drops it on the reading
+/// thread once the read is over; nothing comes back through the trait, so no persistence can hand
+/// a caller a sink of another type. A caller that wants its own sink back, typed, lends it through
+/// a [`SinkSlot`] (as [`inspect_into`] and [`inspect_each_into`] do).
+pub trait StreamSink: ScanSink + Send {}
 
-/// A sink that can travel to the blocking pool and come back.
-pub trait StreamSink: ScanSink + Send + Any {}
+impl<T: ScanSink + Send> StreamSink for T {}
 
-impl<T: ScanSink + Send + Any> StreamSink for T {}
+/// The way back of a typed sink lent to a streamed read: [`lend`](Self::lend) boxes the sink for
+/// the read, and the box puts the sink into this slot when the read drops it, so
+/// [`take`](Self::take) returns the very sink the caller lent, with its own type, and no
+/// downcast.
+///
+/// ```
+/// use session_persistence::{CollectSink, SinkSlot, StreamSink};
+///
+/// let (boxed, slot): (Box<dyn StreamSink>, _) = SinkSlot::lend(CollectSink::default());
+/// // A persistence streams into `boxed`, then drops it.
+/// drop(boxed);
+/// let sink: CollectSink = slot.take().unwrap();
+/// assert!(sink.events.is_empty());
+/// ```
+pub struct SinkSlot<S> {
+    slot: Arc<Mutex<Option<S>>>,
+}
+
+impl<S> fmt::Debug for SinkSlot<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SinkSlot").field("returned", &self.slot.lock().is_some()).finish()
+    }
+}
+
+impl<S: StreamSink + 'static> SinkSlot<S> {
+    /// Boxes `sink` for a streamed read, keeping its way back here.
+    pub fn lend(sink: S) -> (Box<dyn StreamSink>, SinkSlot<S>) {
+        let slot = Arc::new(Mutex::new(None));
+        (Box::new(Lent { sink: Some(sink), slot: Arc::clone(&slot) }), SinkSlot { slot })
+    }
+
+    /// The lent sink, once the read dropped its box. A persistence that still holds the box
+    /// (it kept the sink past the call, which breaks its contract) gives an `InvalidInput`
+    /// error, not a panic.
+    pub fn take(self) -> Result<S> {
+        self.slot.lock().take().ok_or_else(|| {
+            PersistenceError::invalid_input("the persistence kept the sink it was given past the streamed read")
+        })
+    }
+}
+
+/// A lent sink: forwards every call, and goes back to its slot when dropped.
+struct Lent<S> {
+    /// `Some` until dropped.
+    sink: Option<S>,
+    slot: Arc<Mutex<Option<S>>>,
+}
+
+impl<S> Lent<S> {
+    fn sink(&mut self) -> &mut S {
+        self.sink.as_mut().expect("a lent sink is present until it is dropped")
+    }
+}
+
+impl<S: ScanSink> ScanSink for Lent<S> {
+    fn header(&mut self, header: &Arc<SessionHeader>) -> Result<()> {
+        self.sink().header(header)
+    }
+
+    fn event(&mut self, event: Arc<SessionEvent>) -> Result<()> {
+        self.sink().event(event)
+    }
+
+    fn restart(&mut self) -> bool {
+        self.sink().restart()
+    }
+
+    fn read_ahead(&self) -> bool {
+        self.sink.as_ref().is_some_and(ScanSink::read_ahead)
+    }
+
+    fn finish(&mut self) {
+        self.sink().finish();
+    }
+}
+
+impl<S> Drop for Lent<S> {
+    fn drop(&mut self) {
+        if let Some(sink) = self.sink.take() {
+            *self.slot.lock() = Some(sink);
+        }
+    }
+}
 
 /// Durable storage of session logs, shared by every upper layer.
 ///
@@ -115,14 +202,19 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
     async fn inspect(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Inspection>;
 
     /// Like [`inspect`](Self::inspect), but streams the events into `sink` as they are decoded,
-    /// so memory does not grow with the log, then calls [`ScanSink::finish`]. Returns the sink
-    /// with a summary.
-    async fn inspect_stream(&self, id: &SessionId, cancel: &CancellationToken, sink: Box<dyn StreamSink>) -> Streamed;
+    /// so memory does not grow with the log, then calls [`ScanSink::finish`]. The sink is
+    /// dropped before this returns (a [`SinkSlot`] gets it back); the answer is a summary.
+    async fn inspect_stream(
+        &self,
+        id: &SessionId,
+        cancel: &CancellationToken,
+        sink: Box<dyn StreamSink>,
+    ) -> Result<StreamSummary>;
 
     /// [`inspect_stream`](Self::inspect_stream) for several sessions, each into its own sink,
     /// with at most `lanes` reads running at once. Results come back in the order of `reads`, and
     /// one read's failure leaves the others alone. A fired `cancel` fails the reads not yet
-    /// finished with `Cancelled`.
+    /// finished with `Cancelled`. Every sink is dropped before this returns.
     ///
     /// The coordinator keeps `lanes` blocking threads reading back to back, without a hand-off
     /// between the async side and a thread per read; [`stream_each`] runs `inspect_stream` per
@@ -132,7 +224,7 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
         reads: Vec<(SessionId, Box<dyn StreamSink>)>,
         lanes: usize,
         cancel: &CancellationToken,
-    ) -> Vec<Streamed>;
+    ) -> Vec<Result<StreamSummary>>;
 
     /// The stored events with `seq >= from_seq`: no closers, no repair, no caching.
     async fn read_from(&self, id: &SessionId, from_seq: u64, cancel: &CancellationToken) -> Result<Inspection>;
@@ -161,11 +253,11 @@ pub async fn stream_each<P: SessionPersistence + ?Sized>(
     reads: Vec<(SessionId, Box<dyn StreamSink>)>,
     lanes: usize,
     cancel: &CancellationToken,
-) -> Vec<Streamed> {
+) -> Vec<Result<StreamSummary>> {
     use futures::{StreamExt, future::BoxFuture};
     // Boxed up front: a lazily mapped stream trips the `Send` check of `async_trait`.
     let n_reads = reads.len();
-    let pending: Vec<BoxFuture<'_, (usize, Streamed)>> = reads
+    let pending: Vec<BoxFuture<'_, (usize, Result<StreamSummary>)>> = reads
         .into_iter()
         .enumerate()
         .map(|(idx, (id, sink))| {
@@ -174,7 +266,7 @@ pub async fn stream_each<P: SessionPersistence + ?Sized>(
         .collect();
     // In completion order, so a slow read never holds back the start of the next one.
     let mut done = futures::stream::iter(pending).buffer_unordered(lanes.max(1));
-    let mut results: Vec<Option<Streamed>> = std::iter::repeat_with(|| None).take(n_reads).collect();
+    let mut results: Vec<Option<Result<StreamSummary>>> = std::iter::repeat_with(|| None).take(n_reads).collect();
     while let Some((idx, result)) = done.next().await {
         results[idx] = Some(result);
     }
@@ -182,35 +274,42 @@ pub async fn stream_each<P: SessionPersistence + ?Sized>(
     results.into_iter().map(|result| result.expect("every read finished")).collect()
 }
 
-/// Streams `id` into a concrete sink and hands it back typed.
-pub async fn inspect_into<S: StreamSink>(
+/// Streams `id` into a concrete sink and hands it back typed (lent through a [`SinkSlot`]).
+pub async fn inspect_into<S: StreamSink + 'static>(
     persistence: &dyn SessionPersistence,
     id: &SessionId,
     cancel: &CancellationToken,
     sink: S,
 ) -> Result<(S, StreamSummary)> {
-    let (sink, summary) = persistence.inspect_stream(id, cancel, Box::new(sink)).await?;
-    Ok((typed(sink)?, summary))
+    let (lent, slot) = SinkSlot::lend(sink);
+    let summary = persistence.inspect_stream(id, cancel, lent).await?;
+    Ok((slot.take()?, summary))
 }
 
 /// [`inspect_into`] for several sessions at once, through
 /// [`inspect_streams`](SessionPersistence::inspect_streams): each result in the order of `reads`.
-/// A persistence that breaks the contract (a result missing or extra, a sink swapped) gives the
+/// A persistence that breaks the contract (a result missing or extra, a sink kept) gives the
 /// reads it broke an `InvalidInput` error; nothing is dropped silently.
-pub async fn inspect_each_into<S: StreamSink>(
+pub async fn inspect_each_into<S: StreamSink + 'static>(
     persistence: &dyn SessionPersistence,
     reads: Vec<(SessionId, S)>,
     lanes: usize,
     cancel: &CancellationToken,
 ) -> Vec<Result<(S, StreamSummary)>> {
     let n_reads = reads.len();
-    let reads = reads.into_iter().map(|(id, sink)| (id, Box::new(sink) as Box<dyn StreamSink>)).collect();
-    let streamed = persistence.inspect_streams(reads, lanes, cancel).await;
+    let (lent, slots): (Vec<_>, Vec<_>) = reads
+        .into_iter()
+        .map(|(id, sink)| {
+            let (lent, slot) = SinkSlot::lend(sink);
+            ((id, lent), slot)
+        })
+        .unzip();
+    let streamed = persistence.inspect_streams(lent, lanes, cancel).await;
     let n_results = streamed.len();
     let mut typed_results: Vec<Result<(S, StreamSummary)>> = streamed
         .into_iter()
-        .take(n_reads)
-        .map(|read| read.and_then(|(sink, summary)| Ok((typed(sink)?, summary))))
+        .zip(slots)
+        .map(|(read, slot)| read.and_then(|summary| Ok((slot.take()?, summary))))
         .collect();
     while typed_results.len() < n_reads {
         typed_results.push(Err(PersistenceError::invalid_input(format!(
@@ -218,16 +317,4 @@ pub async fn inspect_each_into<S: StreamSink>(
         ))));
     }
     typed_results
-}
-
-/// The concrete sink a stream was given back. A persistence must return the very sink it was
-/// given; one that returns another breaks its contract, which is an error, not a panic.
-fn typed<S: StreamSink>(sink: Box<dyn StreamSink>) -> Result<S> {
-    let sink: Box<dyn Any> = sink;
-    match sink.downcast::<S>() {
-        Ok(sink) => Ok(*sink),
-        Err(_) => {
-            Err(PersistenceError::invalid_input("the persistence returned another sink than the one it was given"))
-        }
-    }
 }

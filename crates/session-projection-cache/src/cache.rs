@@ -17,11 +17,9 @@ use futures::{
 use parking_lot::Mutex;
 use serde_json::Map;
 use session_core::{Clock, Session, SessionEvent, SessionHeader, SessionId};
-use session_persistence::{
-    CorruptKind, Location, PersistenceError, ScanSink, SessionPersistence, inspect_into,
-    keyed::{BlockingCancelled, KeyedGuard, KeyedLocks, run_blocking, run_blocking_with},
-};
+use session_persistence::{CorruptKind, Location, PersistenceError, ScanSink, SessionPersistence, inspect_into};
 use session_projection::{CheckpointRows, Failures, ProjectionRegistry, RestoreFold, Restored, Snapshot};
+use session_storage_io::keyed::{BlockingCancelled, KeyedGuard, KeyedLocks, run_blocking, run_blocking_with};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 

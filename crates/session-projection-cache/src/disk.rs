@@ -149,7 +149,7 @@ fn create_dir_durably(dir: &Path) -> Result<()> {
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
-    session_persistence::fsio::sync_dir(dir).map_err(|source| CacheError::io(dir, source))
+    session_storage_io::fsio::sync_dir(dir).map_err(|source| CacheError::io(dir, source))
 }
 
 /// Encodes `record` as the file content for `id`.
@@ -202,7 +202,7 @@ impl CheckpointStore for DiskCheckpointStore {
         let Ok(path) = self.record_path(id) else { return Ok(None) };
         // Only a regular file is read, and only up to a bound: a FIFO in a record's place never
         // blocks a listing.
-        let bytes = match session_persistence::fsio::read_regular(&path, MAX_RECORD_FILE_BYTES) {
+        let bytes = match session_storage_io::fsio::read_regular(&path, MAX_RECORD_FILE_BYTES) {
             Ok(Some(bytes)) => bytes,
             Ok(None) => return Ok(None),
             Err(error) => return Err(CacheError::io(&path, error)),

@@ -2,8 +2,9 @@
 
 use std::{io, path::PathBuf, sync::Arc};
 
-use session_persistence::{PersistenceError, keyed::BlockingCancelled};
+use session_persistence::PersistenceError;
 use session_projection::RestoreError;
+use session_storage_io::keyed::BlockingCancelled;
 
 /// The one error type of this crate. It is `Clone` (sources are shared) because callers that share
 /// one cold read all receive its outcome.

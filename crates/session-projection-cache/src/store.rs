@@ -14,7 +14,7 @@ use crate::{error::Result, record::CheckpointRecord};
 /// (`ProjectionCache::cached_snapshot_blocking` calls `get` on the caller's thread, which must be
 /// allowed to block). `get` should cost one read of one record at most (the disk store reads
 /// only a regular file, and at most 256 MiB of it). Do not call a store from async code
-/// directly: hop to the blocking pool (`session_persistence::keyed::run_blocking`).
+/// directly: hop to the blocking pool (`session_storage_io::keyed::run_blocking`).
 ///
 /// Contract:
 /// - `put` replaces the whole record of `id` atomically: a concurrent `get` sees the old record

@@ -15,9 +15,9 @@ use std::{
 use session_core::{Session, SessionEvent, SessionHeader, SessionId, SessionStore};
 use session_persistence::{
     CorruptKind, Location, PersistenceError, ScanSink, SessionPersistence, StreamSummary, inspect_each_into,
-    keyed::{BlockingCancelled, run_blocking},
 };
 use session_projection::{ProjectionRegistry, RestoreError, RestoreFold, Snapshot};
+use session_storage_io::keyed::{BlockingCancelled, run_blocking};
 use tokio_util::sync::CancellationToken;
 
 use crate::{

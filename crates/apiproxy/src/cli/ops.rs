@@ -9,11 +9,12 @@ use serde_json::{Value, json};
 use session_core::{BoundedClock, Clock, SessionHeader, SessionId, SessionStore, SystemClock};
 use session_persistence::{
     Compression, Coordinator, CoordinatorConfig, Inspection, JsonlConfig, JsonlStore, Listing, PersistenceError,
-    ScanSink, SessionPersistence, StoreEncoding, inspect_into, keyed::run_blocking_with,
+    ScanSink, SessionPersistence, StoreEncoding, inspect_into,
 };
 use session_persistence_postgres::{PgCheckpointStore, PgConfig, PgEnv, PgStore, SetupOutcome, is_postgres_url};
 use session_persistence_sqlite::{SqliteCheckpointStore, SqliteConfig, SqliteStore};
 use session_projection::ProjectionRegistry;
+use session_storage_io::keyed::run_blocking_with;
 use tokio_util::sync::CancellationToken;
 
 /// Where a store lives and how it is encoded.

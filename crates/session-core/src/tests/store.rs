@@ -7,10 +7,12 @@ use futures::{FutureExt, channel::oneshot, executor::block_on};
 use parking_lot::Mutex;
 use serde_json::json;
 
+use futures::future::BoxFuture;
+
 use super::{Recorder, append, clock, describe, detached, id, user_message};
 use crate::{
-    BoxFuture, CreateOptions, HeaderMeta, ObserverError, Session, SessionError, SessionStore, StoreEvent,
-    StoreObserver, SurfaceIntent,
+    CreateOptions, HeaderMeta, ObserverError, Session, SessionError, SessionStore, StoreEvent, StoreObserver,
+    SurfaceIntent,
 };
 
 fn lines() -> Arc<Mutex<Vec<String>>> {

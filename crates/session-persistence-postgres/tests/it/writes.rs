@@ -50,7 +50,7 @@ fn events_round_trip_byte_for_byte_and_large_records_are_compressed() {
     // The header row keeps the JSONL header line and the indexed columns.
     assert_eq!(
         schema.value("SELECT header FROM {s}.sessions WHERE id = 's-1'").unwrap(),
-        session_persistence::format::encode_header_line(&header("s-1"))
+        session_persistence::encode_header_line(&header("s-1"))
     );
 }
 

@@ -8,9 +8,29 @@ use session_core::{SESSION_FORMAT_VERSION, SessionHeader, SessionId, json::as_sa
 use super::fields::parse_fields;
 use crate::error::{CorruptKind, Location, PersistenceError};
 
-/// Encodes `header` as its line, without the newline. Key order: `type, version, id, createdAt,
-/// cwd?, parentSession?, seedLength?, origin?, delegationDepth, agentPreset?, owner?`;
-/// `delegationDepth` is always written.
+/// Encodes `header` as its header line, without the newline: the first line of a JSONL log, and
+/// the stored header text of any backend that keeps a log's header as the JSONL store writes it
+/// (the PostgreSQL backend does). Key order: `type, version, id, createdAt, cwd?, parentSession?,
+/// seedLength?, origin?, delegationDepth, agentPreset?, owner?`; `delegationDepth` is always
+/// written. [`decode_header_line`] reads it back.
+///
+/// ```
+/// use std::path::Path;
+///
+/// use session_core::{SessionHeader, SessionId};
+/// use session_persistence::{decode_header_line, encode_header_line};
+///
+/// let header = SessionHeader::new(SessionId::from("s1"), 1_772_442_000_000);
+/// let line = encode_header_line(&header);
+/// assert!(line.starts_with(r#"{"type":"session","version":0,"id":"s1","createdAt":1772442000000"#));
+/// assert!(!line.contains('\n'));
+/// let decoded = decode_header_line(line.as_bytes(), Path::new("s1/session.jsonl")).unwrap();
+/// assert_eq!(decoded, header);
+///
+/// // A line that is not a header is `Corrupt`, naming the path it was given.
+/// let refused = decode_header_line(b"{\"type\":\"turn/start\"}", Path::new("s1/session.jsonl"));
+/// assert!(refused.is_err());
+/// ```
 pub fn encode_header_line(header: &SessionHeader) -> String {
     // `SessionHeader` serializes its fields in the on-disk order; the line adds the tag in front.
     let fields = serde_json::to_string(header).expect("serializing a header into memory cannot fail");
@@ -55,9 +75,10 @@ impl HeaderLineError {
     }
 }
 
-/// Decodes a header line (without its newline): the version gate first, then the reference's
-/// shape checks, the retired-field refusal, and the typed field checks. Unknown keys are dropped.
-/// `path` names the log in errors.
+/// Decodes a header line (without its newline), as [`encode_header_line`] writes it: the version
+/// gate first (another format version is `FormatUnsupported`), then the reference's shape
+/// checks, the retired-field refusal, and the typed field checks (any of which failing is
+/// `Corrupt`). Unknown keys are dropped. `path` names the log in errors.
 pub fn decode_header_line(line: &[u8], path: &Path) -> Result<SessionHeader, PersistenceError> {
     decode(line).map_err(|error| error.into_error(path))
 }

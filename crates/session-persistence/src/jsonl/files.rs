@@ -15,8 +15,8 @@ use crate::{
     backend::Revision,
     error::{PersistenceError, Result},
     format::ByteSource,
-    fsio,
 };
+use session_storage_io::fsio;
 
 pub(super) fn io_error(path: &Path) -> impl FnOnce(io::Error) -> PersistenceError + '_ {
     move |error| PersistenceError::io(path, error)

@@ -71,7 +71,7 @@ impl StoreLock {
         let metadata = dir.metadata().map_err(io_error(root))?;
         let lock_path = root.join(LOCK_FILE);
         // Only a regular file: a FIFO or device there is refused before it is opened.
-        let legacy = crate::fsio::create_regular(&lock_path, 0o600).map_err(io_error(&lock_path))?;
+        let legacy = session_storage_io::fsio::create_regular(&lock_path, 0o600).map_err(io_error(&lock_path))?;
         take(&legacy, root)?;
         Ok(StoreLock { root: root.to_owned(), _dir: dir, dev: metadata.dev(), ino: metadata.ino(), _legacy: legacy })
     }
@@ -109,7 +109,7 @@ pub(super) fn held_by_writer(root: &Path) -> Result<bool> {
         return Ok(true);
     }
     let lock_path = root.join(LOCK_FILE);
-    match crate::fsio::open_regular(&lock_path) {
+    match session_storage_io::fsio::open_regular(&lock_path) {
         Ok(Some(file)) => probe(&file, &lock_path),
         Ok(None) => Ok(false),
         Err(error) => Err(PersistenceError::io(&lock_path, error)),

@@ -423,7 +423,7 @@ impl SessionPersistence for Counting {
         id: &SessionId,
         cancel: &CancellationToken,
         sink: Box<dyn StreamSink>,
-    ) -> session_persistence::Result<(Box<dyn StreamSink>, StreamSummary)> {
+    ) -> session_persistence::Result<StreamSummary> {
         self.record(id, Call::Stream);
         self.pass_gate().await;
         self.inner.inspect_stream(id, cancel, sink).await
@@ -435,7 +435,7 @@ impl SessionPersistence for Counting {
         reads: Vec<(SessionId, Box<dyn StreamSink>)>,
         lanes: usize,
         cancel: &CancellationToken,
-    ) -> Vec<session_persistence::Streamed> {
+    ) -> Vec<session_persistence::Result<StreamSummary>> {
         session_persistence::stream_each(self, reads, lanes, cancel).await
     }
 

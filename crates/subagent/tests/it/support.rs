@@ -22,7 +22,7 @@ use session_core::{
 };
 use session_persistence::{
     Backend, Compression, Coordinator, CoordinatorConfig, HeaderPage, Inspection, JsonlConfig, JsonlStore, Listing,
-    PageRequest, PersistenceError, SessionPersistence, StoredHeader, StreamSink, StreamSummary, Streamed,
+    PageRequest, PersistenceError, SessionPersistence, StoredHeader, StreamSink, StreamSummary,
 };
 use session_persistence_postgres::testing::{ScratchSchema, server_url};
 use session_persistence_sqlite::{SqliteConfig, SqliteStore};
@@ -741,7 +741,7 @@ impl SessionPersistence for Counting {
         id: &SessionId,
         cancel: &CancellationToken,
         sink: Box<dyn StreamSink>,
-    ) -> session_persistence::Result<(Box<dyn StreamSink>, StreamSummary)> {
+    ) -> session_persistence::Result<StreamSummary> {
         self.count_read(id, cancel);
         let _in_flight = InFlight::enter(self);
         let gate = self.gate.lock().clone();
@@ -766,11 +766,11 @@ impl SessionPersistence for Counting {
                 Err(injected("injected read failure"))
             }
             Some(ReadFault::Tamper(tamper)) => {
-                let (sink, mut summary) = self.inner.inspect_stream(id, cancel, sink).await?;
+                let mut summary = self.inner.inspect_stream(id, cancel, sink).await?;
                 let mut header = (*summary.header).clone();
                 tamper(&mut header);
                 summary.header = Arc::new(header);
-                Ok((sink, summary))
+                Ok(summary)
             }
         }
     }
@@ -782,7 +782,7 @@ impl SessionPersistence for Counting {
         reads: Vec<(SessionId, Box<dyn StreamSink>)>,
         lanes: usize,
         cancel: &CancellationToken,
-    ) -> Vec<Streamed> {
+    ) -> Vec<session_persistence::Result<StreamSummary>> {
         if self.gate.lock().is_some() || !self.read_faults.lock().is_empty() {
             return session_persistence::stream_each(self, reads, lanes, cancel).await;
         }

@@ -8,8 +8,6 @@ use parking_lot::Mutex;
 use session_core::SessionId;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-use crate::error::PersistenceError;
-
 /// One async mutex per session id, created on first use and dropped once nobody holds or awaits
 /// it, so the registry does not grow with the number of ids ever touched.
 #[derive(Default)]
@@ -88,16 +86,10 @@ impl Drop for KeyedGuard<'_> {
 /// A call sent to Tokio's blocking pool that never ran to its end because the runtime shut down
 /// first (the pool drops queued calls at shutdown, and refuses new ones once it has begun). Not a
 /// bug, so not a panic: the caller reports it as its own cancellation (for the storage crates,
-/// `PersistenceError::Cancelled`, through the `From` impl below).
+/// `PersistenceError::Cancelled`, through the `From` impl beside that error).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the blocking call was cancelled: the runtime is shutting down")]
 pub struct BlockingCancelled;
-
-impl From<BlockingCancelled> for PersistenceError {
-    fn from(_: BlockingCancelled) -> PersistenceError {
-        PersistenceError::Cancelled
-    }
-}
 
 /// Runs `call` on Tokio's blocking pool and waits for it. This is the one hop to the blocking pool
 /// of the workspace: every file-touching or connection-blocking call of the storage layers goes
@@ -147,6 +139,19 @@ where
 mod tests {
     use super::*;
 
+    /// A caller's own error type, as the storage crates' error enums are.
+    #[derive(Debug)]
+    enum CallError {
+        Cancelled,
+        Io(std::io::Error),
+    }
+
+    impl From<BlockingCancelled> for CallError {
+        fn from(_: BlockingCancelled) -> CallError {
+            CallError::Cancelled
+        }
+    }
+
     #[tokio::test]
     async fn entries_live_only_while_held_or_awaited() {
         let locks = Arc::new(KeyedLocks::new());
@@ -179,13 +184,11 @@ mod tests {
     #[tokio::test]
     async fn a_fallible_call_keeps_its_own_error() {
         let shared = Arc::new(5u64);
-        let doubled: Result<u64, PersistenceError> = run_blocking_with(&shared, |n| Ok(n * 2)).await;
+        let doubled: Result<u64, CallError> = run_blocking_with(&shared, |n| Ok(n * 2)).await;
         assert_eq!(doubled.unwrap(), 10);
-        let failed: Result<u64, PersistenceError> = run_blocking_with(&shared, |_| {
-            Err(PersistenceError::io(std::path::PathBuf::from("store"), std::io::Error::other("refused")))
-        })
-        .await;
-        assert!(matches!(failed, Err(PersistenceError::Io { .. })), "{failed:?}");
+        let failed: Result<u64, CallError> =
+            run_blocking_with(&shared, |_| Err(CallError::Io(std::io::Error::other("refused")))).await;
+        assert!(matches!(&failed, Err(CallError::Io(error)) if error.to_string() == "refused"), "{failed:?}");
     }
 
     /// A runtime that has shut down drops the calls handed to its blocking pool: the caller gets a
@@ -204,12 +207,12 @@ mod tests {
                 let _entered = handle.enter();
                 let flag = Arc::clone(&ran);
                 let plain = run_blocking(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
-                let fallible = run_blocking_with(&Arc::new(()), |()| Ok::<_, PersistenceError>(1));
+                let fallible = run_blocking_with(&Arc::new(()), |()| Ok::<_, CallError>(1));
                 (plain, fallible)
             };
             assert_eq!(futures::executor::block_on(plain), Err(BlockingCancelled), "{flavor}");
             let fallible = futures::executor::block_on(fallible);
-            assert!(matches!(fallible, Err(PersistenceError::Cancelled)), "{flavor}: {fallible:?}");
+            assert!(matches!(fallible, Err(CallError::Cancelled)), "{flavor}: {fallible:?}");
             assert!(!ran.load(std::sync::atomic::Ordering::SeqCst), "{flavor}: a cancelled call never runs");
         }
     }
