@@ -123,6 +123,9 @@ mod error;
 pub mod format;
 pub mod fsio;
 mod jsonl;
+/// Simulated storage faults for the JSONL store (cargo feature `faults`, for tests).
+#[cfg(any(test, feature = "faults"))]
+pub use jsonl::faults;
 pub mod keyed;
 pub mod lease;
 mod live;
