@@ -11,7 +11,8 @@ use session_persistence::{CollectSink, Coordinator, PersistenceError, SessionPer
 
 use crate::{
     inspect::{data, kinds, message_id, message_ids, resume},
-    persistence::{Cx, cancel, event, header, plain, store},
+    live::store,
+    persistence::{Cx, cancel, event, header, plain},
 };
 
 /// Writes `events` as stored bytes, bypassing the append checks (a `steering/message` carries a

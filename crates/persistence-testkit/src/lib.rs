@@ -58,10 +58,12 @@ mod checkpoint;
 mod coordinator;
 pub mod inspect;
 mod legacy;
+mod live;
 mod persistence;
 mod queries;
 mod runner;
 mod storable;
+mod streams;
 #[cfg(test)]
 mod tests;
 
@@ -244,22 +246,22 @@ macro_rules! __persistence_cases {
             persistence::missing_sessions_are_not_found_and_duplicates_are_refused,
             persistence::append_adopts_a_stored_session,
             persistence::unknown_event_types_are_refused_unless_ignorable,
-            persistence::live_sessions_are_written_behind_and_flushed,
-            persistence::store_flush_barrier_persists_everything_appended_before_it,
-            persistence::an_empty_live_session_is_never_written,
-            persistence::fork_seed_is_persisted_exactly_once_with_its_end_seed,
-            persistence::resume_claims_the_loaded_log_without_rewriting_it,
-            persistence::a_new_live_session_cannot_take_over_a_stored_id,
-            persistence::streaming_inspection_matches_the_materialized_view,
-            persistence::a_live_session_is_inspected_live_before_its_first_write,
-            persistence::release_lets_go_of_a_detached_session_at_once,
-            persistence::batched_streams_equal_single_streams_in_request_order,
-            persistence::a_cancelled_batch_fails_every_read_as_cancelled,
-            persistence::a_batch_reads_at_most_its_lanes_at_once,
-            persistence::a_dropped_batch_starts_no_further_read,
-            persistence::a_panicking_sink_panics_the_batch,
-            persistence::a_stream_finishes_its_sink_once_after_the_last_event,
-            persistence::a_persistence_breaking_the_stream_contract_gives_errors_not_panics,
+            live::live_sessions_are_written_behind_and_flushed,
+            live::store_flush_barrier_persists_everything_appended_before_it,
+            live::an_empty_live_session_is_never_written,
+            live::fork_seed_is_persisted_exactly_once_with_its_end_seed,
+            live::resume_claims_the_loaded_log_without_rewriting_it,
+            live::a_new_live_session_cannot_take_over_a_stored_id,
+            live::streaming_inspection_matches_the_materialized_view,
+            live::a_live_session_is_inspected_live_before_its_first_write,
+            live::release_lets_go_of_a_detached_session_at_once,
+            streams::batched_streams_equal_single_streams_in_request_order,
+            streams::a_cancelled_batch_fails_every_read_as_cancelled,
+            streams::a_batch_reads_at_most_its_lanes_at_once,
+            streams::a_dropped_batch_starts_no_further_read,
+            streams::a_panicking_sink_panics_the_batch,
+            streams::a_stream_finishes_its_sink_once_after_the_last_event,
+            streams::a_persistence_breaking_the_stream_contract_gives_errors_not_panics,
             legacy::pre_identity_logs_read_with_legacy_message_ids,
             legacy::pre_react_loop_logs_read_as_current,
             legacy::malformed_legacy_records_are_refused_with_the_reference_messages,

@@ -28,6 +28,8 @@ pub struct CountingBackend {
     inner: Arc<dyn Backend>,
     scans: AtomicU64,
     appends: AtomicU64,
+    /// The count of `appends`, for waiting on it.
+    appended: tokio::sync::watch::Sender<u64>,
     fail_appends: AtomicBool,
     lose_next_reply: AtomicBool,
 }
@@ -39,6 +41,7 @@ impl CountingBackend {
             inner,
             scans: AtomicU64::new(0),
             appends: AtomicU64::new(0),
+            appended: tokio::sync::watch::Sender::new(0),
             fail_appends: AtomicBool::new(false),
             lose_next_reply: AtomicBool::new(false),
         }
@@ -52,6 +55,14 @@ impl CountingBackend {
     /// Batches appended so far (failed ones excluded).
     pub fn appends(&self) -> u64 {
         self.appends.load(Ordering::SeqCst)
+    }
+
+    /// Waits until at least `n` batches were appended: a test waits on the append itself (a
+    /// write-behind window closing on its own) instead of polling [`CountingBackend::appends`].
+    pub async fn wait_for_appends(&self, n: u64) {
+        let mut appended = self.appended.subscribe();
+        // The sender lives in `self`, so the channel cannot close while this waits.
+        let _ = appended.wait_for(|count| *count >= n).await;
     }
 
     /// While `fail` is set, every append fails with an I/O error and writes nothing.
@@ -101,7 +112,8 @@ impl Backend for CountingBackend {
             return Err(PersistenceError::io(path, std::io::Error::other("injected write failure")));
         }
         self.inner.append_batch(header, events, materialized)?;
-        self.appends.fetch_add(1, Ordering::SeqCst);
+        let count = self.appends.fetch_add(1, Ordering::SeqCst) + 1;
+        self.appended.send_modify(|appended| *appended = (*appended).max(count));
         if self.lose_next_reply.swap(false, Ordering::SeqCst) {
             let path = self.inner.locate(header).unwrap_or_else(|| PathBuf::from(self.inner.name()));
             let lost = std::io::Error::new(

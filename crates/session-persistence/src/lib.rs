@@ -122,6 +122,9 @@ mod error;
 #[doc(hidden)]
 pub mod format;
 mod jsonl;
+/// Simulated storage faults for the JSONL store (cargo feature `faults`, for tests).
+#[cfg(any(test, feature = "faults"))]
+pub use jsonl::faults;
 pub mod lease;
 mod memory;
 mod persistence;

@@ -69,6 +69,8 @@ impl ProjectionCache {
                     }
                 }
                 if !options.pause.is_zero() {
+                    // A true delay: the caller's pause between two warmings, so a backfill leaves
+                    // the disk to live traffic; cancellation still ends it at once.
                     tokio::select! {
                         () = cancel.cancelled() => return Err(CacheError::Cancelled),
                         () = tokio::time::sleep(options.pause) => {}

@@ -308,6 +308,8 @@ impl Policy {
                 if remaining_ms <= 0 {
                     break;
                 }
+                // A true delay, not a wait for an event: the write-behind timer waits for its due
+                // time, then checks the injected clock again (a manual clock may not have moved).
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     () = tokio::time::sleep(Duration::from_millis(remaining_ms as u64)) => {}

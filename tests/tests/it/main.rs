@@ -2,3 +2,4 @@
 
 mod crash;
 mod listing;
+mod power_loss;

@@ -20,7 +20,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::files::io_error;
+use super::{faults::Hooks, files::io_error};
 use crate::error::{PersistenceError, Result};
 
 /// The file earlier builds locked; still created and locked for them.
@@ -52,10 +52,10 @@ fn open_dir(root: &Path) -> Result<File> {
 impl StoreLock {
     /// Takes the lock of the store at `root` (an existing directory), waiting up to
     /// [`LOCK_WAIT`] for a holder to let go. A second writer, in this process or another, gets
-    /// [`PersistenceError::Locked`].
-    pub(super) fn acquire(root: &Path) -> Result<StoreLock> {
+    /// [`PersistenceError::Locked`]. `hooks` hear when the wait starts.
+    pub(super) fn acquire(root: &Path, hooks: &Hooks) -> Result<StoreLock> {
         let dir = open_dir(root)?;
-        match take(&dir, root) {
+        match take(&dir, root, hooks) {
             Ok(()) => {}
             // Some network file systems emulate `flock` with record locks, which a directory
             // (never open for writing) cannot take: the lock file alone guards such a store.
@@ -72,7 +72,7 @@ impl StoreLock {
         let lock_path = root.join(LOCK_FILE);
         // Only a regular file: a FIFO or device there is refused before it is opened.
         let legacy = session_storage_io::fsio::create_regular(&lock_path, 0o600).map_err(io_error(&lock_path))?;
-        take(&legacy, root)?;
+        take(&legacy, root, hooks)?;
         Ok(StoreLock { root: root.to_owned(), _dir: dir, dev: metadata.dev(), ino: metadata.ino(), _legacy: legacy })
     }
 
@@ -127,12 +127,18 @@ fn probe(file: &File, path: &Path) -> Result<bool> {
 }
 
 /// Takes the exclusive lock on `file`, waiting up to [`LOCK_WAIT`] for a holder to let go.
-fn take(file: &File, root: &Path) -> Result<()> {
+fn take(file: &File, root: &Path, hooks: &Hooks) -> Result<()> {
     let deadline = Instant::now() + LOCK_WAIT;
+    let mut waiting = false;
     loop {
         match file.try_lock() {
             Ok(()) => return Ok(()),
             Err(fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                if !std::mem::replace(&mut waiting, true) {
+                    hooks.lock_wait();
+                }
+                // A true delay, not a wait for an event: `flock` offers no wait with a deadline
+                // and no notice when a holder lets go, so the lock is tried again every 5 ms.
                 std::thread::sleep(Duration::from_millis(5));
             }
             Err(fs::TryLockError::WouldBlock) => return Err(PersistenceError::Locked { path: root.to_owned() }),

@@ -12,9 +12,16 @@
 //!
 //! Modules: `files` (file-system primitives), `lock` (the writer lock), `layout` (names),
 //! `discovery` (finding logs, identity binding, the listing walk), `header_cache` (headers kept
-//! by file identity), `read` (scanning one log), `write` (materialize, append, repair).
+//! by file identity), `read` (scanning one log), `write` (materialize, append, repair), `faults`
+//! (the simulated disk of the `faults` feature, and the write path's hooks into it; without the
+//! feature `no_faults`, whose hooks do nothing).
 
 mod discovery;
+#[cfg(any(test, feature = "faults"))]
+pub mod faults;
+#[cfg(not(any(test, feature = "faults")))]
+#[path = "no_faults.rs"]
+mod faults;
 mod files;
 mod header_cache;
 mod layout;
@@ -43,6 +50,7 @@ pub use self::{
     lock::LOCK_WAIT,
 };
 use self::{
+    faults::Hooks,
     files::{exists, io_error, sync_dir},
     header_cache::CachedHeader,
     layout::project_dir_name,
@@ -90,8 +98,8 @@ pub struct JsonlStore {
     /// Sessions whose writer failed in a way that leaves the file untrustworthy.
     poisoned: Mutex<HashMap<SessionId, String>>,
     encoders: Mutex<Vec<FrameEncoder>>,
-    #[cfg(test)]
-    faults: tests::Faults,
+    /// The hooks of a simulated disk (feature `faults`); without one they do nothing.
+    hooks: Hooks,
 }
 
 impl fmt::Debug for JsonlStore {
@@ -112,6 +120,19 @@ impl JsonlStore {
     /// [`PersistenceError::Locked`]. This blocks (briefly): async callers run it on the
     /// blocking pool.
     pub fn open(config: JsonlConfig) -> Result<JsonlStore> {
+        JsonlStore::open_hooked(config, Hooks::none())
+    }
+
+    /// Opens the store at `config.root` as [`JsonlStore::open`] does, on the simulated disk
+    /// `disk`: its armed faults hit this store's writes, and its
+    /// [`power_loss`](faults::SimulatedDisk::power_loss) drops what this store wrote but did not
+    /// fsync. Only with the cargo feature `faults`, for tests.
+    #[cfg(any(test, feature = "faults"))]
+    pub fn open_with_disk(config: JsonlConfig, disk: &faults::SimulatedDisk) -> Result<JsonlStore> {
+        JsonlStore::open_hooked(config, Hooks::with_disk(disk))
+    }
+
+    fn open_hooked(config: JsonlConfig, hooks: Hooks) -> Result<JsonlStore> {
         let root = std::path::absolute(&config.root).map_err(io_error(&config.root))?;
         match fs::metadata(&root) {
             Ok(_) => {}
@@ -124,8 +145,8 @@ impl JsonlStore {
             Err(error) => return Err(PersistenceError::io(&root, error)),
         }
         check_root_dir(&root)?;
-        let lock = StoreLock::acquire(&root)?;
-        Ok(JsonlStore::new(root, &config, Some(lock)))
+        let lock = StoreLock::acquire(&root, &hooks)?;
+        Ok(JsonlStore::new(root, &config, Some(lock), hooks))
     }
 
     /// Opens the store without the lock, for inspection while a writer may be running.
@@ -135,10 +156,10 @@ impl JsonlStore {
         if exists(&root)? {
             check_root_dir(&root)?;
         }
-        Ok(JsonlStore::new(root, &config, None))
+        Ok(JsonlStore::new(root, &config, None, Hooks::none()))
     }
 
-    fn new(root: PathBuf, config: &JsonlConfig, lock: Option<StoreLock>) -> JsonlStore {
+    fn new(root: PathBuf, config: &JsonlConfig, lock: Option<StoreLock>, hooks: Hooks) -> JsonlStore {
         JsonlStore {
             root,
             compression: config.compression,
@@ -152,8 +173,7 @@ impl JsonlStore {
             scan_offers: AtomicU64::new(0),
             poisoned: Mutex::default(),
             encoders: Mutex::default(),
-            #[cfg(test)]
-            faults: tests::Faults::default(),
+            hooks,
         }
     }
 

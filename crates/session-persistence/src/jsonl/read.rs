@@ -84,8 +84,7 @@ impl JsonlStore {
                 let mut bound = BoundSink { store: self, path: &path, id, inner: &mut *sink };
                 scan_log_known(&source, self.compression, &path, cancel, known.as_ref(), &mut bound)
             };
-            #[cfg(test)]
-            self.faults.after_read(&path);
+            self.hooks.after_read(&path);
             let after = match fs::metadata(&path) {
                 Ok(after) => Some(after),
                 Err(error) if error.kind() == io::ErrorKind::NotFound => None,

@@ -133,11 +133,13 @@ impl JsonlStore {
                     ),
                 ));
             }
+            self.hooks.opened(&path, len);
             file.set_len(torn.truncate_to).map_err(io_error(&path))?;
-            if let Err(error) = file.sync_all() {
+            if let Err(error) = self.hooks.fsync().and_then(|()| file.sync_all()) {
                 self.poison(&header.id, format!("an fsync of \"{}\" failed: {error}", path.display()));
                 return Err(PersistenceError::io(&path, error));
             }
+            self.hooks.synced(&path, torn.truncate_to);
         }
         let events: Vec<&SessionEvent> =
             torn.into_iter().flat_map(|torn| torn.recovered.iter()).chain(closers.iter()).collect();
@@ -192,7 +194,7 @@ impl JsonlStore {
             .create_new(true)
             .mode(0o600)
             .open(&temp)
-            .and_then(|mut file| file.write_all(&content).and_then(|()| file.sync_all()));
+            .and_then(|mut file| self.write_all(&mut file, &content).and_then(|()| self.sync_new(&file)));
         if let Err(error) = written {
             let _ = fs::remove_file(&temp);
             return Err(PersistenceError::io(&temp, error));
@@ -205,13 +207,15 @@ impl JsonlStore {
                 _ => PersistenceError::io(path, error),
             });
         }
-        let synced = sync_dir(session_dir);
+        self.hooks.linked(path, content.len() as u64);
+        let synced = self.hooks.dir_fsync().map_err(io_error(session_dir)).and_then(|()| sync_dir(session_dir));
         // The log is published; the temp name is only a second link to it.
         let _ = fs::remove_file(&temp);
         if let Err(error) = synced {
             self.poison(&header.id, format!("the new log \"{}\" may not be durable: {error}", path.display()));
             return Err(error);
         }
+        self.hooks.dir_synced(session_dir);
         self.index.lock().insert(header.id.clone(), path.to_owned());
         Ok(())
     }
@@ -221,16 +225,21 @@ impl JsonlStore {
     fn append_bytes(&self, id: &SessionId, path: &Path, bytes: &[u8]) -> Result<()> {
         let mut file = open_log(path, OpenOptions::new().append(true))?;
         let before = file.metadata().map_err(io_error(path))?.len();
+        self.hooks.opened(path, before);
         let written = self.write_all(&mut file, bytes);
         let (error, fsync_failed) = match written {
             Err(error) => (error, false),
-            Ok(()) => match self.sync(&file) {
-                Ok(()) => return Ok(()),
+            Ok(()) => match self.hooks.fsync().and_then(|()| file.sync_data()) {
+                Ok(()) => {
+                    self.hooks.synced(path, before + bytes.len() as u64);
+                    return Ok(());
+                }
                 Err(error) => (error, true),
             },
         };
         match self.roll_back(&file, before) {
             Ok(()) => {
+                self.hooks.synced(path, before);
                 if fsync_failed {
                     self.poison(id, format!("an fsync of \"{}\" failed: {error}", path.display()));
                 }
@@ -247,23 +256,24 @@ impl JsonlStore {
         }
     }
 
+    /// Writes all of `bytes`, unless a simulated disk tears the write.
     fn write_all(&self, file: &mut File, bytes: &[u8]) -> io::Result<()> {
-        #[cfg(test)]
-        if let Some(written) = self.faults.write(file, bytes) {
-            return written;
+        match self.hooks.tear(bytes.len()) {
+            None => file.write_all(bytes),
+            Some(at) => file
+                .write_all(&bytes[..at])
+                .and(Err(io::Error::other("injected write failure (simulated disk): the write was torn"))),
         }
-        file.write_all(bytes)
     }
 
-    fn sync(&self, file: &File) -> io::Result<()> {
-        #[cfg(test)]
-        self.faults.sync()?;
-        file.sync_data()
+    /// Fsyncs a new log's temp file, data and metadata.
+    fn sync_new(&self, file: &File) -> io::Result<()> {
+        self.hooks.fsync()?;
+        file.sync_all()
     }
 
     fn roll_back(&self, file: &File, size: u64) -> io::Result<()> {
-        #[cfg(test)]
-        self.faults.rollback()?;
+        self.hooks.rollback()?;
         file.set_len(size)?;
         file.sync_all()
     }
