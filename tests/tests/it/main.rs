@@ -2,3 +2,5 @@
 
 mod crash;
 mod listing;
+mod listing_matrix;
+mod sqlite_reference;
