@@ -1,6 +1,7 @@
 //! The test harness: a real JSONL store behind a coordinator, a live session store, the
 //! projection registry, the optional projection cache, the instrumented persistence wrapper, cache
-//! stubs, a hostile foreign unit, and event builders.
+//! stubs, and event builders. (The e2e package's `listing_matrix` has the harness over every
+//! backend, with a hostile foreign unit and list faults.)
 
 use std::{
     collections::{HashMap, HashSet},
@@ -190,8 +191,7 @@ impl Harness {
     /// Writes a stored log through the backend, bypassing the coordinator's append checks, so a
     /// log the read side rejects can be stored.
     pub(crate) fn author_unchecked(&self, header: SessionHeader, events: Vec<Arc<SessionEvent>>) {
-        // A synchronous backend call straight from async code: every store allows it, the
-        // PostgreSQL one included.
+        // A synchronous backend call straight from async code: every store allows it.
         self.coordinator.backend().append_batch(&header, &events, false).unwrap();
     }
 
@@ -576,8 +576,7 @@ impl SessionPersistence for Counting {
         self.listed(self.inner.list_snapshots(cancel)).await
     }
 
-    /// Counted and failed as a listing, and answered by the real persistence's own query (over
-    /// PostgreSQL, `PgStore::list_children`'s SQL).
+    /// Counted as a listing, and answered by the real persistence's own query.
     async fn list_children(
         &self,
         parent: &SessionId,

@@ -1,5 +1,6 @@
 //! `list_children`: reference 03 §9.1 cases 1–35 and 41–42 (cancellation cases 36–40 live in
-//! `cancellation.rs`), each over raw and zstd JSONL, with and without the projection cache.
+//! `cancellation.rs`): the cases that run on every backend of the matrix; the rest are the
+//! `subagent` crate's own tests.
 
 use std::sync::Arc;
 

@@ -1,7 +1,8 @@
 //! The listing matrix's harness (the `subagent` crate's own, over every backend): a JSONL
-//! directory, a SQLite database or a PostgreSQL scratch schema behind a coordinator, a live session store, the
-//! projection registry, the optional projection cache, the instrumented persistence wrapper, cache
-//! stubs, a hostile foreign unit, and event builders.
+//! directory, a SQLite database or a PostgreSQL scratch schema behind a coordinator, a live
+//! session store, the projection registry, the optional projection cache, the instrumented
+//! persistence wrapper (read counts, list and read faults), a hostile foreign unit, and event
+//! builders.
 
 use std::{
     collections::{HashMap, HashSet},
