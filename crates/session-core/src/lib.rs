@@ -93,6 +93,7 @@ mod jsontext;
 mod legacy;
 pub mod messages;
 mod mutations;
+mod publication;
 mod repair;
 mod session;
 mod storable;

@@ -4,23 +4,20 @@
 //! rejected append changes nothing. A session attached to a [`SessionStore`] tells the store's
 //! observers about each committed event, synchronously and in seq order.
 //!
-//! Locking: `publication` is a per-session re-entrant lock held from the checks through commit
-//! and notification. It serializes appenders, so observers see one session's events in seq
-//! order even when several threads append, and it lets an observer on the publishing thread
-//! call back into the session: reads succeed, an append fails with
-//! [`SessionError::Reentrant`]. `state` guards the log itself and is never held while an
-//! observer runs.
+//! Locking: an append holds the session's publication lock from the checks through commit and
+//! notification (the protocol is in `publication`: one publication at a time, in seq order, and
+//! an append from inside an observer of the session fails with [`SessionError::Reentrant`]).
+//! `state` guards the log itself and is never held while an observer runs.
 //!
 //! [`SessionStore`]: crate::SessionStore
 
 use std::{
-    cell::Cell,
     collections::HashSet,
     fmt,
     sync::{Arc, Weak},
 };
 
-use parking_lot::{Mutex, ReentrantMutex, RwLock, RwLockUpgradableReadGuard};
+use parking_lot::{RwLock, RwLockUpgradableReadGuard};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -29,8 +26,8 @@ use crate::{
     json::check_lossless_text,
     messages::check_seed_event_shape,
     mutations::{CommitOrder, carries_receipts, check_file_mutations, file_mutation_orders},
+    publication::{AfterAnnounce, Publication},
     storable::{KnownTypes, check_storable_shape},
-    store::StoreShared,
     surface::{SurfaceIntent, SurfacePlan, SurfaceState},
     view::{Field, object_text, present},
 };
@@ -46,18 +43,8 @@ pub struct Session {
     /// The `Arc` this session lives in, to hand observers an `&Arc<Session>`.
     this: Weak<Session>,
     state: RwLock<LogState>,
-    publication: ReentrantMutex<Cell<Publication>>,
-    /// The store this session is live in, if any.
-    attachment: Mutex<Option<Weak<StoreShared>>>,
-}
-
-/// What the thread holding `publication` is doing.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Publication {
-    /// Observers are being told about this session (an append, or its creation).
-    pub(crate) publishing: bool,
-    /// A detach arrived from inside that publication; it runs when the publication unwinds.
-    pub(crate) detach_requested: bool,
+    /// The publication lock and the store this session is live in.
+    publication: Publication,
 }
 
 #[derive(Debug, Default)]
@@ -171,8 +158,7 @@ impl Session {
             first_live_seq,
             this: this.clone(),
             state: RwLock::new(state),
-            publication: ReentrantMutex::new(Cell::new(Publication::default())),
-            attachment: Mutex::new(None),
+            publication: Publication::default(),
         }))
     }
 
@@ -271,7 +257,7 @@ impl Session {
 
     /// Whether the session is live in a store (its appends are published).
     pub fn is_attached(&self) -> bool {
-        self.attached_store().is_some()
+        self.publication.store().is_some()
     }
 
     /// Appends one event with a JSON payload. See [`Session::append_data`].
@@ -331,7 +317,7 @@ impl Session {
 
         // Step 4: one publication at a time; none from inside an observer of this session.
         let publication = self.publication.lock();
-        if publication.get().publishing {
+        if publication.is_publishing() {
             return Err(SessionError::Reentrant);
         }
 
@@ -354,7 +340,7 @@ impl Session {
         }
 
         // Step 7: the store to notify is resolved before the commit.
-        let store = self.attached_store();
+        let store = publication.store();
 
         // Step 8: commit.
         let event = Arc::new(event);
@@ -365,13 +351,9 @@ impl Session {
         // Step 9: notify, still holding the publication lock so notifications stay in seq order.
         if let Some(store) = store {
             let session = self.arc();
-            let detach_requested = {
-                let _publishing = PublishingFlag::raise(&publication);
-                store.notify_event(&session, &event);
-                publication.get().detach_requested
-            };
-            if detach_requested {
-                store.finish_detach(&session);
+            let ((), after) = publication.announce(|| store.notify_event(&session, &event));
+            if after == AfterAnnounce::Detach {
+                store.finish_detach(&session, &publication);
             }
         }
         Ok(event)
@@ -381,35 +363,8 @@ impl Session {
         self.this.upgrade().expect("a Session is only reachable through its Arc")
     }
 
-    fn attached_store(&self) -> Option<Arc<StoreShared>> {
-        self.attachment.lock().as_ref().and_then(Weak::upgrade)
-    }
-
-    pub(crate) fn publication(&self) -> &ReentrantMutex<Cell<Publication>> {
+    pub(crate) fn publication(&self) -> &Publication {
         &self.publication
-    }
-
-    pub(crate) fn attachment(&self) -> &Mutex<Option<Weak<StoreShared>>> {
-        &self.attachment
-    }
-}
-
-/// Sets `publishing` for the lifetime of the guard and clears both flags when dropped, even if
-/// an observer's panic escapes containment.
-pub(crate) struct PublishingFlag<'a> {
-    cell: &'a Cell<Publication>,
-}
-
-impl<'a> PublishingFlag<'a> {
-    pub(crate) fn raise(cell: &'a Cell<Publication>) -> PublishingFlag<'a> {
-        cell.set(Publication { publishing: true, detach_requested: false });
-        PublishingFlag { cell }
-    }
-}
-
-impl Drop for PublishingFlag<'_> {
-    fn drop(&mut self) {
-        self.cell.set(Publication::default());
     }
 }
 

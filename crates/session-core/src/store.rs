@@ -11,8 +11,9 @@
 //! thread (an observer detaching the session it is being told about): the session stays live
 //! until that publication unwinds, then leaves with its `Disposed`. A detach from another thread
 //! waits for the running publication to finish. Either way `Disposed` is the last thing an
-//! observer hears about a session lifecycle. An observer must not block on another session's
-//! publication, which could deadlock two sessions detaching each other.
+//! observer hears about a session lifecycle (the protocol, with its interleaving tests, is the
+//! `publication` module). An observer must not block on another session's publication, which
+//! could deadlock two sessions detaching each other.
 
 use std::{
     any::Any,
@@ -34,7 +35,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::{
     Clock, ForkError, ForkErrorCode, HeaderError, HeaderMeta, KnownTypes, ObserverError, Session, SessionError,
     SessionEvent, SessionHeader, SessionId, StoreError,
-    session::{Publication, PublishingFlag},
+    publication::{AfterAnnounce, Held},
     view::{Field, object_text, present, string},
 };
 
@@ -183,8 +184,8 @@ impl StoreShared {
     }
 
     /// Removes `session` if it is still the live instance for its id, detaches it, and emits
-    /// `Disposed` if it was announced. The caller holds the session's publication lock.
-    pub(crate) fn finish_detach(&self, session: &Arc<Session>) -> bool {
+    /// `Disposed` if it was announced, under the session's publication lock (`held`).
+    pub(crate) fn finish_detach(&self, session: &Arc<Session>, held: &Held<'_>) -> bool {
         let removed = {
             let mut registry = self.registry.lock();
             match registry.entries.get(session.id()) {
@@ -193,7 +194,7 @@ impl StoreShared {
             }
         };
         let Some(entry) = removed else { return false };
-        *session.attachment().lock() = None;
+        held.unbind();
         if entry.announced {
             self.notify_disposed(session, &self.observers());
         }
@@ -346,7 +347,7 @@ impl SessionStore {
         // Held through enter and announce, so no append of this session is published before
         // its `Created`.
         let publication = session.publication().lock();
-        if publication.get().publishing {
+        if publication.is_publishing() {
             return Err(StoreError::AlreadyAnnounced { id });
         }
         {
@@ -358,36 +359,32 @@ impl SessionStore {
                     StoreError::AlreadyExists { id }
                 });
             }
-            let mut attachment = session.attachment().lock();
-            if attachment.is_some() {
+            if !publication.bind(&self.shared) {
                 return Err(StoreError::AlreadyAttached { id });
             }
-            *attachment = Some(Arc::downgrade(&self.shared));
             let ordinal = registry.next_ordinal;
             registry.next_ordinal += 1;
             registry.entries.insert(id.clone(), Entry { session: Arc::clone(session), ordinal, announced: true });
         }
 
         let observers = self.shared.observers();
-        let (veto, detach_requested) = {
-            let _publishing = PublishingFlag::raise(&publication);
-            let veto = observers.iter().enumerate().find_map(|(idx, (_, observer))| {
+        let (veto, after) = publication.announce(|| {
+            observers.iter().enumerate().find_map(|(idx, (_, observer))| {
                 call_observer(observer.as_ref(), &StoreEvent::Created(session)).err().map(|error| (idx, error))
-            });
-            (veto, publication.get().detach_requested)
-        };
+            })
+        });
         if let Some((failed_idx, source)) = veto {
             let removed = {
                 let mut registry = self.shared.registry.lock();
                 registry.entries.remove(&id)
             };
             debug_assert!(removed.is_some_and(|entry| Arc::ptr_eq(&entry.session, session)));
-            *session.attachment().lock() = None;
+            publication.unbind();
             self.shared.notify_disposed(session, &observers[..=failed_idx]);
             return Err(StoreError::CreationVetoed { id, source });
         }
-        if detach_requested {
-            self.shared.finish_detach(session);
+        if after == AfterAnnounce::Detach {
+            self.shared.finish_detach(session, &publication);
         }
         Ok(())
     }
@@ -401,13 +398,7 @@ impl SessionStore {
         let session = self.get(id)?;
         let detached = {
             let publication = session.publication().lock();
-            let state = publication.get();
-            if state.publishing {
-                publication.set(Publication { detach_requested: true, ..state });
-                true
-            } else {
-                self.shared.finish_detach(&session)
-            }
+            publication.defer_detach() || self.shared.finish_detach(&session, &publication)
         };
         detached.then_some(session)
     }

@@ -53,11 +53,20 @@ impl CheckpointStore for PgCheckpointStore {
         let db = self.store.db();
         let row = db
             .run(async |client| {
-                db.timed("reading a checkpoint", plain(client).query_opt(&self.get_sql, &[&id.as_str()])).await
+                let row =
+                    db.timed("reading a checkpoint", plain(client).query_opt(&self.get_sql, &[&id.as_str()])).await?;
+                row.map(|row| {
+                    Ok(RecordRow {
+                        format: db.column(&row, 0)?,
+                        version: db.column(&row, 1)?,
+                        crc32: db.column(&row, 2)?,
+                        record: db.column(&row, 3)?,
+                    })
+                })
+                .transpose()
             })
             .map_err(cache_error)?;
         let Some(row) = row else { return Ok(None) };
-        let row = RecordRow { format: row.get(0), version: row.get(1), crc32: row.get(2), record: row.get(3) };
         match row.decode(id) {
             Ok(record) => Ok(Some(record)),
             Err(detail) => {

@@ -16,7 +16,7 @@ use std::{
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType};
 use session_persistence::{DatabaseFault, PersistenceError, Result};
 use tokio::runtime::RuntimeFlavor;
-use tokio_postgres::error::SqlState;
+use tokio_postgres::{Row, error::SqlState, types::FromSql};
 
 use crate::config::{PgConfig, scrub_all};
 
@@ -261,6 +261,17 @@ impl Db {
 
     pub(crate) fn scrub(&self, text: &str) -> String {
         scrub_all(text, &self.secrets)
+    }
+
+    /// Column `idx` of `row` as a `T`. The driver's `Row::get` panics on a value of another
+    /// type than asked for (a column altered outside this crate, a schema this build did not
+    /// set up): here that is a [`DatabaseFault::Other`] naming the column, never a panic.
+    pub(crate) fn column<'a, T: FromSql<'a>>(&self, row: &'a Row, idx: usize) -> Result<T> {
+        row.try_get(idx).map_err(|error| {
+            let name = row.columns().get(idx).map_or("?", |column| column.name());
+            let message = format!("reading column {idx} ({name}) of a result row: {error}");
+            PersistenceError::database(&self.shown, DatabaseFault::Other, self.scrub(&message))
+        })
     }
 }
 

@@ -21,9 +21,9 @@
 //! `sslrootcert` say ([`TlsMode`]; `prefer` by default, `verify-full` to check the server).
 //!
 //! Modules: `config` (URL, schema, bounds), `db` (runtime, pool, errors), `schema` (tables,
-//! version, setup), `codec` (an event's row), `store` (the backend), `checkpoint`, and the public
-//! [`testing`] (the test server from `SESSION_PG_URL` and scratch schemas, for a host's own tests
-//! against PostgreSQL).
+//! version, setup), `codec` (an event's row), `store` (the backend), `checkpoint`, and, with the `testing`
+//! feature, `testing` (the test server from `SESSION_PG_URL` and scratch schemas, for a host's
+//! own tests against PostgreSQL: enable it from `[dev-dependencies]`).
 
 mod checkpoint;
 mod codec;
@@ -31,6 +31,7 @@ mod config;
 mod db;
 mod schema;
 mod store;
+#[cfg(feature = "testing")]
 pub mod testing;
 mod tls;
 

@@ -111,13 +111,13 @@ async fn read_meta(db: &Db, client: &impl GenericClient, schema: &str) -> Result
             client.query_one("SELECT to_regclass($1) IS NOT NULL", &[&qualify("{s}.store_meta", schema)]),
         )
         .await?;
-    if !exists.get::<_, bool>(0) {
+    if !db.column::<bool>(&exists, 0)? {
         return Ok(None);
     }
     let sql = qualify("SELECT schema_version, store_id FROM {s}.store_meta", schema);
     let row = db.timed("reading the schema version", client.query_opt(&sql, &[])).await?;
     match row {
-        Some(row) => Ok(Some((row.get(0), row.get(1)))),
+        Some(row) => Ok(Some((db.column(&row, 0)?, db.column(&row, 1)?))),
         None => Err(refused(db, format!("session store {} has an empty store_meta table", db.shown))),
     }
 }

@@ -171,9 +171,13 @@ impl PgStore {
         PathBuf::from(format!("{}#{}", self.db.shown, id))
     }
 
-    fn session_row(&self, row: &Row) -> SessionRow {
-        let id = SessionId::from(row.get::<_, String>(0));
-        let line: String = row.get(1);
+    /// A session row's columns. A column of another type than the schema's fails the whole call
+    /// (the schema is not what this build set up), unlike a damaged header, which is that one
+    /// log's own fault.
+    fn session_row(&self, row: &Row) -> Result<SessionRow> {
+        let db = &self.db;
+        let id = SessionId::from(db.column::<String>(row, 0)?);
+        let line: String = db.column(row, 1)?;
         let header = decode_header_line(line.as_bytes(), &self.location(&id)).and_then(|header| {
             if header.id != id {
                 return Err(PersistenceError::corrupt(
@@ -184,7 +188,13 @@ impl PgStore {
             }
             Ok(header)
         });
-        SessionRow { id, header, incarnation: row.get(2), revision: row.get(3), n_bytes: row.get(4) }
+        Ok(SessionRow {
+            id,
+            header,
+            incarnation: db.column(row, 2)?,
+            revision: db.column(row, 3)?,
+            n_bytes: db.column(row, 4)?,
+        })
     }
 
     fn stored(&self, row: SessionRow) -> std::result::Result<StoredHeader, Box<LogFault>> {
@@ -198,15 +208,15 @@ impl PgStore {
         }
     }
 
-    fn listing(&self, rows: Vec<Row>) -> Listing {
+    fn listing(&self, rows: Vec<Row>) -> Result<Listing> {
         let mut listing = Listing::default();
         for row in rows {
-            match self.stored(self.session_row(&row)) {
+            match self.stored(self.session_row(&row)?) {
                 Ok(stored) => listing.headers.push(stored),
                 Err(fault) => listing.faults.push(*fault),
             }
         }
-        listing
+        Ok(listing)
     }
 
     /// Reads `id`'s header and its events from `from_seq` on in one snapshot, page by page.
@@ -233,8 +243,8 @@ impl PgStore {
             else {
                 return Ok(None);
             };
-            let next_seq: i64 = row.get(5);
-            let session = self.session_row(&row);
+            let next_seq: i64 = db.column(&row, 5)?;
+            let session = self.session_row(&row)?;
             let header = Arc::new(session.header?);
             sink.header(&header)?;
             let location = || Location::Session { id: id.clone() };
@@ -253,7 +263,7 @@ impl PgStore {
                     .await?;
                 let n_rows = rows.len();
                 for row in rows {
-                    let seq: i64 = row.get(0);
+                    let seq: i64 = db.column(&row, 0)?;
                     if seq != to_sql_seq(expected) {
                         return Err(PersistenceError::corrupt(
                             CorruptKind::SeqGap,
@@ -261,9 +271,9 @@ impl PgStore {
                             format!("corrupt session log: the event at seq {expected} is missing (next stored: {seq})"),
                         ));
                     }
-                    let text: Option<String> = row.get(1);
+                    let text: Option<String> = db.column(&row, 1)?;
                     n_bytes += text.as_ref().map_or(0, |text| text.len() as u64);
-                    let event = codec::decode(text, row.get(2)).map_err(|why| {
+                    let event = codec::decode(text, db.column(&row, 2)?).map_err(|why| {
                         PersistenceError::corrupt(
                             CorruptKind::Record,
                             location(),
@@ -333,13 +343,13 @@ impl PgStore {
             let transaction = db.timed("starting an append", client.transaction()).await?;
             if fence_repair {
                 let key = lease_key(&self.schema, id);
-                let taken: bool = db
+                let row = db
                     .timed(
                         "taking the repair lock",
                         transaction.query_one("SELECT pg_try_advisory_xact_lock($1)", &[&key]),
                     )
-                    .await?
-                    .get(0);
+                    .await?;
+                let taken: bool = db.column(&row, 0)?;
                 if !taken {
                     let holder = self.lease_holder(&transaction, key).await?;
                     return Err(PersistenceError::Held { id: id.clone(), holder });
@@ -364,7 +374,7 @@ impl PgStore {
                     format!("session {id} has no stored session row to append to"),
                 ));
             };
-            let stored_next: i64 = row.get(0);
+            let stored_next: i64 = db.column(&row, 0)?;
             if stored_next != to_sql_seq(first.seq) {
                 // Another writer appended first, or created the session row after this one found
                 // the id free (its insert did nothing): the writer fence.
@@ -431,9 +441,9 @@ impl PgStore {
         Ok(match row {
             None => "a writer whose lock has just ended".to_owned(),
             Some(row) => {
-                let name: Option<String> = row.get(0);
-                let pid: i32 = row.get(1);
-                let addr: Option<String> = row.get(2);
+                let name: Option<String> = self.db.column(&row, 0)?;
+                let pid: i32 = self.db.column(&row, 1)?;
+                let addr: Option<String> = self.db.column(&row, 2)?;
                 let name = name.and_then(|name| name.strip_prefix(LEASE_APPLICATION).map(str::to_owned));
                 let mut holder = name.unwrap_or_else(|| "a writer".to_owned());
                 holder.push_str(&format!("; server pid {pid}"));
@@ -502,7 +512,7 @@ impl Backend for PgStore {
         let row = db.run(async |client| {
             db.timed("reading a revision", plain(client).query_opt(&self.sql.revision, &[&id.as_str()])).await
         })?;
-        Ok(row.map(|row| self.revision_of(&row.get::<_, String>(0), row.get(1))))
+        row.map(|row| Ok(self.revision_of(&db.column::<String>(&row, 0)?, db.column(&row, 1)?))).transpose()
     }
 
     fn header(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<StoredHeader>> {
@@ -515,7 +525,7 @@ impl Backend for PgStore {
         })?;
         match row {
             None => Ok(None),
-            Some(row) => self.stored(self.session_row(&row)).map(Some).map_err(|fault| fault.error),
+            Some(row) => self.stored(self.session_row(&row)?).map(Some).map_err(|fault| fault.error),
         }
     }
 
@@ -589,7 +599,7 @@ impl Backend for PgStore {
         if cancel.is_cancelled() {
             return Err(PersistenceError::Cancelled);
         }
-        let mut listing = self.listing(rows);
+        let mut listing = self.listing(rows)?;
         listing.sort();
         Ok(listing)
     }
@@ -604,7 +614,7 @@ impl Backend for PgStore {
         let rows = db.run(async |client| {
             db.timed("listing a family", plain(client).query(&self.sql.family, &[&parent.as_str()])).await
         })?;
-        let mut listing = self.listing(rows);
+        let mut listing = self.listing(rows)?;
         listing.sort();
         Ok(listing)
     }
@@ -652,8 +662,8 @@ impl Backend for PgStore {
         let mut page = HeaderPage::default();
         let mut last = None;
         for row in rows.iter().take(request.limit) {
-            let session = self.session_row(row);
-            let created_at: i64 = row.get(5);
+            let session = self.session_row(row)?;
+            let created_at: i64 = db.column(row, 5)?;
             last = Some(PageKey { created_at: u64::try_from(created_at).unwrap_or(0), id: session.id.clone() });
             match self.stored(session) {
                 Ok(stored) => page.headers.push(stored),

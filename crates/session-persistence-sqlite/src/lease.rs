@@ -117,6 +117,9 @@ impl Lease {
             match file.try_lock_shared() {
                 Ok(()) => {}
                 Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    // A true delay, not a test's wait: a file lock has no wake-up to wait on
+                    // (`flock` would block without a bound), so a writer retries a held lease
+                    // every few milliseconds until `LOCK_WAIT` has passed.
                     std::thread::sleep(Duration::from_millis(5));
                     continue;
                 }

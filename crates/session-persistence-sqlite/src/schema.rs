@@ -261,6 +261,9 @@ fn set_journal_mode(spec: &OpenSpec<'_>, connection: &Connection) -> Result<(), 
         match connection.query_row(&sql, [], |row| row.get::<_, String>(0)) {
             Ok(mode) => break mode,
             Err(error) if error.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) && Instant::now() < deadline => {
+                // A true delay, not a test's wait: another connection's lock has no wake-up to
+                // wait on, so the open retries the pragma every few milliseconds until the busy
+                // timeout, as SQLite's own busy handler does for a statement.
                 std::thread::sleep(Duration::from_millis(10));
             }
             Err(error) => return Err(sqlite_error(spec.shown, error)),

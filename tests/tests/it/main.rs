@@ -3,3 +3,5 @@
 mod crash;
 mod listing;
 mod power_loss;
+mod listing_matrix;
+mod sqlite_reference;

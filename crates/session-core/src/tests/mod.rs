@@ -1,5 +1,6 @@
 //! Unit tests of the session log, store, fork, surface, repair and legacy imports, one module per
-//! area, with the shared builders below.
+//! area, with the shared builders below (which the publication protocol's tests, beside it, use
+//! too).
 
 mod fork;
 mod legacy;
@@ -107,6 +108,23 @@ pub(super) fn event(kind: &str, seq: u64, data: Value) -> Arc<SessionEvent> {
 
 pub(super) fn kinds(events: &[Arc<SessionEvent>]) -> Vec<String> {
     events.iter().map(|event| event.kind.to_string()).collect()
+}
+
+/// A shared list of recorded lines.
+pub(super) fn lines() -> Arc<Mutex<Vec<String>>> {
+    Arc::new(Mutex::new(Vec::new()))
+}
+
+/// The lines recorded so far, leaving the list empty.
+pub(super) fn take(lines: &Mutex<Vec<String>>) -> Vec<String> {
+    std::mem::take(&mut *lines.lock())
+}
+
+/// A closure as an observer.
+pub(super) fn observer(
+    f: impl Fn(&StoreEvent<'_>) -> Result<(), ObserverError> + Send + Sync + 'static,
+) -> Arc<dyn StoreObserver> {
+    Arc::new(f)
 }
 
 /// An observer that records what it hears as short lines (`created s`, `event s 3`,

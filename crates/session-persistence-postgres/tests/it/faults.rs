@@ -1,7 +1,8 @@
 //! Setup and faults: the explicit setup step (created, then current; a newer schema refused by
 //! setup and open alike; an unset schema refused by open), the password kept out of every
 //! message, a damaged row or a missing one read as `Corrupt`, a bad header row as its own
-//! listing fault, and a connection the server drops: a typed error, then recovery by itself.
+//! listing fault, a column of an unexpected type as a typed error, and a connection the server
+//! drops: a typed error, then recovery by itself.
 
 use std::sync::Arc;
 
@@ -147,4 +148,25 @@ fn a_server_that_never_answers_is_a_bounded_typed_error() {
     assert!(matches!(error, PersistenceError::Database { kind: DatabaseFault::Timeout, .. }), "{error:?}");
     assert!(!error.to_string().contains("pa55"), "{error}");
     drop(held.join().unwrap());
+}
+
+/// A column holding another type than the schema's (altered by SQL behind the store's back) is a
+/// typed `Database` error naming the column on every read of it, never the driver's panic.
+#[test]
+fn a_column_of_an_unexpected_type_is_a_typed_error() {
+    let Some(schema) = TestSchema::new() else { return };
+    schema.open().append_batch(&header("s"), &events(0..2), false).unwrap();
+    schema.sql("ALTER TABLE {s}.sessions ALTER COLUMN revision TYPE text USING revision::text");
+    // A fresh store, whose statements are prepared against the altered tables.
+    let store = schema.open();
+    let cancel = CancellationToken::new();
+    let check = |what: &str, result: Result<(), PersistenceError>, column: &str| {
+        let error = result.expect_err(what);
+        assert!(matches!(error, PersistenceError::Database { kind: DatabaseFault::Other, .. }), "{what}: {error:?}");
+        assert!(error.to_string().contains(column), "{what}: the message names the column: {error}");
+    };
+    check("revision", store.revision(&SessionId::from("s")).map(drop), "(revision)");
+    check("list", store.list(&cancel).map(drop), "(revision)");
+    check("header", store.header(&SessionId::from("s"), &cancel).map(drop), "(revision)");
+    check("scan", scan(&store, "s").map(drop), "(revision)");
 }

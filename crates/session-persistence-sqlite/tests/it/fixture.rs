@@ -1,16 +1,15 @@
 //! The reference's own database (`test_data/reference-sqlite`) read back with the reference's
 //! answers (`expected.json`): the listing, every balanced `inspect` (closers included, hashed as
-//! the reference hashes them), the seek reads, the revisions, and the subagent catalog of every
-//! id; opened read-write, read-only and immutable, and again after a read-write open.
+//! the reference hashes them), the seek reads and the revisions; opened read-write, read-only and
+//! immutable, and again after a read-write open. (The subagent catalog of every id over this
+//! database is an end-to-end test: `tests/tests/it/sqlite_reference.rs`.)
 
 use std::{fs, sync::Arc};
 
 use serde_json::Value;
-use session_core::{ManualClock, SessionEvent, SessionHeader, SessionStore};
+use session_core::{SessionEvent, SessionHeader};
 use session_persistence::{Backend, Coordinator, CoordinatorConfig, PersistenceError, SessionPersistence};
 use session_persistence_sqlite::{Access, SqliteConfig, SqliteStore};
-use session_projection::ProjectionRegistry;
-use subagent::{SubagentRuntime, SubagentServices};
 use tokio_util::sync::CancellationToken;
 
 use crate::{expected, fixture_copy, id, reference_json, sha256};
@@ -107,28 +106,6 @@ async fn check_answers(backend: Arc<dyn Backend>, label: &str) {
                 assert_eq!(hash, answer["sha256"].as_str().unwrap(), "{label}: {key}");
             }
             Err(error) => assert_eq!(error.to_string(), answer["error"].as_str().unwrap(), "{label}: {key}"),
-        }
-    }
-
-    let persistence: Arc<dyn SessionPersistence> = Arc::new(coordinator.clone());
-    for (method, answers) in
-        [("listChildren", &expected["listChildren"]), ("listDescendants", &expected["listDescendants"])]
-    {
-        for (parent, want) in answers.as_object().unwrap() {
-            // A fresh catalog per call, as the reference's answers were taken.
-            let catalog = SubagentRuntime::new(SubagentServices {
-                sessions: Some(Arc::new(SessionStore::new(Arc::new(ManualClock::new(0))))),
-                projections: Some(ProjectionRegistry::new()),
-                persistence: Some(persistence.clone()),
-                cache: None,
-            })
-            .unwrap();
-            let rows = if method == "listChildren" {
-                serde_json::to_string(&catalog.list_children(&id(parent), &cancel).await.unwrap()).unwrap()
-            } else {
-                serde_json::to_string(&catalog.list_descendants(&id(parent), &cancel).await.unwrap()).unwrap()
-            };
-            assert_eq!(rows, serde_json::to_string(want).unwrap(), "{label}: {method}({parent}), key order included");
         }
     }
 }

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use serde_json::json;
 use session_core::{CreateOptions, HeaderMeta, ManualClock, Origin, Session, SessionStore};
-use session_persistence::SessionPersistence;
 use subagent::{
     ChildOptions, CreateChildError, OneShotDescriptor, child_depth, create_continuable_child, create_one_shot_child,
     delegation_depth_of, fork_prefix,
@@ -119,46 +118,6 @@ fn a_forked_one_shot_child_has_the_prefix_and_the_descriptor_later() {
     append(child.session(), "turn/start", json!({"turn": 2}));
     let descriptor = child.enter_first_step().unwrap().unwrap();
     assert_eq!(descriptor.seq, 8);
-}
-
-/// A one-shot child that never enters a step has no descriptor; settled, it lists as corrupt.
-#[test]
-fn a_one_shot_child_that_never_stepped_is_corrupt_once_settled() {
-    run(async |h| {
-        let parent = h.parent("p");
-        let descriptor = OneShotDescriptor { provider: "spawn".to_owned(), label: None };
-        let options = ChildOptions { id: Some(id("stillborn")), ..Default::default() };
-        let child = create_one_shot_child(&h.store, &parent, descriptor, options).unwrap();
-        append(child.session(), "turn/start", json!({"turn": 1}));
-        assert_eq!(h.list_json("p").await, json!([]), "running without a descriptor: creation window");
-        append(child.session(), "turn/end", json!({"turn": 1, "reason": {"kind": "interrupted"}}));
-        let session = child.session().clone();
-        h.settle(&session).await;
-        assert_eq!(h.list_json("p").await, json!([{"kind": "diagnostic", "id": "stillborn", "reason": "corrupt"}]));
-    });
-}
-
-/// A created child is persisted with the same header and layout, and a forked continuable child
-/// lists and resumes under its own identity.
-#[test]
-fn created_children_persist_and_list() {
-    run(async |h| {
-        let parent = h.parent("p");
-        h.clock.set(5_000);
-        let options = ChildOptions { id: Some(id("forked")), fork: true, ..Default::default() };
-        let child = create_continuable_child(&h.store, &parent, continuable_descriptor("own label"), options).unwrap();
-        run_turn(&child, 2, None::<fn()>);
-        h.settle(&child).await;
-        let stored = h.coordinator.inspect(&id("forked"), &token()).await.unwrap();
-        assert_eq!(*stored.header, **child.header());
-        assert_eq!(stored.events.len() as u64, child.len());
-        assert_eq!(
-            h.list_json("p").await,
-            json!([{"kind": "child", "id": "forked", "mode": "continuable", "label": "own label", "activity": "inactive", "hasChildren": false}])
-        );
-        let authorization = h.runtime.authorize_resume(&parent, &id("forked"), &token()).await.unwrap();
-        assert_eq!(authorization.descriptor.label, "own label");
-    });
 }
 
 #[test]

@@ -19,19 +19,6 @@ fn no_state_message(child: &str) -> String {
 }
 
 #[test]
-fn the_exact_live_parent_may_resume_its_continuable_child() {
-    run(async |h| {
-        let parent = h.parent("p");
-        h.start_continuable(&parent, "c", "summarize the doc").await;
-        let authorization = h.runtime.authorize_resume(&parent, &id("c"), &token()).await.unwrap();
-        assert_eq!(authorization.child_id(), &id("c"));
-        assert_eq!(authorization.descriptor.label, "summarize the doc");
-        assert_eq!(authorization.agent_provider(), Some("demo-llm"));
-        assert_eq!(authorization.agent_model(), Some("scripted-1"));
-    });
-}
-
-#[test]
 fn another_session_is_not_the_parent() {
     run_each(&NO_CACHE, async |h| {
         let parent = h.parent("p");

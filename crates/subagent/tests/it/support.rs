@@ -1,6 +1,7 @@
 //! The test harness: a real JSONL store behind a coordinator, a live session store, the
 //! projection registry, the optional projection cache, the instrumented persistence wrapper, cache
-//! stubs, a hostile foreign unit, and event builders.
+//! stubs, and event builders. (The e2e package's `listing_matrix` has the harness over every
+//! backend, with a hostile foreign unit and list faults.)
 
 use std::{
     collections::{HashMap, HashSet},
@@ -14,7 +15,6 @@ use std::{
 };
 
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value, json};
 use session_core::{
     CreateOptions, HeaderMeta, JsonData, ManualClock, Origin, Session, SessionEvent, SessionHeader, SessionId,
@@ -24,9 +24,7 @@ use session_persistence::{
     Backend, Compression, Coordinator, CoordinatorConfig, HeaderPage, Inspection, JsonlConfig, JsonlStore, Listing,
     PageRequest, PersistenceError, SessionPersistence, StoredHeader, StreamSink, StreamSummary,
 };
-use session_persistence_postgres::testing::{ScratchSchema, server_url};
-use session_persistence_sqlite::{SqliteConfig, SqliteStore};
-use session_projection::{ClientView, ProjectionRegistry, ProjectionUnit, Snapshot, StoreAttachment, UnitError};
+use session_projection::{ProjectionRegistry, Snapshot, StoreAttachment};
 use session_projection_cache::{CacheAttachment, CacheConfig, MemoryCheckpointStore, ProjectionCache};
 use subagent::{
     CheckpointSource, ChildOptions, ContinuableDescriptor, OneShotDescriptor, SubagentError, SubagentListEntry,
@@ -35,33 +33,19 @@ use subagent::{
 use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 
-/// The backend a listing test's logs live in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Backing {
-    /// A JSONL directory, in the setup's `compression`.
-    Jsonl,
-    /// A SQLite database (`session-persistence-sqlite`).
-    Sqlite,
-    /// A scratch schema of the PostgreSQL test server (`session-persistence-postgres`).
-    Postgres,
-}
-
-/// One storage configuration a listing test runs under.
+/// One storage configuration a test runs under: a JSONL directory in `compression`, with or
+/// without the projection cache. (The listing matrix over the SQLite and PostgreSQL backends is
+/// the `e2e` package's `listing_matrix`.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Setup {
-    pub(crate) backing: Backing,
-    /// The JSONL encoding (unused by the other backings).
+    /// The JSONL encoding.
     pub(crate) compression: Compression,
     pub(crate) cache: bool,
 }
 
 impl Setup {
     const fn jsonl(compression: Compression, cache: bool) -> Setup {
-        Setup { backing: Backing::Jsonl, compression, cache }
-    }
-
-    const fn on(backing: Backing, cache: bool) -> Setup {
-        Setup { backing, compression: Compression::None, cache }
+        Setup { compression, cache }
     }
 }
 
@@ -79,13 +63,6 @@ pub(crate) const NO_CACHE: [Setup; 2] =
 pub(crate) const WITH_CACHE: [Setup; 2] =
     [Setup::jsonl(Compression::None, true), Setup::jsonl(Compression::Zstd, true)];
 
-/// The SQLite backend, without and with the projection cache.
-pub(crate) const SQLITE: [Setup; 2] = [Setup::on(Backing::Sqlite, false), Setup::on(Backing::Sqlite, true)];
-
-/// The PostgreSQL backend, without and with the projection cache (skipped, after saying so,
-/// without a configured server outside CI; a failure under CI).
-pub(crate) const POSTGRES: [Setup; 2] = [Setup::on(Backing::Postgres, false), Setup::on(Backing::Postgres, true)];
-
 pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
 }
@@ -93,9 +70,6 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
 /// Runs `test` once per setup, each in a fresh runtime and a fresh temp dir.
 pub(crate) fn run_each<F: AsyncFnMut(&Harness)>(setups: &[Setup], mut test: F) {
     for setup in setups {
-        if setup.backing == Backing::Postgres && server_url().is_none() {
-            continue;
-        }
         let runtime = runtime();
         runtime.block_on(async {
             let harness = Harness::new(*setup);
@@ -103,14 +77,6 @@ pub(crate) fn run_each<F: AsyncFnMut(&Harness)>(setups: &[Setup], mut test: F) {
             harness.shutdown().await;
         });
     }
-}
-
-/// Runs `test` on every JSONL setup of [`MATRIX`], on both [`SQLITE`] setups and on both
-/// [`POSTGRES`] setups.
-pub(crate) fn run<F: AsyncFnMut(&Harness)>(mut test: F) {
-    run_each(&MATRIX, &mut test);
-    run_each(&SQLITE, &mut test);
-    run_each(&POSTGRES, test);
 }
 
 pub(crate) fn id(text: &str) -> SessionId {
@@ -134,8 +100,6 @@ pub(crate) struct Harness {
     pub(crate) runtime: Arc<SubagentRuntime>,
     _cache_attachment: Option<CacheAttachment>,
     _registry_attachment: StoreAttachment,
-    /// The PostgreSQL schema, dropped after everything above lets go of the store.
-    _schema: Option<ScratchSchema>,
 }
 
 impl Harness {
@@ -149,16 +113,9 @@ impl Harness {
     pub(crate) fn over(setup: Setup, dir: tempfile::TempDir, root: PathBuf) -> Harness {
         let clock = Arc::new(ManualClock::new(1_000));
         let store = Arc::new(SessionStore::new(clock.clone()));
-        let mut schema = None;
-        let backend: Arc<dyn Backend> = match setup.backing {
-            Backing::Jsonl => Arc::new(
-                JsonlStore::open(JsonlConfig { root, compression: setup.compression, pack_chunks: true }).unwrap(),
-            ),
-            Backing::Sqlite => Arc::new(SqliteStore::open(SqliteConfig::file(root.with_extension("db"))).unwrap()),
-            Backing::Postgres => {
-                Arc::new(schema.insert(ScratchSchema::new().expect("the PostgreSQL server is configured")).open())
-            }
-        };
+        let backend: Arc<dyn Backend> = Arc::new(
+            JsonlStore::open(JsonlConfig { root, compression: setup.compression, pack_chunks: true }).unwrap(),
+        );
         let config =
             CoordinatorConfig { write_batch_max_delay: Duration::from_millis(5), ..CoordinatorConfig::default() };
         let coordinator = Coordinator::new(backend, config).unwrap();
@@ -196,7 +153,6 @@ impl Harness {
             runtime,
             _cache_attachment: cache_attachment,
             _registry_attachment: registry_attachment,
-            _schema: schema,
         }
     }
 
@@ -225,10 +181,6 @@ impl Harness {
         serde_json::to_value(self.list(parent).await).unwrap()
     }
 
-    pub(crate) async fn descendants_json(&self, root: &str) -> Value {
-        serde_json::to_value(self.runtime.list_descendants(&id(root), &token()).await.unwrap()).unwrap()
-    }
-
     /// Writes a stored session straight through the persistence API (a cold child that never
     /// went through the live store, like the reference tests' `authorChild`).
     pub(crate) async fn author(&self, header: SessionHeader, events: Vec<Arc<SessionEvent>>) {
@@ -239,8 +191,7 @@ impl Harness {
     /// Writes a stored log through the backend, bypassing the coordinator's append checks, so a
     /// log the read side rejects can be stored.
     pub(crate) fn author_unchecked(&self, header: SessionHeader, events: Vec<Arc<SessionEvent>>) {
-        // A synchronous backend call straight from async code: every store allows it, the
-        // PostgreSQL one included.
+        // A synchronous backend call straight from async code: every store allows it.
         self.coordinator.backend().append_batch(&header, &events, false).unwrap();
     }
 
@@ -311,12 +262,6 @@ impl Harness {
     /// The number of stored reads of `child` so far.
     pub(crate) fn reads(&self, child: &str) -> u64 {
         self.persistence.reads(&id(child))
-    }
-
-    /// How many reads a real child (one that went through the live store) costs per listing:
-    /// zero when the cache holds its record, else one.
-    pub(crate) fn real_child_reads(&self) -> u64 {
-        if self.setup.cache { 0 } else { 1 }
     }
 }
 
@@ -443,28 +388,11 @@ pub(crate) fn assert_code<T: fmt::Debug>(result: Result<T, SubagentError>, code:
     }
 }
 
-/// What the instrumented wrapper does to `list`.
-#[derive(Debug, Clone, Default)]
-pub(crate) enum ListFault {
-    #[default]
-    None,
-    /// Fail with this message (no cancellation involved).
-    Fail(&'static str),
-    /// Cancel this token, then list normally.
-    CancelThenOk(CancellationToken),
-    /// Wait until the caller's token fires, then fail with `Cancelled` (a backend that rejects on
-    /// abort).
-    PendUntilCancelled,
-}
-
 /// What the instrumented wrapper does to a read of one id.
 #[derive(Debug, Clone)]
 pub(crate) enum ReadFault {
-    Fail,
     /// Wait until the read's token fires, then fail with `Cancelled`.
     PendUntilCancelled,
-    /// Read normally, then cancel this token before returning.
-    CancelAfterOk(CancellationToken),
     /// Cancel this token, then fail.
     CancelThenFail(CancellationToken),
     /// Read normally, then change the returned header.
@@ -518,12 +446,7 @@ impl Gate {
 pub(crate) struct Counting {
     inner: Arc<dyn SessionPersistence>,
     reads: Mutex<HashMap<SessionId, u64>>,
-    /// Reads that materialize a whole log (`inspect`, `read_from`, `load`), as opposed to streams.
-    materialized: AtomicU64,
     lists: AtomicU64,
-    /// Batches handed whole to the real persistence.
-    batches: AtomicU64,
-    list_fault: Mutex<ListFault>,
     read_faults: Mutex<HashMap<SessionId, ReadFault>>,
     gate: Mutex<Option<Arc<Gate>>>,
     in_flight: AtomicUsize,
@@ -540,10 +463,7 @@ impl Counting {
         Counting {
             inner,
             reads: Mutex::new(HashMap::new()),
-            materialized: AtomicU64::new(0),
             lists: AtomicU64::new(0),
-            batches: AtomicU64::new(0),
-            list_fault: Mutex::new(ListFault::None),
             read_faults: Mutex::new(HashMap::new()),
             gate: Mutex::new(None),
             in_flight: AtomicUsize::new(0),
@@ -562,25 +482,12 @@ impl Counting {
         self.reads.lock().values().sum()
     }
 
-    pub(crate) fn materialized_reads(&self) -> u64 {
-        self.materialized.load(Ordering::SeqCst)
-    }
-
     pub(crate) fn lists(&self) -> u64 {
         self.lists.load(Ordering::SeqCst)
     }
 
-    /// How many batches of reads went whole to the real persistence's read lanes.
-    pub(crate) fn batches(&self) -> u64 {
-        self.batches.load(Ordering::SeqCst)
-    }
-
     pub(crate) fn max_in_flight(&self) -> usize {
         self.max_in_flight.load(Ordering::SeqCst)
-    }
-
-    pub(crate) fn set_list_fault(&self, fault: ListFault) {
-        *self.list_fault.lock() = fault;
     }
 
     pub(crate) fn set_read_fault(&self, child: &str, fault: Option<ReadFault>) {
@@ -612,41 +519,14 @@ impl Counting {
         }
     }
 
-    /// Waits until `list` has been called at least once.
-    pub(crate) async fn wait_listed(&self) {
-        loop {
-            let notified = self.entered.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.lists() > 0 {
-                return;
-            }
-            notified.await;
-        }
-    }
-
-    /// A listing through the list fault: counted, then `list` (the real persistence's listing)
-    /// unless the fault answers instead.
+    /// A listing: counted, then `list` (the real persistence's listing).
     async fn listed(
         &self,
-        cancel: &CancellationToken,
         list: impl Future<Output = session_persistence::Result<Listing>>,
     ) -> session_persistence::Result<Listing> {
         self.lists.fetch_add(1, Ordering::SeqCst);
         self.entered.notify_waiters();
-        let fault = self.list_fault.lock().clone();
-        match fault {
-            ListFault::None => list.await,
-            ListFault::Fail(message) => Err(injected(message)),
-            ListFault::CancelThenOk(token) => {
-                token.cancel();
-                list.await
-            }
-            ListFault::PendUntilCancelled => {
-                cancel.cancelled().await;
-                Err(PersistenceError::Cancelled)
-            }
-        }
+        list.await
     }
 
     fn count_read(&self, child: &SessionId, cancel: &CancellationToken) {
@@ -693,17 +573,16 @@ impl SessionPersistence for Counting {
     }
 
     async fn list_snapshots(&self, cancel: &CancellationToken) -> session_persistence::Result<Listing> {
-        self.listed(cancel, self.inner.list_snapshots(cancel)).await
+        self.listed(self.inner.list_snapshots(cancel)).await
     }
 
-    /// Counted and failed as a listing, and answered by the real persistence's own query (over
-    /// PostgreSQL, `PgStore::list_children`'s SQL).
+    /// Counted as a listing, and answered by the real persistence's own query.
     async fn list_children(
         &self,
         parent: &SessionId,
         cancel: &CancellationToken,
     ) -> session_persistence::Result<Listing> {
-        self.listed(cancel, self.inner.list_children(parent, cancel)).await
+        self.listed(self.inner.list_children(parent, cancel)).await
     }
 
     async fn list_page(
@@ -732,7 +611,6 @@ impl SessionPersistence for Counting {
 
     async fn inspect(&self, id: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<Inspection> {
         self.count_read(id, cancel);
-        self.materialized.fetch_add(1, Ordering::SeqCst);
         self.inner.inspect(id, cancel).await
     }
 
@@ -751,15 +629,9 @@ impl SessionPersistence for Counting {
         let fault = self.read_faults.lock().get(id).cloned();
         match fault {
             None => self.inner.inspect_stream(id, cancel, sink).await,
-            Some(ReadFault::Fail) => Err(injected("injected read failure")),
             Some(ReadFault::PendUntilCancelled) => {
                 cancel.cancelled().await;
                 Err(PersistenceError::Cancelled)
-            }
-            Some(ReadFault::CancelAfterOk(token)) => {
-                let read = self.inner.inspect_stream(id, cancel, sink).await;
-                token.cancel();
-                read
             }
             Some(ReadFault::CancelThenFail(token)) => {
                 token.cancel();
@@ -786,7 +658,6 @@ impl SessionPersistence for Counting {
         if self.gate.lock().is_some() || !self.read_faults.lock().is_empty() {
             return session_persistence::stream_each(self, reads, lanes, cancel).await;
         }
-        self.batches.fetch_add(1, Ordering::SeqCst);
         for (id, _) in &reads {
             self.count_read(id, cancel);
         }
@@ -800,13 +671,11 @@ impl SessionPersistence for Counting {
         cancel: &CancellationToken,
     ) -> session_persistence::Result<Inspection> {
         self.count_read(id, cancel);
-        self.materialized.fetch_add(1, Ordering::SeqCst);
         self.inner.read_from(id, from_seq, cancel).await
     }
 
     async fn load(&self, id: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<Inspection> {
         self.count_read(id, cancel);
-        self.materialized.fetch_add(1, Ordering::SeqCst);
         self.inner.load(id, cancel).await
     }
 
@@ -886,76 +755,5 @@ impl CheckpointSource for StubCache {
             Stub::Nothing => None,
             Stub::Panic => panic!("poisoned checkpoint row detonated"),
         }
-    }
-}
-
-/// How the hostile foreign unit misbehaves on a log whose descriptor is labelled `poison me`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Hostility {
-    /// `apply` poisons the state lazily, `view` then fails to serialize (the reference's probe).
-    ViewDetonates,
-    /// `apply` returns an error.
-    ApplyFails,
-    /// `view` panics.
-    ViewPanics,
-}
-
-/// A foreign unit that misbehaves only for children labelled `poison me`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct HostileUnit(pub(crate) Hostility);
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct HostileState {
-    poisoned: bool,
-}
-
-pub(crate) struct HostileView(bool);
-
-impl Serialize for HostileView {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        if self.0 {
-            return Err(serde::ser::Error::custom("hostile view detonated"));
-        }
-        serializer.serialize_bool(false)
-    }
-}
-
-impl ProjectionUnit for HostileUnit {
-    type State = HostileState;
-
-    fn key(&self) -> &str {
-        "hostile"
-    }
-
-    fn state_version(&self) -> u64 {
-        1
-    }
-
-    fn init(&self) -> HostileState {
-        HostileState::default()
-    }
-
-    fn reads(&self) -> Option<&'static [&'static str]> {
-        Some(&["subagent/descriptor"])
-    }
-
-    fn apply(&self, _state: &HostileState, event: &SessionEvent) -> Result<Option<HostileState>, UnitError> {
-        let poisoned = event.data.to_value().unwrap().get("label") == Some(&json!("poison me"));
-        if !poisoned {
-            return Ok(None);
-        }
-        if self.0 == Hostility::ApplyFails {
-            return Err("hostile apply refused the log".into());
-        }
-        Ok(Some(HostileState { poisoned: true }))
-    }
-}
-
-impl ClientView for HostileUnit {
-    type View = HostileView;
-
-    fn view(&self, state: &HostileState) -> HostileView {
-        assert!(!(state.poisoned && self.0 == Hostility::ViewPanics), "hostile view panicked");
-        HostileView(state.poisoned)
     }
 }
