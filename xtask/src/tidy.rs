@@ -150,6 +150,32 @@ fn every_rs_file_starts_with_a_module_doc_comment() {
     report("module doc comments", problems);
 }
 
+/// The longest a source file under `crates/*/src` may be: past it, a file holds more than one
+/// concern and a newcomer cannot take it in. A longer file must be named in ARCHITECTURE.md with
+/// the reason (none is today).
+const MAX_SOURCE_LINES: usize = 800;
+
+#[test]
+fn no_library_source_file_is_over_the_line_limit() {
+    let architecture = read(&project_root().join("ARCHITECTURE.md"));
+    let mut problems = Vec::new();
+    for path in rust_files() {
+        let shown = relative(&path);
+        let mut parts = shown.split('/');
+        if !(parts.next() == Some("crates") && parts.next().is_some() && parts.next() == Some("src")) {
+            continue;
+        }
+        let lines = read(&path).lines().count();
+        if lines > MAX_SOURCE_LINES && !architecture.contains(&format!("`{shown}`")) {
+            problems.push(format!(
+                "{shown}: {lines} lines, over {MAX_SOURCE_LINES}.\n    \
+                 Split it by concern, or name it in ARCHITECTURE.md with the reason it is one file."
+            ));
+        }
+    }
+    report("the source file line limit", problems);
+}
+
 #[test]
 fn no_ignored_or_should_panic_tests_and_no_stubs() {
     // Built with concat! so this file does not match its own patterns.
@@ -523,142 +549,4 @@ fn relative(path: &Path) -> String {
 #[track_caller]
 fn report(rule: &str, problems: Vec<String>) {
     assert!(problems.is_empty(), "tidy: {} problem(s) with {rule}:\n\n{}\n", problems.len(), problems.join("\n\n"));
-}
-
-/// Module folders whose files must import each other without a cycle, and never from their
-/// `mod.rs` (which wraps the concerns; shared state lives in a module of its own).
-const ACYCLIC_MODULE_DIRS: &[&str] = &["crates/session-persistence/src/coordinator"];
-
-#[test]
-fn module_folders_import_without_cycles() {
-    let mut problems = Vec::new();
-    for dir in ACYCLIC_MODULE_DIRS {
-        let root = project_root().join(dir);
-        let mut children = BTreeMap::new();
-        for entry in fs::read_dir(&root).unwrap_or_else(|err| panic!("cannot read {dir}: {err}")) {
-            let path = entry.unwrap_or_else(|err| panic!("cannot read {dir}: {err}")).path();
-            let Some(stem) = path.file_stem().and_then(|stem| stem.to_str()) else { continue };
-            if path.extension().is_some_and(|ext| ext == "rs") && stem != "mod" {
-                children.insert(stem.to_owned(), path.clone());
-            }
-        }
-        let module_path = dir.split("/src/").nth(1).unwrap_or_default().replace('/', "::");
-        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for (child, path) in &children {
-            let text = read(path);
-            for (line, target) in sibling_imports(&text, &module_path) {
-                if children.contains_key(&target) {
-                    graph.entry(child.clone()).or_default().insert(target);
-                } else {
-                    problems.push(format!(
-                        "{}:{line}: imports `{target}` from `mod.rs`; move what the modules share into a module \
-                         of its own that `mod.rs` wraps",
-                        relative(path)
-                    ));
-                }
-            }
-        }
-        problems.extend(
-            cycles(&graph)
-                .into_iter()
-                .map(|cycle| format!("{dir}: the modules import each other in a circle: {}", cycle.join(" -> "))),
-        );
-    }
-    report("import cycles between a folder's modules", problems);
-}
-
-#[test]
-fn sibling_imports_reads_use_trees_and_paths() {
-    let text = "\
-use super::{state::{Inner, blocking}, live::Live};
-use crate::coordinator::cache::InspectCache;
-use crate::backend::Backend;
-// use super::ignored::Thing;
-fn f() { super::ids::g(); }
-mod tests { use super::*; }
-";
-    let found: Vec<String> = sibling_imports(text, "coordinator").into_iter().map(|(_, target)| target).collect();
-    assert_eq!(found, ["state", "live", "cache", "ids"]);
-    let graph: BTreeMap<String, BTreeSet<String>> =
-        [("a", "b"), ("b", "c"), ("c", "a"), ("d", "a")].iter().fold(BTreeMap::new(), |mut graph, (from, to)| {
-            graph.entry(from.to_string()).or_insert_with(BTreeSet::new).insert(to.to_string());
-            graph
-        });
-    assert_eq!(cycles(&graph), [vec!["a", "b", "c", "a"]]);
-}
-
-/// The first path segment after each `super::` (or `crate::<module_path>::`) in `text`, outside
-/// comments, with its line number: the sibling modules (or `mod.rs` items) a child file uses.
-/// `super::*` (a test module's glob of its own parent file) is not an import between siblings.
-fn sibling_imports(text: &str, module_path: &str) -> Vec<(usize, String)> {
-    let prefixes = ["super::".to_owned(), format!("crate::{module_path}::")];
-    let mut found = Vec::new();
-    for (line_idx, line) in text.lines().enumerate() {
-        let code = line.split("//").next().unwrap_or_default();
-        for prefix in &prefixes {
-            let mut rest = code;
-            while let Some(at) = rest.find(prefix.as_str()) {
-                rest = &rest[at + prefix.len()..];
-                let targets = if let Some(tree) = rest.strip_prefix('{') {
-                    top_level_names(tree)
-                } else {
-                    leading_ident(rest).into_iter().collect()
-                };
-                found.extend(targets.into_iter().map(|target| (line_idx + 1, target)));
-            }
-        }
-    }
-    found
-}
-
-/// The leading identifier of each top-level item of a use tree's braces (`a::X, b::{..}}`).
-fn top_level_names(tree: &str) -> Vec<String> {
-    let (mut depth, mut names, mut item_start) = (0usize, Vec::new(), true);
-    for (idx, ch) in tree.char_indices() {
-        match ch {
-            '{' => depth += 1,
-            '}' if depth == 0 => break,
-            '}' => depth -= 1,
-            ',' if depth == 0 => item_start = true,
-            ch if item_start && !ch.is_whitespace() => {
-                item_start = false;
-                names.extend(leading_ident(&tree[idx..]));
-            }
-            _ => {}
-        }
-    }
-    names
-}
-
-fn leading_ident(text: &str) -> Option<String> {
-    let ident: String = text.chars().take_while(|ch| ch.is_alphanumeric() || *ch == '_').collect();
-    (!ident.is_empty() && ident != "self").then_some(ident)
-}
-
-/// Every cycle of `graph`, each once, from its smallest node.
-fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
-    fn walk(
-        graph: &BTreeMap<String, BTreeSet<String>>,
-        start: &str,
-        path: &mut Vec<String>,
-        found: &mut BTreeSet<Vec<String>>,
-    ) {
-        let Some(next) = graph.get(path.last().expect("a path is never empty")) else { return };
-        for node in next {
-            if node == start {
-                let mut cycle = path.clone();
-                cycle.push(start.to_owned());
-                found.insert(cycle);
-            } else if node.as_str() > start && !path.contains(node) {
-                path.push(node.clone());
-                walk(graph, start, path, found);
-                path.pop();
-            }
-        }
-    }
-    let mut found = BTreeSet::new();
-    for start in graph.keys() {
-        walk(graph, start, &mut vec![start.clone()], &mut found);
-    }
-    found.into_iter().collect()
 }
