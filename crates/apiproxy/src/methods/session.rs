@@ -302,11 +302,7 @@ fn check_adoptable(caller: &Caller, header: &SessionHeader, request: &CreateRequ
 }
 
 /// Loads a cold session (committing any crash repair) and publishes it live again.
-async fn resume(
-    shared: &Shared,
-    id: &SessionId,
-    cancel: &CancellationToken,
-) -> Result<Arc<Session>, RpcError> {
+async fn resume(shared: &Shared, id: &SessionId, cancel: &CancellationToken) -> Result<Arc<Session>, RpcError> {
     let failed = |error: &dyn std::fmt::Display| {
         tracing::error!(session = %id, %error, "resuming a session failed");
         RpcError::internal(format!("resume failed for session \"{id}\""))
