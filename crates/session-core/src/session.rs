@@ -20,7 +20,7 @@ use std::{
     sync::{Arc, Weak},
 };
 
-use parking_lot::{Mutex, ReentrantMutex, RwLock, RwLockUpgradableReadGuard};
+use parking_lot::{Mutex, ReentrantMutex, ReentrantMutexGuard, RwLock, RwLockUpgradableReadGuard};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -377,6 +377,15 @@ impl Session {
         Ok(event)
     }
 
+    /// Holds this session's append order until the guard drops: appends from other threads wait,
+    /// while this thread's appends go through (the lock is the session's own, re-entrant
+    /// publication lock). [`AppendOrder::next_seq`] therefore stays the seq this thread's next
+    /// append gets, so a caller can check an expected position and append a whole batch at it.
+    /// Other sessions are not affected. Do not hold it across an `.await`: it is a thread's lock.
+    pub fn append_order(&self) -> AppendOrder<'_> {
+        AppendOrder { session: self, _publication: self.publication.lock() }
+    }
+
     fn arc(&self) -> Arc<Session> {
         self.this.upgrade().expect("a Session is only reachable through its Arc")
     }
@@ -391,6 +400,26 @@ impl Session {
 
     pub(crate) fn attachment(&self) -> &Mutex<Option<Weak<StoreShared>>> {
         &self.attachment
+    }
+}
+
+/// A held append order of one session (see [`Session::append_order`]).
+#[must_use = "the order is released as soon as the guard drops"]
+pub struct AppendOrder<'a> {
+    session: &'a Session,
+    _publication: ReentrantMutexGuard<'a, Cell<Publication>>,
+}
+
+impl AppendOrder<'_> {
+    /// The seq this thread's next append gets: no other thread appends while the guard lives.
+    pub fn next_seq(&self) -> u64 {
+        self.session.len()
+    }
+}
+
+impl fmt::Debug for AppendOrder<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AppendOrder").field("session", &self.session.id).finish_non_exhaustive()
     }
 }
 

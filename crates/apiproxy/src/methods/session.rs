@@ -593,9 +593,11 @@ fn append_batch(
     if let Some(fenced) = fenced(shared, session) {
         return Err(fenced);
     }
-    // One API append at a time, so `expectedSeq` holds for the whole batch.
-    let _serialized = shared.append_lock.lock();
-    let next = session.len();
+    // The session's own append order, held for the batch: `expectedSeq` holds for the whole of
+    // it, and the batch's events (with their folds and frames, which run inside each append)
+    // are not interleaved with another appender's. Other sessions append meanwhile.
+    let order = session.append_order();
+    let next = order.next_seq();
     if let Some(expected) = request.expected_seq
         && expected != next
     {
@@ -627,6 +629,7 @@ fn append_batch(
             Err(error) => return Err(rejected(idx, last, error.to_string())),
         }
     }
+    drop(order);
     Ok((first, last))
 }
 
