@@ -129,6 +129,15 @@ impl ApiProxy {
                 message: "history_page_bytes and history_inflight_bytes must be positive".to_owned(),
             });
         }
+        if !(1..=session_core::MAX_EVENT_BYTES).contains(&config.max_event_bytes) {
+            return Err(ProxyError::Config {
+                message: format!(
+                    "max_event_bytes must be from 1 to {}, got {}",
+                    session_core::MAX_EVENT_BYTES,
+                    config.max_event_bytes
+                ),
+            });
+        }
         let timeouts = [
             config.push_send_timeout,
             config.push_close_timeout,

@@ -285,8 +285,11 @@ async fn one_sessions_blocked_append_does_not_block_anothers() {
             && event.kind == "turn/start"
         {
             let _ = entered.send(());
-            // Blocks this appending thread until the test lets it go.
-            let _ = on_release.lock().unwrap().recv();
+            // Blocks this appending thread until the test lets it go. The thread is a runtime
+            // worker: `block_in_place` hands its queued tasks to another worker meanwhile.
+            tokio::task::block_in_place(|| {
+                let _ = on_release.lock().unwrap().recv();
+            });
         }
         Ok(())
     }));
