@@ -42,7 +42,9 @@ Commands:
                               (`cargo run --release -p e2e --bin listing_memory`) and of 8
                               concurrent history reads of a 150 MB session
                               (`cargo run --release -p e2e --bin history_memory`, against the
-                              release `apiproxy` binary)
+                              release `apiproxy` binary), and the throughput of 32 clients'
+                              concurrent durable appends through that binary against an
+                              emulated single lock (`--bin append_throughput`)
   help                        print this message
 ";
 
@@ -201,7 +203,14 @@ fn bench(args: &[OsString]) -> anyhow::Result<()> {
     cargo_step(&["run", "--release", "--package", "e2e", "--bin", "listing_memory"])?;
     // The history probe measures the gateway binary itself, built with the same profile beside it.
     cargo_step(&["build", "--release", "--package", "apiproxy", "--bin", "apiproxy"])?;
-    cargo_step(&["run", "--release", "--package", "e2e", "--bin", "history_memory"])
+    cargo_step(&["run", "--release", "--package", "e2e", "--bin", "history_memory"])?;
+    // Concurrent durable appends through the same binary, against the single-lock figure of the
+    // same run; `--quick` (among the criterion arguments) makes it short too.
+    let mut append_throughput = vec!["run", "--release", "--package", "e2e", "--bin", "append_throughput"];
+    if bench_args.iter().any(|arg| arg == "--quick") {
+        append_throughput.extend(["--", "--quick"]);
+    }
+    cargo_step(&append_throughput)
 }
 
 /// Runs `cargo <args>` from the workspace root with inherited stdio, printing the command and how

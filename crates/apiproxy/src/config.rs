@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use session_core::{MAX_EVENT_BYTES, Oversized, SessionEvent, TooLarge};
+
 use crate::error::ProxyError;
 
 /// How a gateway runs.
@@ -58,6 +60,12 @@ pub struct ProxyConfig {
     /// How long a history read waits for its share of `history_inflight_bytes`; then it is
     /// answered `agent-busy`. Must be positive.
     pub history_wait: Duration,
+    /// The largest event `session.append` and `subagent.spawn` take, measured as its stored JSON
+    /// record ([`SessionEvent::encoded_len`]); an event over it is refused with a `too_big`
+    /// issue. Default and maximum: the session's own bound, [`session_core::MAX_EVENT_BYTES`];
+    /// must be positive. A smaller bound is checked by the gateway before the event is appended,
+    /// measured with the seq and time it would get at that moment.
+    pub max_event_bytes: usize,
     /// Bearer tokens, owners and extra trusted hosts (default: no token, loopback only).
     pub access: AccessConfig,
 }
@@ -67,6 +75,19 @@ impl ProxyConfig {
     /// (at least 1).
     pub fn owner_connection_share(&self) -> usize {
         self.max_owner_connections.unwrap_or((self.max_connections / 2).max(1))
+    }
+
+    /// Checks `event` against `max_event_bytes`.
+    pub(crate) fn check_event_size(&self, event: &SessionEvent) -> Result<(), TooLarge> {
+        let size = event.encoded_len();
+        if size <= self.max_event_bytes {
+            return Ok(());
+        }
+        Err(TooLarge {
+            what: Oversized::Event { kind: event.kind.clone(), seq: event.seq },
+            size: size as u64,
+            limit: self.max_event_bytes as u64,
+        })
     }
 }
 
@@ -94,6 +115,7 @@ impl Default for ProxyConfig {
             history_page_bytes: 4 << 20,
             history_inflight_bytes: 32 << 20,
             history_wait: Duration::from_secs(10),
+            max_event_bytes: MAX_EVENT_BYTES,
             access: AccessConfig::default(),
         }
     }

@@ -92,6 +92,15 @@ impl ApiProxy {
                 message: "history_page_bytes and history_inflight_bytes must be positive".to_owned(),
             });
         }
+        if !(1..=session_core::MAX_EVENT_BYTES).contains(&config.max_event_bytes) {
+            return Err(ProxyError::Config {
+                message: format!(
+                    "max_event_bytes must be from 1 to {}, got {}",
+                    session_core::MAX_EVENT_BYTES,
+                    config.max_event_bytes
+                ),
+            });
+        }
         let timeouts = [
             config.push_send_timeout,
             config.push_close_timeout,
@@ -148,7 +157,6 @@ impl ApiProxy {
                 history_budget: InflightBudget::new(config.history_inflight_bytes),
                 config,
                 listen: parking_lot::Mutex::new(None),
-                append_lock: parking_lot::Mutex::new(()),
                 id_locks: session_storage_io::keyed::KeyedLocks::new(),
                 subagents,
                 pending_one_shots: parking_lot::Mutex::default(),

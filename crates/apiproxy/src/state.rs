@@ -22,8 +22,6 @@ pub(crate) struct Shared {
     pub(crate) connections: Arc<Connections>,
     /// The address being served, once `ApiProxy::serve` runs (the trust fence accepts it).
     pub(crate) listen: parking_lot::Mutex<Option<SocketAddr>>,
-    /// Serializes `session.append` calls, so a batch's `expectedSeq` check holds for the batch.
-    pub(crate) append_lock: parking_lot::Mutex<()>,
     /// Serializes, per id, everything that makes an id live or lets it go (create, resume, fork,
     /// spawn, release), so checking that an id is free and taking it are one step: no live
     /// session can shadow a stored one.

@@ -121,7 +121,7 @@ pub use crate::{
     legacy::LegacyImport,
     messages::{check_message_shape, check_message_shape_as, check_seed_event_shape},
     repair::{RepairScan, TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers},
-    session::Session,
+    session::{AppendOrder, Session},
     storable::{
         KnownTypes, StorableRule, Unstorable, check_current_shape, check_storable, check_storable_shape, is_retired,
     },

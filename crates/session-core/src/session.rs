@@ -26,7 +26,7 @@ use crate::{
     json::check_lossless_text,
     messages::check_seed_event_shape,
     mutations::{CommitOrder, carries_receipts, check_file_mutations, file_mutation_orders},
-    publication::{AfterAnnounce, Publication},
+    publication::{AfterAnnounce, Held, Publication},
     storable::{KnownTypes, check_storable_shape},
     surface::{SurfaceIntent, SurfacePlan, SurfaceState},
     view::{Field, object_text, present},
@@ -359,12 +359,41 @@ impl Session {
         Ok(event)
     }
 
+    /// Holds this session's append order until the guard drops: appends from other threads wait,
+    /// while this thread's appends go through (the lock is the session's own, re-entrant
+    /// publication lock). [`AppendOrder::next_seq`] therefore stays the seq this thread's next
+    /// append gets, so a caller can check an expected position and append a whole batch at it.
+    /// Other sessions are not affected. Do not hold it across an `.await`: it is a thread's lock.
+    pub fn append_order(&self) -> AppendOrder<'_> {
+        AppendOrder { session: self, _publication: self.publication.lock() }
+    }
+
     fn arc(&self) -> Arc<Session> {
         self.this.upgrade().expect("a Session is only reachable through its Arc")
     }
 
     pub(crate) fn publication(&self) -> &Publication {
         &self.publication
+    }
+}
+
+/// A held append order of one session (see [`Session::append_order`]).
+#[must_use = "the order is released as soon as the guard drops"]
+pub struct AppendOrder<'a> {
+    session: &'a Session,
+    _publication: Held<'a>,
+}
+
+impl AppendOrder<'_> {
+    /// The seq this thread's next append gets: no other thread appends while the guard lives.
+    pub fn next_seq(&self) -> u64 {
+        self.session.len()
+    }
+}
+
+impl fmt::Debug for AppendOrder<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AppendOrder").field("session", &self.session.id).finish_non_exhaustive()
     }
 }
 

@@ -6,13 +6,14 @@
 use serde::{Deserialize, Serialize};
 use session_core::SessionId;
 
-use crate::identity::ChildMode;
+use crate::{identity::ChildMode, list_agents::AgentStatus};
 
 /// Where a listed child lives right now. It encodes neither outcome nor resumability.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Activity {
-    /// Published in the live session store.
+    /// Published in the live session store (the reference's word for residency; whether the
+    /// child is working is [`ChildEntry::status`]).
     Running,
     /// Only in persistence.
     Inactive,
@@ -55,6 +56,11 @@ pub struct ChildEntry {
     pub mode: ChildMode,
     /// Whether the child is live or only stored.
     pub activity: Activity,
+    /// The agent status of the child when it was listed, taken from the live session the listing
+    /// resolved it from (`Ready` for a stored child): `Running` iff it was live inside an open
+    /// turn. Not part of the row's JSON; a host's wire may show it instead of `activity`.
+    #[serde(skip)]
+    pub status: AgentStatus,
     /// Some subagent-origin session names this child as its parent (header facts only, one level).
     pub has_children: bool,
 }

@@ -6,7 +6,7 @@ use std::{fmt, sync::Arc};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use session_core::{SessionId, SessionStore};
+use session_core::{Session, SessionId, SessionStore};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -86,8 +86,9 @@ pub enum ListAgentsScope {
     Descendants,
 }
 
-/// An agent's residency as the tool reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// An agent's residency as the tool reports it. For a session standing in for an agent this is
+/// the one definition of "running": live and inside an open turn ([`AgentStatus::of_session`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AgentStatus {
     /// Working right now.
@@ -95,6 +96,7 @@ pub enum AgentStatus {
     /// Loaded, between turns.
     Idle,
     /// Only in storage.
+    #[default]
     Ready,
 }
 
@@ -105,6 +107,16 @@ impl AgentStatus {
             AgentStatus::Running => "running",
             AgentStatus::Idle => "idle",
             AgentStatus::Ready => "ready",
+        }
+    }
+
+    /// The status of the agent a session stands in for: not live (`None`) → `Ready`; live with an
+    /// open turn → `Running`; live otherwise → `Idle`.
+    pub fn of_session(live: Option<&Session>) -> AgentStatus {
+        match live {
+            None => AgentStatus::Ready,
+            Some(session) if session.has_open_turn() => AgentStatus::Running,
+            Some(_) => AgentStatus::Idle,
         }
     }
 }
@@ -132,11 +144,7 @@ impl LiveSessionStatus {
 
 impl AgentStatusSource for LiveSessionStatus {
     fn status(&self, id: &SessionId) -> AgentStatus {
-        match self.sessions.as_ref().and_then(|sessions| sessions.get(id)) {
-            None => AgentStatus::Ready,
-            Some(session) if session.has_open_turn() => AgentStatus::Running,
-            Some(_) => AgentStatus::Idle,
-        }
+        AgentStatus::of_session(self.sessions.as_ref().and_then(|sessions| sessions.get(id)).as_deref())
     }
 }
 

@@ -25,6 +25,7 @@ use crate::{
     entry::{Activity, ChildEntry, DiagnosticReason, SubagentDescendantListEntry, SubagentListEntry},
     error::SubagentError,
     identity::{SUBAGENT_IDENTITY_KEY, SubagentIdentity},
+    list_agents::AgentStatus,
     runtime::SubagentServices,
 };
 
@@ -344,7 +345,7 @@ impl<'a> Listing<'a> {
             Verdict::Failed => Some(SubagentListEntry::diagnostic(session.id(), DiagnosticReason::Corrupt)),
             // The creation window: the descriptor is not appended yet.
             Verdict::Absent => None,
-            Verdict::Identity(identity) => Some(child_row(session.id(), identity, Activity::Running, has_children)),
+            Verdict::Identity(identity) => Some(live_row(session, identity, has_children)),
         }
     }
 }
@@ -407,7 +408,24 @@ fn verdict(any_failure: bool, identity: Option<&serde_json::Value>) -> Verdict {
 }
 
 fn child_row(id: &SessionId, identity: SubagentIdentity, activity: Activity, has_children: bool) -> SubagentListEntry {
-    SubagentListEntry::Child(ChildEntry { id: id.clone(), mode: identity.mode, activity, has_children })
+    SubagentListEntry::Child(ChildEntry {
+        id: id.clone(),
+        mode: identity.mode,
+        activity,
+        status: AgentStatus::Ready,
+        has_children,
+    })
+}
+
+/// A live child's row, with the agent status of the session it was resolved from.
+fn live_row(session: &Session, identity: SubagentIdentity, has_children: bool) -> SubagentListEntry {
+    SubagentListEntry::Child(ChildEntry {
+        id: session.id().clone(),
+        mode: identity.mode,
+        activity: Activity::Running,
+        status: AgentStatus::of_session(Some(session)),
+        has_children,
+    })
 }
 
 /// Rung 2: an identity from the checkpoint source, used only if it is non-null, passes the seq

@@ -5,8 +5,8 @@ use std::{collections::HashSet, sync::Arc};
 
 use serde_json::Value;
 use session_core::{
-    CreateOptions, HeaderField, HeaderMeta, JsonData, Oversized, Session, SessionEvent, SessionHeader, SessionId,
-    StoreError, TooLarge,
+    CreateOptions, HeaderField, HeaderMeta, JsonData, MAX_EVENT_BYTES, Oversized, Session, SessionEvent, SessionHeader,
+    SessionId, StoreError, TooLarge,
 };
 use session_persistence::{PageKey, PageRequest, PersistenceError, StoredHeader};
 use session_projection::{ProjectionUnit, Snapshot};
@@ -52,7 +52,9 @@ pub(super) fn live_summary(shared: &Shared, session: &Arc<Session>) -> SessionSu
     };
     let created_at = header.created_at as i64;
     let updated_at = metadata.and_then(|metadata| metadata.last_prompt_at).map_or(created_at, |at| at.max(created_at));
-    let mut row = SessionSummary::from_header(header, updated_at, session.has_open_turn(), blank);
+    // `running` as everywhere: the agent the live session stands in for is working.
+    let running = subagent::AgentStatus::of_session(Some(session)) == subagent::AgentStatus::Running;
+    let mut row = SessionSummary::from_header(header, updated_at, running, blank);
     if !snapshot.values.is_empty() {
         row.projections = Some(ProjectionsBlock { as_of_seq: snapshot.as_of_seq, values: snapshot.values });
     }
@@ -110,8 +112,35 @@ async fn probe_blank(shared: &Shared, stored: &StoredHeader, cancel: &Cancellati
     Some(metadata)
 }
 
+/// How many small cold logs `session.list` probes for blankness at once (the reference's batches
+/// of 16): the probes overlap their reads, and a listing holds at most this many logs.
+const COLD_PROBE_CONCURRENCY: usize = 16;
+
+/// The rows of `cold`, in order: each from its header and cached snapshot, with the blank probe
+/// of a small log (see [`cold_summary`]), in batches of [`COLD_PROBE_CONCURRENCY`] rows whose
+/// probes run at once.
+async fn cold_summaries(
+    shared: &Shared,
+    cold: &[StoredHeader],
+    snapshots: Vec<Option<Snapshot>>,
+    cancel: &CancellationToken,
+) -> Vec<SessionSummary> {
+    let mut rows = Vec::with_capacity(cold.len());
+    let mut snapshots = snapshots.into_iter();
+    for batch in cold.chunks(COLD_PROBE_CONCURRENCY) {
+        let mut summaries = Vec::with_capacity(batch.len());
+        for stored in batch {
+            summaries.push(cold_summary(shared, stored, snapshots.next().flatten(), cancel));
+        }
+        rows.extend(futures::future::join_all(summaries).await);
+    }
+    rows
+}
+
 /// `session.list` → `{items}`: live sessions folded from memory, cold ones from their headers and
-/// the checkpoint cache (no log reads), newest first.
+/// the checkpoint cache, newest first. The only log reads are the blank probes of small cold logs
+/// that no checkpoint says are non-blank (at most `cold_blank_probe_max_bytes` each, up to
+/// [`COLD_PROBE_CONCURRENCY`] at once).
 pub(super) async fn list(shared: &Shared, caller: &Caller, cancel: &CancellationToken) -> Result<Value, RpcError> {
     let mut rows = Vec::new();
     let mut live_ids = HashSet::new();
@@ -141,9 +170,7 @@ pub(super) async fn list(shared: &Shared, caller: &Caller, cancel: &Cancellation
             })
             .collect();
         let snapshots = cached_snapshots(shared, &cold).await;
-        for (stored, snapshot) in cold.iter().zip(snapshots) {
-            rows.push(cold_summary(shared, stored, snapshot, cancel).await);
-        }
+        rows.extend(cold_summaries(shared, &cold, snapshots, cancel).await);
     }
     rows.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.session_id.cmp(&b.session_id)));
     Ok(to_value(&SessionList { items: rows }))
@@ -217,12 +244,13 @@ pub(super) async fn list_page(
             Candidate::Live(_) => None,
         })
         .collect();
-    let mut snapshots = cached_snapshots(shared, &cold_headers).await.into_iter();
+    let snapshots = cached_snapshots(shared, &cold_headers).await;
+    let mut cold_rows = cold_summaries(shared, &cold_headers, snapshots, cancel).await.into_iter();
     let mut rows = Vec::with_capacity(candidates.len());
     for (_, candidate) in &candidates {
         rows.push(match candidate {
             Candidate::Live(session) => live_summary(shared, session),
-            Candidate::Cold(stored) => cold_summary(shared, stored, snapshots.next().flatten(), cancel).await,
+            Candidate::Cold(_) => cold_rows.next().expect("one cold row per cold candidate, in order"),
         });
     }
     Ok(to_value(&SessionListPage { items: rows, next_cursor: next.as_ref().map(encode_cursor) }))
@@ -586,9 +614,11 @@ fn append_batch(
     if let Some(fenced) = fenced(shared, session) {
         return Err(fenced);
     }
-    // One API append at a time, so `expectedSeq` holds for the whole batch.
-    let _serialized = shared.append_lock.lock();
-    let next = session.len();
+    // The session's own append order, held for the batch: `expectedSeq` holds for the whole of
+    // it, and the batch's events (with their folds and frames, which run inside each append)
+    // are not interleaved with another appender's. Other sessions append meanwhile.
+    let order = session.append_order();
+    let next = order.next_seq();
     if let Some(expected) = request.expected_seq
         && expected != next
     {
@@ -609,6 +639,20 @@ fn append_batch(
             first.get_or_insert(descriptor.seq);
             last = Some(descriptor.seq);
         }
+        if shared.config.max_event_bytes < MAX_EVENT_BYTES {
+            // A bound below the session's own: measured with the seq and time the event would
+            // get now (the session checks its own bound as it stamps the event).
+            let mut candidate =
+                SessionEvent::new(event.kind.as_str(), session.len(), session.clock().now_ms(), data.clone());
+            if let Some(surface) = &event.surface {
+                candidate.surface_op = Some(surface.op);
+                candidate.source_event_seqs = surface.source_event_seqs.clone().map(Vec::into_boxed_slice);
+            }
+            shared
+                .config
+                .check_event_size(&candidate)
+                .map_err(|too_large| rejected_as_too_large(idx, last, &too_large))?;
+        }
         match session.append_data(event.kind.as_str(), data, event.surface) {
             Ok(appended) => {
                 first.get_or_insert(appended.seq);
@@ -620,6 +664,7 @@ fn append_batch(
             Err(error) => return Err(rejected(idx, last, error.to_string())),
         }
     }
+    drop(order);
     Ok((first, last))
 }
 

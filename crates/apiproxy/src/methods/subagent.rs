@@ -62,12 +62,12 @@ fn wire_mode(mode: SubagentMode) -> subagent::SubagentMode {
     }
 }
 
-/// The wire row of a catalog entry, with the gateway's `activity`: `running` iff the child is
-/// live and inside an open turn.
-pub(crate) fn wire_entry(shared: &Shared, entry: &subagent::SubagentListEntry) -> SubagentListEntry {
+/// The wire row of a catalog entry, with the gateway's `activity`: `running` iff the catalog
+/// found the child's agent running (live and inside an open turn, `subagent::AgentStatus`).
+pub(crate) fn wire_entry(entry: &subagent::SubagentListEntry) -> SubagentListEntry {
     match entry {
         subagent::SubagentListEntry::Child(child) => {
-            let running = shared.store.get(&child.id).is_some_and(|session| session.has_open_turn());
+            let running = child.status == subagent::AgentStatus::Running;
             SubagentListEntry::Child {
                 id: child.id.to_string(),
                 mode: child.mode.mode().as_str(),
@@ -98,8 +98,7 @@ pub(super) async fn list(
         .await
         .map_err(|error| catalog_error(&error))?;
     let parent_available = shared.store.get(&parent).is_some_and(|session| caller.sees(session.header()));
-    let catalog =
-        SubagentCatalog { entries: entries.iter().map(|entry| wire_entry(shared, entry)).collect(), parent_available };
+    let catalog = SubagentCatalog { entries: entries.iter().map(wire_entry).collect(), parent_available };
     Ok(to_value(&catalog))
 }
 
@@ -234,14 +233,14 @@ pub(super) async fn spawn(
                 persona: None,
                 tool_filter: None,
             };
-            check_descriptor_size(&request, &Descriptor::Continuable(descriptor.clone()))?;
+            check_descriptor_size(shared, &request, &Descriptor::Continuable(descriptor.clone()))?;
             subagent::create_continuable_child(&shared.store, &parent, descriptor, options)
         }
         SubagentMode::OneShot => {
             let descriptor = OneShotDescriptor { provider, label: request.label.clone() };
             // A one-shot child's descriptor is appended later, at its first step: check it now,
             // so a child is never created whose descriptor could not be stored.
-            check_descriptor_size(&request, &Descriptor::OneShot(descriptor.clone()))?;
+            check_descriptor_size(shared, &request, &Descriptor::OneShot(descriptor.clone()))?;
             subagent::create_one_shot_child(&shared.store, &parent, descriptor, options).map(|child| {
                 let session = Arc::clone(child.session());
                 shared.pending_one_shots.lock().insert(session.id().clone(), Arc::new(child));
@@ -271,13 +270,18 @@ pub(super) async fn spawn(
     }
 }
 
-/// Refuses a spawn whose `subagent/descriptor` event would be over the event size bound, before
+/// Refuses a spawn whose `subagent/descriptor` event would be over the event size bound (the
+/// gateway's `max_event_bytes`, at most the session's own), before
 /// anything is created. The event is measured with the widest seq and time it could get; the
 /// issue names the longer of the caller's `label` and `provider`, which make up its size.
-fn check_descriptor_size(request: &SubagentSpawnRequest, descriptor: &Descriptor) -> Result<(), RpcError> {
+fn check_descriptor_size(
+    shared: &Shared,
+    request: &SubagentSpawnRequest,
+    descriptor: &Descriptor,
+) -> Result<(), RpcError> {
     let widest = -(MAX_SAFE_INTEGER as i64);
     let event = SessionEvent::new(subagent::DESCRIPTOR_EVENT, MAX_SAFE_INTEGER, widest, descriptor.to_data());
-    event.check_size().map_err(|too_large| {
+    shared.config.check_event_size(&event).map_err(|too_large| {
         let label_len = request.label.as_ref().map_or(0, String::len);
         let provider_len = request.provider.as_ref().map_or(0, String::len);
         let key = if label_len >= provider_len { "label" } else { "provider" };

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use apiproxy::{AccessConfig, ApiProxy, OwnerToken, ProxyConfig, ProxyParts, SessionStore};
 use serde_json::{Value, json};
-use session_core::{MAX_AGENT_PRESET_BYTES, MAX_CWD_BYTES, MAX_EVENT_BYTES, MAX_OWNER_BYTES, ManualClock};
+use session_core::{MAX_AGENT_PRESET_BYTES, MAX_CWD_BYTES, MAX_OWNER_BYTES, ManualClock};
 use session_projection::ProjectionRegistry;
 
 use crate::support::{Server, turn};
@@ -76,14 +76,15 @@ async fn fields_at_their_bounds_are_stored_and_read_back() {
     server.stop().await;
 }
 
-/// With a body limit above the event bound, an event over it is refused at its `data`, and a
-/// spawn whose descriptor would be over it creates no child.
+/// An event over the event bound is refused at its `data`, and a spawn whose descriptor would be
+/// over it creates no child. The gateway's bound is set small here, so the payloads are small;
+/// the session's own bound (the default) is checked the same way in session-core's tests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_event_or_descriptor_is_refused() {
-    let server =
-        Server::start_with(ProxyConfig { max_body_bytes: MAX_EVENT_BYTES + (8 << 20), ..ProxyConfig::default() }).await;
+    const LIMIT: usize = 4096;
+    let server = Server::start_with(ProxyConfig { max_event_bytes: LIMIT, ..ProxyConfig::default() }).await;
     server.ok(None, "session.create", json!({"sessionId": "s", "cwd": "/w"})).await;
-    let blob = "x".repeat(MAX_EVENT_BYTES);
+    let blob = "x".repeat(LIMIT);
     let events = json!([turn(1)[0], {"type": "request/context", "data": {"provider": blob}}]);
     let error = server.err(None, "session.append", json!({"sessionId": "s", "events": events}), "bad-request").await;
     let issues = error["details"]["issues"].as_array().unwrap();
@@ -91,7 +92,7 @@ async fn an_oversized_event_or_descriptor_is_refused() {
     assert_eq!((issues[0]["code"].as_str(), &issues[0]["path"]), (Some("too_big"), &json!(["events", 1, "data"])));
     let message = issues[0]["message"].as_str().unwrap();
     assert!(message.starts_with("session event \"request/context\" at seq 1 is "), "{message}");
-    assert!(message.ends_with(&format!("bytes, over the {MAX_EVENT_BYTES}-byte limit")), "{message}");
+    assert!(message.ends_with(&format!("bytes, over the {LIMIT}-byte limit")), "{message}");
     assert!(error["message"].as_str().unwrap().contains("events through seq 0 were appended"), "{error}");
     assert_eq!(server.store().list()[0].len(), 1, "only the event before the refused one was appended");
 

@@ -363,19 +363,26 @@ async fn cache_warm_and_the_background_backfill_write_the_missing_records() {
     fs::remove_dir_all(root.join(".projection-cache")).unwrap();
     let mut server = Command::new(env!("CARGO_BIN_EXE_apiproxy"))
         .args(["serve", "--store", &store, "--listen", "127.0.0.1:0"])
-        .env("APIPROXY_LOG", "warn")
+        .env("APIPROXY_LOG", "info")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let count = || fs::read_dir(&records).map_or(0, |entries| entries.count());
-    while count() < 6 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    // The backfill logs its end: wait for that line (bounded, so a server that never gets there
+    // fails the test instead of hanging it).
+    let log = server.stderr.take().unwrap();
+    let done = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(log)
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line.contains("projection cache backfill done"))
+    });
+    let finished = tokio::time::timeout(std::time::Duration::from_secs(60), done).await;
     server.kill().unwrap();
     server.wait().unwrap();
-    assert_eq!(count(), 6, "the server wrote every missing record");
+    assert!(matches!(finished, Ok(Ok(true))), "the server logs the end of its backfill: {finished:?}");
+    assert_eq!(fs::read_dir(&records).unwrap().count(), 6, "the server wrote every missing record");
 }
 
 /// Every file under `root` with its bytes, by path.

@@ -171,6 +171,8 @@ async fn acknowledged_durable_appends_survive_sigkill() {
         let kill_after = Duration::from_millis(rng.below(60));
         let pid = child.id().to_string();
         let killer = tokio::spawn(async move {
+            // A true delay, not a wait for an event: the kill lands at a random point of the
+            // client's appends, which is what this test explores.
             tokio::time::sleep(kill_after).await;
             let status = tokio::task::spawn_blocking(move || Command::new("kill").args(["-KILL", &pid]).status());
             assert!(status.await.unwrap().unwrap().success());

@@ -12,7 +12,7 @@ use std::{
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
     sync::Arc,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::{Value, json};
@@ -244,24 +244,26 @@ async fn view(root: &Path, compression: Compression) -> View {
 
 /// Runs the binary with `args`, killing it if it outlives [`RUN_BOUND`].
 fn run(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_apiproxy"))
+    let child = Command::new(env!("CARGO_BIN_EXE_apiproxy"))
         .args(args)
         .env_remove("APIPROXY_LOG")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("the binary runs");
-    let started = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if started.elapsed() > RUN_BOUND {
-            let _ = child.kill();
-            let output = child.wait_with_output().unwrap();
+    // Waits for the exit itself, on a thread, bounded so a hung run fails instead of hanging.
+    let pid = child.id().to_string();
+    let (exited, on_exit) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = exited.send(child.wait_with_output().unwrap());
+    });
+    match on_exit.recv_timeout(RUN_BOUND) {
+        Ok(output) => output,
+        Err(_) => {
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+            let output = on_exit.recv().unwrap();
             panic!("`apiproxy {}` hung: {output:?}", args.join(" "));
         }
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -220,4 +220,12 @@ fn empty_tokens_and_zero_limits_are_refused() {
     check(ProxyConfig { history_page_bytes: 0, ..ProxyConfig::default() }, positive);
     check(ProxyConfig { history_inflight_bytes: 0, ..ProxyConfig::default() }, positive);
     check(ProxyConfig { history_wait: Duration::ZERO, ..ProxyConfig::default() }, "every timeout must be positive");
+    let bound = session_core::MAX_EVENT_BYTES;
+    assert_eq!(ProxyConfig::default().max_event_bytes, bound, "the default is the session's own bound");
+    for refused in [0, bound + 1] {
+        check(
+            ProxyConfig { max_event_bytes: refused, ..ProxyConfig::default() },
+            &format!("max_event_bytes must be from 1 to {bound}, got {refused}"),
+        );
+    }
 }

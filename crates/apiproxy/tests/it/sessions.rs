@@ -261,3 +261,50 @@ async fn session_list_pages_on_request_and_is_unchanged_without_a_limit() {
         assert!(error["message"].as_str().unwrap().contains("session.list"), "{bad}: {error}");
     }
 }
+
+/// Appends are ordered per session: while one session's append is held inside a store observer
+/// (on the appending thread, with that session's append order held), another session's append
+/// goes through. Under one gateway-wide lock the second append would wait for the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_sessions_blocked_append_does_not_block_anothers() {
+    use std::sync::{Arc, Mutex, mpsc};
+
+    use apiproxy::SessionStore;
+    use session_core::StoreEvent;
+
+    let server = Arc::new(Server::start().await);
+    server.ok(None, "session.create", json!({"sessionId": "held"})).await;
+    server.ok(None, "session.create", json!({"sessionId": "free"})).await;
+    let (entered, mut on_enter) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (release, on_release) = mpsc::channel::<()>();
+    let on_release = Mutex::new(on_release);
+    let store: &Arc<SessionStore> = server.store();
+    let hook = store.add_observer(Arc::new(move |event: &StoreEvent<'_>| {
+        if let StoreEvent::Event(session, event) = event
+            && session.id().as_str() == "held"
+            && event.kind == "turn/start"
+        {
+            let _ = entered.send(());
+            // Blocks this appending thread until the test lets it go. The thread is a runtime
+            // worker: `block_in_place` hands its queued tasks to another worker meanwhile.
+            tokio::task::block_in_place(|| {
+                let _ = on_release.lock().unwrap().recv();
+            });
+        }
+        Ok(())
+    }));
+    let held = {
+        let server = Arc::clone(&server);
+        tokio::spawn(async move {
+            server.ok(None, "session.append", json!({"sessionId": "held", "expectedSeq": 0, "events": turn(1)})).await
+        })
+    };
+    on_enter.recv().await.expect("the held append reaches the hook");
+    let free =
+        server.ok(None, "session.append", json!({"sessionId": "free", "expectedSeq": 0, "events": turn(1)})).await;
+    assert_eq!((free["firstSeq"].clone(), free["lastSeq"].clone()), (json!(0), json!(5)));
+    release.send(()).unwrap();
+    let held = held.await.unwrap();
+    assert_eq!((held["firstSeq"].clone(), held["lastSeq"].clone()), (json!(0), json!(5)));
+    server.store().remove_observer(hook);
+}

@@ -358,3 +358,32 @@ fn create_refuses_an_oversized_header_field() {
     let too_large = err.too_large().expect("a typed size error");
     assert_eq!(too_large.what, crate::Oversized::Header(crate::HeaderField::Cwd));
 }
+
+#[test]
+fn a_held_append_order_keeps_other_threads_out_of_the_batch() {
+    let session = detached("ordered");
+    let other = detached("other");
+    let order = session.append_order();
+    assert_eq!(order.next_seq(), 0);
+    let (started, on_start) = std::sync::mpsc::channel();
+    let appender = {
+        let session = Arc::clone(&session);
+        std::thread::spawn(move || {
+            started.send(()).unwrap();
+            append(&session, "plugin/note", json!({"from": "the other thread"})).seq
+        })
+    };
+    // Another session's appends do not wait for this one's order.
+    let elsewhere = {
+        let other = Arc::clone(&other);
+        std::thread::spawn(move || append(&other, "plugin/note", json!({"n": 0})).seq)
+    };
+    assert_eq!(elsewhere.join().unwrap(), 0);
+    on_start.recv().unwrap();
+    // The holder's own appends go through the held (re-entrant) lock, at the positions it checked.
+    assert_eq!(append(&session, "plugin/note", json!({"n": 1})).seq, 0);
+    assert_eq!(append(&session, "plugin/note", json!({"n": 2})).seq, 1);
+    assert_eq!(order.next_seq(), 2);
+    drop(order);
+    assert_eq!(appender.join().unwrap(), 2, "the other thread's append comes after the whole batch");
+}

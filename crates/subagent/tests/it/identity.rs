@@ -128,12 +128,15 @@ fn list_rows_have_the_reference_wire_shape() {
         id: id("a"),
         mode: ChildMode::OneShot { label: None },
         activity: Activity::Running,
+        // Not part of the JSON: a row read back is `Ready`.
+        status: subagent::AgentStatus::Ready,
         has_children: true,
     });
     let continuable = SubagentListEntry::Child(ChildEntry {
         id: id("b"),
         mode: ChildMode::Continuable { label: "l".to_owned() },
         activity: Activity::Inactive,
+        status: subagent::AgentStatus::Ready,
         has_children: false,
     });
     let diagnostic = SubagentListEntry::Diagnostic(subagent::DiagnosticEntry {
