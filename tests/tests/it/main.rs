@@ -2,6 +2,6 @@
 
 mod crash;
 mod listing;
-mod power_loss;
 mod listing_matrix;
+mod power_loss;
 mod sqlite_reference;

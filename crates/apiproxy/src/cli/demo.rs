@@ -133,18 +133,7 @@ async fn live(proxy: &ApiProxy, persistence: &dyn SessionPersistence, id: &str) 
         return Ok(session);
     }
     let loaded = persistence.load(&id, &CancellationToken::new()).await?;
-    let header = &loaded.header;
-    let meta = HeaderMeta {
-        cwd: header.cwd.clone(),
-        parent_session: header.parent_session.clone(),
-        created_at: Some(header.created_at),
-        seed_length: header.seed_length,
-        origin: header.origin,
-        delegation_depth: header.delegation_depth,
-        agent_preset: header.agent_preset.clone(),
-        owner: header.owner.clone(),
-    };
-    match proxy.store().create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }) {
+    match proxy.store().create(Some(id.clone()), CreateOptions::resume(&loaded.header, loaded.events.to_vec())) {
         Ok(session) => Ok(session),
         Err(StoreError::AlreadyExists { .. }) => {
             proxy.store().get(&id).ok_or_else(|| other_error("the session vanished"))
@@ -160,7 +149,7 @@ pub(crate) async fn seed(proxy: &ApiProxy, persistence: &dyn SessionPersistence)
     let store = proxy.store();
     if !exists(proxy, persistence, DEMO_PARENT).await? {
         let cwd = proxy.config().default_cwd.clone();
-        let meta = session_core::HeaderMeta { cwd: Some(cwd), ..session_core::HeaderMeta::default() };
+        let meta = HeaderMeta { cwd: Some(cwd), ..HeaderMeta::default() };
         let parent = store
             .create(Some(SessionId::from(DEMO_PARENT)), session_core::CreateOptions { seed: None, meta })
             .map_err(other_error)?;
