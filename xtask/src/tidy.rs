@@ -84,7 +84,7 @@ fn dependency_edges_match_architecture_md() {
 }
 
 /// Test-only crates: other crates may reach them through `[dev-dependencies]` only.
-const TEST_ONLY: &[&str] = &["projection-testkit", "persistence-testkit"];
+const TEST_ONLY: &[&str] = &["projection-testkit", "persistence-testkit", "subagent-testkit"];
 
 #[test]
 fn test_only_crates_are_dev_dependencies_only() {
@@ -217,8 +217,9 @@ fn the_hop_to_the_blocking_pool_has_one_home() {
         // they need to.
         let library =
             path_text.starts_with("crates/") && path_text.contains("/src/") || path_text.starts_with("examples/");
-        let test_only =
-            ["crates/persistence-testkit/", "crates/projection-testkit/"].iter().any(|dir| path_text.starts_with(dir));
+        let test_only = ["crates/persistence-testkit/", "crates/projection-testkit/", "crates/subagent-testkit/"]
+            .iter()
+            .any(|dir| path_text.starts_with(dir));
         if !library || test_only || Path::new(&path_text) == home {
             continue;
         }

@@ -9,10 +9,12 @@
 
 mod calendar;
 mod cli {
-    //! The binary's own modules: the store operations of its commands and the demo store.
+    //! The binary's own modules: the store operations of its commands, the demo store and its
+    //! turns.
 
     pub(crate) mod demo;
     pub(crate) mod ops;
+    pub(crate) mod turns;
 }
 
 use std::{

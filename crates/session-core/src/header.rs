@@ -110,6 +110,24 @@ pub struct HeaderMeta {
     pub owner: Option<String>,
 }
 
+/// A stored header's fields as creation metadata, `createdAt` included, so that
+/// [`SessionHeader::from_meta`] rebuilds the very header (a resume creates the live session of a
+/// stored one this way; see [`CreateOptions::resume`](crate::CreateOptions::resume)).
+impl From<&SessionHeader> for HeaderMeta {
+    fn from(header: &SessionHeader) -> HeaderMeta {
+        HeaderMeta {
+            cwd: header.cwd.clone(),
+            parent_session: header.parent_session.clone(),
+            created_at: Some(header.created_at),
+            seed_length: header.seed_length,
+            origin: header.origin,
+            delegation_depth: header.delegation_depth,
+            agent_preset: header.agent_preset.clone(),
+            owner: header.owner.clone(),
+        }
+    }
+}
+
 impl SessionHeader {
     /// A minimal version-0 header.
     pub fn new(id: SessionId, created_at: u64) -> SessionHeader {
@@ -349,6 +367,24 @@ mod tests {
         let id = SessionId::from("s-1");
         let actual = SessionHeader::from_json(&value, &id).map(|_| ()).map_err(|err| err.message);
         assert_eq!(actual, expected.map_err(str::to_owned), "{value}");
+    }
+
+    /// A header's metadata rebuilds the header, whatever the store's clock reads.
+    #[test]
+    fn header_meta_from_a_header_rebuilds_it() {
+        let mut header = SessionHeader::new(SessionId::from("s-1"), 5);
+        header.cwd = Some("/work".to_owned());
+        header.parent_session = Some(SessionId::from("p"));
+        header.seed_length = Some(3);
+        header.origin = Some(Origin::Subagent);
+        header.delegation_depth = 2;
+        header.agent_preset = Some("preset".to_owned());
+        header.owner = Some("owner".to_owned());
+        let meta = HeaderMeta::from(&header);
+        assert_eq!(meta.created_at, Some(5));
+        assert_eq!(SessionHeader::from_meta(header.id.clone(), meta, 99), header);
+        let plain = SessionHeader::new(SessionId::from("s-2"), 7);
+        assert_eq!(SessionHeader::from_meta(plain.id.clone(), HeaderMeta::from(&plain), 99), plain);
     }
 
     #[test]

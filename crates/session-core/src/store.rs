@@ -104,6 +104,16 @@ pub struct CreateOptions {
     pub meta: HeaderMeta,
 }
 
+impl CreateOptions {
+    /// The options that make a stored session live again: its stored `header`'s metadata
+    /// ([`HeaderMeta::from`], `createdAt` and `seedLength` passed back, never recomputed) and its
+    /// stored `events` as the seed, so the live session continues the stored log. (A stored log
+    /// without events is seeded with `Some(vec![])`, as a resume always was.)
+    pub fn resume(header: &SessionHeader, events: Vec<Arc<SessionEvent>>) -> CreateOptions {
+        CreateOptions { seed: Some(events), meta: HeaderMeta::from(header) }
+    }
+}
+
 /// The registry of live sessions. Share it as `Arc<SessionStore>`.
 pub struct SessionStore {
     shared: Arc<StoreShared>,

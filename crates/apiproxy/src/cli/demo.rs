@@ -12,8 +12,10 @@
 use std::{sync::Arc, time::Duration};
 
 use apiproxy::{ApiProxy, ProxyError};
-use serde_json::{Value, json};
+use serde_json::json;
 use session_core::{CreateOptions, HeaderMeta, Session, SessionError, SessionId, StoreError, SurfaceIntent};
+
+use super::turns::{append_turn, assistant_message, user_message};
 use session_persistence::{PersistenceError, SessionPersistence};
 use subagent::{ChildOptions, ContinuableDescriptor, OneShotDescriptor};
 use tokio::task::JoinHandle;
@@ -42,43 +44,6 @@ fn session_error(error: SessionError) -> ProxyError {
 
 fn other_error(error: impl std::fmt::Display) -> ProxyError {
     ProxyError::Session { message: format!("seeding the demo failed: {error}") }
-}
-
-/// A `user/message` payload from a human.
-pub(crate) fn user_message(id: &str, text: &str) -> Value {
-    json!({"id": id, "role": "user", "source": {"kind": "user"}, "content": [{"type": "text", "text": text}]})
-}
-
-/// An `assistant/message` payload from the demo model.
-pub(crate) fn assistant_message(turn: u64, step: u64, id: &str, text: &str) -> Value {
-    json!({
-        "turn": turn,
-        "step": step,
-        "message": {
-            "id": id,
-            "role": "assistant",
-            "source": {"kind": "model", "provider": "demo", "model": "scripted-1"},
-            "content": [{"type": "text", "text": text}],
-        },
-    })
-}
-
-/// Appends one complete turn: a prompt, streamed chunks, the answer.
-pub(crate) fn append_turn(session: &Session, turn: u64, prompt: &str, answer: &str) -> Result<(), SessionError> {
-    let id = session.id();
-    session.append("turn/start", &json!({"turn": turn}), None)?;
-    session.append("user/message", &user_message(&format!("{id}-u{turn}"), prompt), Some(SurfaceIntent::append()))?;
-    session.append("step/start", &json!({"turn": turn, "step": 1}), None)?;
-    let mut chunks = Vec::new();
-    for word in answer.split_inclusive(' ') {
-        let chunk = json!({"turn": turn, "step": 1, "chunk": {"type": "text-delta", "delta": word}});
-        chunks.push(session.append("assistant/chunk", &chunk, None)?.seq);
-    }
-    let message = assistant_message(turn, 1, &format!("{id}-a{turn}"), answer);
-    session.append("assistant/message", &message, Some(SurfaceIntent::append().with_sources(chunks)))?;
-    session.append("step/end", &json!({"turn": turn, "step": 1}), None)?;
-    session.append("turn/end", &json!({"turn": turn, "reason": {"kind": "completed"}}), None)?;
-    Ok(())
 }
 
 /// A running demo: the live child's appender. Dropping it stops nothing; call [`Demo::stop`].
@@ -133,18 +98,7 @@ async fn live(proxy: &ApiProxy, persistence: &dyn SessionPersistence, id: &str) 
         return Ok(session);
     }
     let loaded = persistence.load(&id, &CancellationToken::new()).await?;
-    let header = &loaded.header;
-    let meta = HeaderMeta {
-        cwd: header.cwd.clone(),
-        parent_session: header.parent_session.clone(),
-        created_at: Some(header.created_at),
-        seed_length: header.seed_length,
-        origin: header.origin,
-        delegation_depth: header.delegation_depth,
-        agent_preset: header.agent_preset.clone(),
-        owner: header.owner.clone(),
-    };
-    match proxy.store().create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }) {
+    match proxy.store().create(Some(id.clone()), CreateOptions::resume(&loaded.header, loaded.events.to_vec())) {
         Ok(session) => Ok(session),
         Err(StoreError::AlreadyExists { .. }) => {
             proxy.store().get(&id).ok_or_else(|| other_error("the session vanished"))
@@ -160,7 +114,7 @@ pub(crate) async fn seed(proxy: &ApiProxy, persistence: &dyn SessionPersistence)
     let store = proxy.store();
     if !exists(proxy, persistence, DEMO_PARENT).await? {
         let cwd = proxy.config().default_cwd.clone();
-        let meta = session_core::HeaderMeta { cwd: Some(cwd), ..session_core::HeaderMeta::default() };
+        let meta = HeaderMeta { cwd: Some(cwd), ..HeaderMeta::default() };
         let parent = store
             .create(Some(SessionId::from(DEMO_PARENT)), session_core::CreateOptions { seed: None, meta })
             .map_err(other_error)?;

@@ -351,18 +351,7 @@ async fn resume(shared: &Shared, id: &SessionId, cancel: &CancellationToken) -> 
         }
         Err(error) => return Err(failed(&error)),
     };
-    let header = &loaded.header;
-    let meta = HeaderMeta {
-        cwd: header.cwd.clone(),
-        parent_session: header.parent_session.clone(),
-        created_at: Some(header.created_at),
-        seed_length: header.seed_length,
-        origin: header.origin,
-        delegation_depth: header.delegation_depth,
-        agent_preset: header.agent_preset.clone(),
-        owner: header.owner.clone(),
-    };
-    match shared.store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }) {
+    match shared.store.create(Some(id.clone()), CreateOptions::resume(&loaded.header, loaded.events.to_vec())) {
         Ok(session) => Ok(session),
         // Someone resumed it first: that live session is the one.
         Err(StoreError::AlreadyExists { .. }) => shared.store.get(id).ok_or_else(|| failed(&"the session vanished")),

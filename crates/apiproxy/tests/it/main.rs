@@ -19,4 +19,6 @@ mod sqlite_store;
 mod streams;
 mod subagents;
 mod support;
+// The demo's turns, compiled here too, so the tests' stores hold the turns the demo writes.
+#[path = "../../src/cli/turns.rs"]
 mod turns;

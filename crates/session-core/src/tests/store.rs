@@ -38,6 +38,28 @@ fn ids_are_minted_per_store_skipping_live_ones() {
     assert!(store.get(&id("session-9")).is_none());
 }
 
+/// `CreateOptions::resume` makes a stored session live again with its very header and events.
+#[test]
+fn a_resumed_session_keeps_its_stored_header_and_events() {
+    let first = super::store();
+    let meta = HeaderMeta {
+        cwd: Some("/work".to_owned()),
+        created_at: Some(7),
+        delegation_depth: 1,
+        owner: Some("owner".to_owned()),
+        ..HeaderMeta::default()
+    };
+    let stored = first.create(Some(id("s")), CreateOptions { seed: None, meta }).unwrap();
+    super::closed_turn(&stored, 1, "hello");
+    let (header, events) = (stored.header().clone(), stored.events().to_vec());
+    first.detach(stored.id()).unwrap();
+
+    let second = super::store();
+    let resumed = second.create(Some(id("s")), CreateOptions::resume(&header, events.clone())).unwrap();
+    assert_eq!(resumed.header(), &header);
+    assert_eq!(&resumed.events()[..events.len()], &events[..]);
+}
+
 fn store_with_nothing() -> SessionStore {
     super::store()
 }

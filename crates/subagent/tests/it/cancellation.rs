@@ -2,29 +2,11 @@
 //! observed abort fails the listing with `CANCELLED` (`subagent listing was cancelled`), a
 //! backend's own cancellation error never escapes, and reads still in flight are aborted.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use serde_json::json;
-use subagent::{SubagentError, SubagentRuntime};
-use tokio_util::sync::CancellationToken;
 
 use crate::support::*;
-
-fn assert_cancelled<T: std::fmt::Debug>(result: Result<T, SubagentError>) {
-    match result {
-        Err(error) => {
-            assert!(matches!(error, SubagentError::ListingCancelled), "{error:?}");
-            assert_eq!(error.code().unwrap().as_str(), "CANCELLED");
-            assert_eq!(error.to_string(), "subagent listing was cancelled");
-        }
-        Ok(value) => panic!("expected CANCELLED, got {value:?}"),
-    }
-}
-
-async fn two_cold_children(h: &Harness) {
-    h.author(created(child_header("a", "p"), 1), child_events(continuable("a"))).await;
-    h.author(created(child_header("b", "p"), 2), child_events(continuable("b"))).await;
-}
 
 /// (d): a cancellation observed after the cache rung, before the read.
 #[test]
@@ -90,11 +72,4 @@ fn one_cancelled_read_aborts_the_others() {
         assert_cancelled(listing.await.unwrap());
         assert!(h.persistence.token_of("b").unwrap().is_cancelled());
     });
-}
-
-fn spawn_children(
-    runtime: Arc<SubagentRuntime>,
-    cancel: CancellationToken,
-) -> tokio::task::JoinHandle<Result<Vec<subagent::SubagentListEntry>, SubagentError>> {
-    tokio::spawn(async move { runtime.list_children(&id("p"), &cancel).await })
 }

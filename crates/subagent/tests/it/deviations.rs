@@ -10,10 +10,6 @@ use subagent::{SubagentRuntime, SubagentServices};
 
 use crate::support::*;
 
-fn row(id: &str, label: &str, activity: &str) -> serde_json::Value {
-    json!({"kind": "child", "id": id, "mode": "continuable", "label": label, "activity": activity, "hasChildren": false})
-}
-
 /// Deviation 3: A live and a persisted header of one id that disagree: the live record wins wholesale,
 /// unnoticed.
 #[test]
@@ -36,7 +32,7 @@ fn three_a_live_header_wins_over_a_conflicting_persisted_one() {
             async move { serde_json::to_value(runtime.list_children(&id(parent), &token()).await.unwrap()).unwrap() }
         };
         assert_eq!(listed("persisted-parent").await, json!([]));
-        assert_eq!(listed("live-parent").await, json!([row("c", "from memory", "running")]));
+        assert_eq!(listed("live-parent").await, json!([continuable_row("c", "from memory", "running")]));
         assert_eq!(h.reads("c"), 0);
     });
 }
@@ -80,11 +76,11 @@ fn six_a_stale_record_keeps_serving_the_first_own_identity() {
         events.push(descriptor_event(4, continuable("second")));
         h.author(header, events).await;
 
-        assert_eq!(h.list_json("p").await, json!([row("c", "first", "inactive")]));
+        assert_eq!(h.list_json("p").await, json!([continuable_row("c", "first", "inactive")]));
         assert_eq!(h.reads("c"), 0);
         let refold = h.runtime_with_cache(None);
         let rows = refold.list_children(&id("p"), &token()).await.unwrap();
-        assert_eq!(serde_json::to_value(rows).unwrap(), json!([row("c", "second", "inactive")]));
+        assert_eq!(serde_json::to_value(rows).unwrap(), json!([continuable_row("c", "second", "inactive")]));
         assert_eq!(h.reads("c"), 1);
     });
 }

@@ -9,16 +9,12 @@ use subagent::{LIST_AGENTS_DESCRIPTION, ListAgentsTool, SubagentRuntime, Subagen
 
 use crate::support::*;
 
-fn tool(h: &Harness) -> ListAgentsTool {
-    ListAgentsTool::with_live_status(h.runtime.clone())
-}
-
 /// (1, 6) Name, the single optional `scope` parameter, the description, and the output schema.
 #[test]
 fn the_tool_schema() {
     runtime().block_on(async {
         let h = Harness::new(NO_CACHE[0]);
-        let tool = tool(&h);
+        let tool = h.list_agents_tool();
         assert_eq!(tool.name(), "list_agents");
         assert_eq!(
             tool.parameters(),
@@ -48,7 +44,7 @@ fn the_tool_schema() {
 fn no_subagents() {
     run_each(&NO_CACHE, async |h| {
         h.parent("p");
-        let outcome = tool(h).execute(Some(&id("p")), &json!({}), &token()).await;
+        let outcome = h.list_agents_tool().execute(Some(&id("p")), &json!({}), &token()).await;
         assert!(!outcome.is_error);
         expect!["(no subagents)"].assert_eq(&outcome.text);
         assert_eq!(outcome.rows, Some(vec![]));
@@ -63,7 +59,7 @@ fn the_call_token_is_forwarded_to_the_listing() {
         let cancel = token();
         cancel.cancel();
         for arguments in [json!({}), json!({"scope": "children"}), json!({"scope": "descendants"}), Value::Null] {
-            let outcome = tool(h).execute(Some(&id("p")), &arguments, &cancel).await;
+            let outcome = h.list_agents_tool().execute(Some(&id("p")), &arguments, &cancel).await;
             assert!(outcome.is_error);
             assert_eq!(outcome.text, "Error: subagent listing was cancelled");
             let info = outcome.error.unwrap();
@@ -77,11 +73,11 @@ fn the_call_token_is_forwarded_to_the_listing() {
 #[test]
 fn a_call_without_a_calling_agent_is_an_error() {
     run_each(&NO_CACHE, async |h| {
-        let outcome = tool(h).execute(None, &json!({}), &token()).await;
+        let outcome = h.list_agents_tool().execute(None, &json!({}), &token()).await;
         assert!(outcome.is_error);
         assert!(outcome.text.contains("requires a calling agent"));
         expect!["Error: list_agents requires a calling agent (exec.agent was undefined)"].assert_eq(&outcome.text);
-        let bad = tool(h).execute(Some(&id("p")), &json!({"scope": "everything"}), &token()).await;
+        let bad = h.list_agents_tool().execute(Some(&id("p")), &json!({"scope": "everything"}), &token()).await;
         assert!(bad.is_error);
         expect![[r#"Error: list_agents arguments are invalid: scope must be "children" or "descendants""#]]
             .assert_eq(&bad.text);

@@ -5,25 +5,11 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use session_core::{ManualClock, SessionHeader, SessionStore};
+use session_core::{ManualClock, SessionStore};
 use session_projection::ProjectionRegistry;
 use subagent::{SubagentError, SubagentRuntime, SubagentServices};
 
 use crate::support::*;
-
-fn child(id: &str, mode: &str, label: Option<&str>, activity: &str, has_children: bool) -> Value {
-    let mut row = json!({"kind": "child", "id": id, "mode": mode});
-    if let Some(label) = label {
-        row["label"] = json!(label);
-    }
-    row["activity"] = json!(activity);
-    row["hasChildren"] = json!(has_children);
-    row
-}
-
-fn diagnostic(id: &str, reason: &str) -> Value {
-    json!({"kind": "diagnostic", "id": id, "reason": reason})
-}
 
 /// Case 1: a live-only deployment (store, registry and service; no persistence, no agents) lists
 /// a live child.
@@ -115,24 +101,6 @@ fn a_cached_own_identity_is_used_without_a_read() {
         assert_eq!(h.reads("c"), 0);
         assert_eq!(stub.calls(), 1);
     });
-}
-
-/// A fork child: inherited descriptor at seq 2, `session/end-seed` at 4 (`seedLength` 4), own
-/// descriptor at 5.
-fn fork_child_events(ancestor: &str, own: Option<&str>) -> Vec<Arc<session_core::SessionEvent>> {
-    let mut events = child_events(continuable(ancestor));
-    events.push(ev("session/end-seed", 4, json!({})));
-    if let Some(own) = own {
-        events.push(descriptor_event(5, continuable(own)));
-        events.extend(stored_turn(6, 2));
-    }
-    events
-}
-
-fn fork_child_header(child: &str, parent: &str) -> SessionHeader {
-    let mut header = child_header(child, parent);
-    header.seed_length = Some(4);
-    header
 }
 
 /// Case 15: a cached identity from the fork seed (seq 2 < seedLength 4) fails the gate; the

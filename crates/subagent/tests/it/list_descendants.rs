@@ -2,31 +2,11 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use session_core::{CreateOptions, HeaderMeta};
 use subagent::{SubagentRuntime, SubagentServices};
 
 use crate::support::*;
-
-fn child_at(
-    id: &str,
-    mode: &str,
-    label: Option<&str>,
-    activity: &str,
-    has_children: bool,
-    parent: &str,
-    depth: u64,
-) -> Value {
-    let mut row = json!({"kind": "child", "id": id, "mode": mode});
-    if let Some(label) = label {
-        row["label"] = json!(label);
-    }
-    row["activity"] = json!(activity);
-    row["hasChildren"] = json!(has_children);
-    row["parentId"] = json!(parent);
-    row["depth"] = json!(depth);
-    row
-}
 
 /// Case 47: a 10,000-deep chain of ordinary live sessions ending in a live subagent leaf: one
 /// row at depth 10,000, no stack exhaustion.

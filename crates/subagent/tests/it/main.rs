@@ -1,6 +1,7 @@
 //! Integration tests of the subagent crate, over the real JSONL backend (raw and zstd, in temp
 //! dirs), with and without the projection cache. Reads are counted by an instrumented persistence
-//! wrapper ([`support::Counting`]) so the listing's cost model is asserted, not assumed.
+//! wrapper (`subagent_testkit::Counting`, which the e2e listing matrix shares) so the listing's
+//! cost model is asserted, not assumed.
 
 mod cancellation;
 mod concurrency;

@@ -2,35 +2,7 @@
 //! observed abort fails the listing with `CANCELLED` (`subagent listing was cancelled`), a
 //! backend's own cancellation error never escapes, and reads still in flight are aborted.
 
-use std::sync::Arc;
-
-use subagent::{SubagentError, SubagentRuntime};
-use tokio_util::sync::CancellationToken;
-
 use super::support::*;
-
-fn assert_cancelled<T: std::fmt::Debug>(result: Result<T, SubagentError>) {
-    match result {
-        Err(error) => {
-            assert!(matches!(error, SubagentError::ListingCancelled), "{error:?}");
-            assert_eq!(error.code().unwrap().as_str(), "CANCELLED");
-            assert_eq!(error.to_string(), "subagent listing was cancelled");
-        }
-        Ok(value) => panic!("expected CANCELLED, got {value:?}"),
-    }
-}
-
-async fn two_cold_children(h: &Harness) {
-    h.author(created(child_header("a", "p"), 1), child_events(continuable("a"))).await;
-    h.author(created(child_header("b", "p"), 2), child_events(continuable("b"))).await;
-}
-
-fn spawn_children(
-    runtime: Arc<SubagentRuntime>,
-    cancel: CancellationToken,
-) -> tokio::task::JoinHandle<Result<Vec<subagent::SubagentListEntry>, SubagentError>> {
-    tokio::spawn(async move { runtime.list_children(&id("p"), &cancel).await })
-}
 
 /// (a), cases 36 and 52: a token cancelled before the call performs no read at all, even with a
 /// persistence listing rigged to fail.

@@ -4,9 +4,6 @@ use serde_json::json;
 
 use super::support::*;
 
-fn row(id: &str, label: &str, activity: &str) -> serde_json::Value {
-    json!({"kind": "child", "id": id, "mode": "continuable", "label": label, "activity": activity, "hasChildren": false})
-}
 /// Deviation 1: A fork child that died in its publication window, with an ancestor descriptor in its
 /// seed, lists under the ancestor's identity; resume still refuses it (own-suffix fold).
 #[test]
@@ -18,7 +15,7 @@ fn one_stillborn_fork_lists_under_its_ancestor_but_cannot_resume() {
         let mut events = child_events(continuable("ancestor label"));
         events.push(ev("session/end-seed", 4, json!({})));
         h.author(header, events).await;
-        assert_eq!(h.list_json("p").await, json!([row("stillborn", "ancestor label", "inactive")]));
+        assert_eq!(h.list_json("p").await, json!([continuable_row("stillborn", "ancestor label", "inactive")]));
         assert_code(h.runtime.authorize_resume(&parent, &id("stillborn"), &token()).await, "NOT_RESUMABLE");
     });
 }

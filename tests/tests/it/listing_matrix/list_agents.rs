@@ -20,10 +20,6 @@ impl AgentStatusSource for FixedStatus {
     }
 }
 
-fn tool(h: &Harness) -> ListAgentsTool {
-    ListAgentsTool::with_live_status(h.runtime.clone())
-}
-
 async fn text(tool: &ListAgentsTool, caller: &str, arguments: Value) -> String {
     let outcome = tool.execute(Some(&id(caller)), &arguments, &token()).await;
     assert!(!outcome.is_error, "{}", outcome.text);
@@ -78,7 +74,7 @@ fn a_settled_continuable_renders_ready() {
         h.clock.set(3_000);
         h.start_continuable(&parent, "33333333-3333-4333-8333-333333333333", "summarize the doc").await;
         expect!["33333333-3333-4333-8333-333333333333 [ready] — summarize the doc"]
-            .assert_eq(&text(&tool(h), "p", json!({})).await);
+            .assert_eq(&text(&h.list_agents_tool(), "p", json!({})).await);
     });
 }
 
@@ -109,8 +105,8 @@ fn a_live_tree_renders_positions_and_default_status() {
         expect![[r#"
             child [idle] parent=parent depth=1 — waiting branch
             grandchild [running] parent=child depth=2 — nested leaf"#]]
-        .assert_eq(&text(&tool(h), "parent", json!({"scope": "descendants"})).await);
-        expect!["child [idle] — waiting branch"].assert_eq(&text(&tool(h), "parent", json!({})).await);
+        .assert_eq(&text(&h.list_agents_tool(), "parent", json!({"scope": "descendants"})).await);
+        expect!["child [idle] — waiting branch"].assert_eq(&text(&h.list_agents_tool(), "parent", json!({})).await);
     });
 }
 
@@ -123,7 +119,7 @@ fn descendants_render_through_one_shot_intermediates() {
         h.author(created(child_header("deep-leaf", "one-shot-mid"), 2), child_events(continuable("deep leaf"))).await;
         h.author(created(child_header("broken-node", "p"), 3), child_events(continuable("unreadable"))).await;
         h.persistence.set_read_fault("broken-node", Some(ReadFault::Fail));
-        let outcome = tool(h).execute(Some(&id("p")), &json!({"scope": "descendants"}), &token()).await;
+        let outcome = h.list_agents_tool().execute(Some(&id("p")), &json!({"scope": "descendants"}), &token()).await;
         assert!(!outcome.is_error, "diagnostics are not errors");
         expect![[r#"
             deep-leaf [ready] parent=one-shot-mid depth=2 — deep leaf
@@ -145,7 +141,7 @@ fn descriptorless_debris_renders_as_a_corrupt_diagnostic() {
         ];
         let header = created(child_header("subagent-diagnostic-child", "subagent-diagnostic-parent"), 2);
         h.author(header, events).await;
-        let outcome = tool(h).execute(Some(&id("subagent-diagnostic-parent")), &json!({}), &token()).await;
+        let outcome = h.list_agents_tool().execute(Some(&id("subagent-diagnostic-parent")), &json!({}), &token()).await;
         assert!(!outcome.is_error);
         expect!["subagent-diagnostic-child [diagnostic: corrupt]"].assert_eq(&outcome.text);
     });

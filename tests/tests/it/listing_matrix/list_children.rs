@@ -10,38 +10,6 @@ use subagent::SubagentError;
 
 use super::support::*;
 
-fn child(id: &str, mode: &str, label: Option<&str>, activity: &str, has_children: bool) -> Value {
-    let mut row = json!({"kind": "child", "id": id, "mode": mode});
-    if let Some(label) = label {
-        row["label"] = json!(label);
-    }
-    row["activity"] = json!(activity);
-    row["hasChildren"] = json!(has_children);
-    row
-}
-
-fn diagnostic(id: &str, reason: &str) -> Value {
-    json!({"kind": "diagnostic", "id": id, "reason": reason})
-}
-
-/// A fork child: inherited descriptor at seq 2, `session/end-seed` at 4 (`seedLength` 4), own
-/// descriptor at 5.
-fn fork_child_events(ancestor: &str, own: Option<&str>) -> Vec<Arc<session_core::SessionEvent>> {
-    let mut events = child_events(continuable(ancestor));
-    events.push(ev("session/end-seed", 4, json!({})));
-    if let Some(own) = own {
-        events.push(descriptor_event(5, continuable(own)));
-        events.extend(stored_turn(6, 2));
-    }
-    events
-}
-
-fn fork_child_header(child: &str, parent: &str) -> SessionHeader {
-    let mut header = child_header(child, parent);
-    header.seed_length = Some(4);
-    header
-}
-
 /// Cases 23 and 24: the hostile-unit probe. A foreign unit failing on one child's log makes that
 /// child corrupt on the cold path and on the live path (even though it is running); siblings and
 /// the listing are unaffected. Three kinds of failure: a view that detonates, an apply error, a

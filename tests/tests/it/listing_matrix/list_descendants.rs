@@ -1,32 +1,8 @@
 //! `list_descendants`: reference 03 §9.1 cases 43–53.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::support::*;
-
-fn child_at(
-    id: &str,
-    mode: &str,
-    label: Option<&str>,
-    activity: &str,
-    has_children: bool,
-    parent: &str,
-    depth: u64,
-) -> Value {
-    let mut row = json!({"kind": "child", "id": id, "mode": mode});
-    if let Some(label) = label {
-        row["label"] = json!(label);
-    }
-    row["activity"] = json!(activity);
-    row["hasChildren"] = json!(has_children);
-    row["parentId"] = json!(parent);
-    row["depth"] = json!(depth);
-    row
-}
-
-fn diagnostic_at(id: &str, reason: &str, parent: &str, depth: u64) -> Value {
-    json!({"kind": "diagnostic", "id": id, "reason": reason, "parentId": parent, "depth": depth})
-}
 
 /// Case 43: pre-order with positions: A (t1) with its grandchild (t2), then B (t3).
 #[test]

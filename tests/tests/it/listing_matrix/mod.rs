@@ -5,9 +5,10 @@
 //! answered by SQL on the databases) through the real coordinator; the `subagent` crate's own
 //! tests cover the rest of its logic over JSONL.
 //!
-//! One module per area of the catalog (as in `crates/subagent/tests/it`), and `support`, the
-//! harness: a backend behind a coordinator, a live session store, the projection registry, the
-//! optional cache and the read-counting persistence wrapper.
+//! One module per area of the catalog (as in `crates/subagent/tests/it`), and `support`: the
+//! setups over every backend for `subagent-testkit`'s harness (a backend behind a coordinator, a
+//! live session store, the projection registry, the optional cache and the read-counting
+//! persistence wrapper, shared with the `subagent` crate's tests).
 
 mod cancellation;
 mod concurrency;

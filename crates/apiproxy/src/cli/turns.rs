@@ -1,5 +1,7 @@
-//! Turns appended straight to a live `Session` (no gateway in between), in the shape of the demo
-//! store of `apiproxy serve --demo`: a prompt, the answer streamed word by word, the answer.
+//! Turns appended straight to a live `Session`, in the shape of the demo store of `apiproxy serve
+//! --demo`: a prompt, the answer streamed word by word, the answer. One file compiled into the
+//! binary (for the demo) and into the integration tests (for their stores), so both write the
+//! same turns.
 
 use serde_json::{Value, json};
 use session_core::{Session, SessionError, SurfaceIntent};
@@ -9,8 +11,8 @@ pub(crate) fn user_message(id: &str, text: &str) -> Value {
     json!({"id": id, "role": "user", "source": {"kind": "user"}, "content": [{"type": "text", "text": text}]})
 }
 
-/// An `assistant/message` payload from the scripted model.
-fn assistant_message(turn: u64, step: u64, id: &str, text: &str) -> Value {
+/// An `assistant/message` payload from the demo model.
+pub(crate) fn assistant_message(turn: u64, step: u64, id: &str, text: &str) -> Value {
     json!({
         "turn": turn,
         "step": step,
