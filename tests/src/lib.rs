@@ -2,4 +2,5 @@
 
 pub mod crash;
 pub mod fleet;
+pub mod gateway;
 pub mod workload;

@@ -10,9 +10,7 @@
 //! instead of 200. Run by `cargo xtask bench`.
 
 use std::{
-    io::{BufRead, BufReader},
     path::PathBuf,
-    process::{Child, Command, Stdio},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -29,15 +27,6 @@ const N_APPENDS: usize = 200;
 const N_APPENDS_QUICK: usize = 20;
 
 /// Kills the server when the probe ends, however it ends.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// One client: a keep-alive HTTP/1.1 connection to the gateway.
 struct Client {
     addr: String,
@@ -150,23 +139,8 @@ fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let root = dir.path().join("store");
     let store = root.to_str().expect("utf-8 temp path");
-    let mut child = Command::new(&apiproxy)
-        .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|error| panic!("start {}: {error}", apiproxy.display()));
-    let stdout = child.stdout.take().expect("piped stdout");
-    let server = Server(child);
-    // The gateway's first line says where it listens, once it does.
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("the listening line");
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_owned();
+    let server = e2e::gateway::Gateway::serve(&apiproxy, store);
+    let addr = server.addr().to_owned();
 
     // The client side gets the machine's two cores too; the gateway runs its own runtime.
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");

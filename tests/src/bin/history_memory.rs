@@ -8,10 +8,10 @@
 //! each read got. Run by `cargo xtask bench`.
 
 use std::{
-    io::{BufRead, BufReader, Read, Write},
+    io::{Read, Write},
     net::TcpStream,
     path::PathBuf,
-    process::{Child, Command, Stdio},
+    process::Command,
     time::Instant,
 };
 
@@ -33,15 +33,6 @@ fn peak_rss_mib(pid: u32) -> f64 {
 }
 
 /// Kills the server when the probe ends, however it ends.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Decodes a `transfer-encoding: chunked` body.
 fn dechunk(mut body: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -96,23 +87,9 @@ fn main() {
     let store = root.to_str().expect("utf-8 temp path");
     let warmed = Command::new(&apiproxy).args(["cache", "warm", "--store", store]).output().expect("run cache warm");
     assert!(warmed.status.success(), "cache warm failed: {}", String::from_utf8_lossy(&warmed.stderr));
-    let mut child = Command::new(&apiproxy)
-        .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|error| panic!("start {}: {error}", apiproxy.display()));
-    let stdout = child.stdout.take().expect("piped stdout");
-    let server = Server(child);
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("the listening line");
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_owned();
-    let pid = server.0.id();
+    let server = e2e::gateway::Gateway::serve(&apiproxy, store);
+    let addr = server.addr().to_owned();
+    let pid = server.pid();
     // One small call, so the server is fully up before the baseline.
     call(&addr, "host.describe", serde_json::json!({}));
     let before = peak_rss_mib(pid);
