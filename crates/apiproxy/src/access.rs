@@ -118,12 +118,19 @@ pub(crate) fn admit(
     if !access.requires_token() {
         return Ok(Caller { owner: declared_owner });
     }
-    let token = headers
+    let header_token = headers
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "))
-        .map(str::trim)
-        .ok_or(Refusal::Unauthenticated)?;
+        .map(str::trim);
+    let protocol_token = subprotocol_token(headers)?;
+    let token = match (header_token, protocol_token.as_deref()) {
+        (Some(_), Some(_)) => {
+            return Err(Refusal::Ambiguous("both an Authorization header and a bearer subprotocol"));
+        }
+        (Some(token), None) | (None, Some(token)) => token,
+        (None, None) => return Err(Refusal::Unauthenticated),
+    };
     if let Some(bound) = access.owner_tokens.iter().find(|bound| same_secret(&bound.token, token)) {
         if declared_owner.as_ref().is_some_and(|declared| *declared != bound.owner) {
             return Err(Refusal::Forbidden);
@@ -134,6 +141,39 @@ pub(crate) fn admit(
         return Ok(Caller { owner: declared_owner });
     }
     Err(Refusal::Unauthenticated)
+}
+
+/// The WebSocket subprotocol a downlink speaks; the gateway echoes it when a client offers it.
+pub(crate) const SUBPROTOCOL: &str = "dsh.v1";
+
+/// The prefix of the subprotocol that carries a bearer token, base64url-encoded (a browser cannot
+/// set an `Authorization` header on a WebSocket, only the offered subprotocols). It is never
+/// echoed back.
+const BEARER_SUBPROTOCOL: &str = "dsh.bearer.";
+
+/// The bearer token a WebSocket upgrade offers as a subprotocol, if it offers one. Only upgrades
+/// are read; more than one bearer entry is ambiguous, and one that is not base64url of UTF-8 text
+/// is an unknown token.
+fn subprotocol_token(headers: &HeaderMap) -> Result<Option<String>, Refusal> {
+    let upgrade = headers.get(header::UPGRADE).and_then(|value| value.to_str().ok());
+    if !upgrade.is_some_and(|value| value.eq_ignore_ascii_case("websocket")) {
+        return Ok(None);
+    }
+    let mut offered = headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|protocol| protocol.trim().strip_prefix(BEARER_SUBPROTOCOL));
+    let Some(encoded) = offered.next() else { return Ok(None) };
+    if offered.next().is_some() {
+        return Err(Refusal::Ambiguous("more than one bearer subprotocol"));
+    }
+    use base64::Engine as _;
+    let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(encoded.trim_end_matches('='))
+        .map_err(|_| Refusal::Unauthenticated)?;
+    String::from_utf8(decoded).map(Some).map_err(|_| Refusal::Unauthenticated)
 }
 
 /// Compares two secrets in time that depends only on their lengths.

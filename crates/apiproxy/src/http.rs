@@ -189,7 +189,9 @@ async fn upgrade(shared: Arc<Shared>, caller: Caller, kind: StreamKind, request:
             // The downlinks take no client messages beyond control frames: a small bound keeps a
             // client from holding a large unfinished (fragmented) message in the gateway.
             let max_message = shared.config.max_incoming_message_bytes;
+            // Echo only the version: a bearer subprotocol is a credential, never repeated.
             upgrade
+                .protocols([crate::access::SUBPROTOCOL])
                 .max_message_size(max_message)
                 .max_frame_size(max_message)
                 .on_upgrade(move |socket| crate::ws::pump(shared, caller, kind, socket, connection))

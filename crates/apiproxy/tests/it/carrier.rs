@@ -326,3 +326,57 @@ async fn ambiguous_authorities_are_refused_before_dispatch() {
     still_serves(&server).await;
     server.stop().await;
 }
+
+/// Opens `events.mux` with the given subprotocols (and optional extra header); the handshake's
+/// status and the subprotocol the gateway echoed.
+async fn upgrade_with(server: &Server, protocols: &str, authorization: Option<&str>) -> (u16, Option<String>) {
+    use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
+    let mut request = format!("ws://{}/api/events.mux", server.addr).into_client_request().unwrap();
+    request.headers_mut().insert("sec-websocket-protocol", protocols.parse().unwrap());
+    if let Some(authorization) = authorization {
+        request.headers_mut().insert("authorization", authorization.parse().unwrap());
+    }
+    match tokio_tungstenite::connect_async(request).await {
+        Ok((_socket, response)) => (
+            response.status().as_u16(),
+            response.headers().get("sec-websocket-protocol").map(|value| value.to_str().unwrap().to_owned()),
+        ),
+        Err(tungstenite::Error::Http(response)) => (response.status().as_u16(), None),
+        Err(error) => panic!("handshake failed: {error}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_sends_its_token_as_a_websocket_subprotocol() {
+    let access = AccessConfig {
+        owner_tokens: vec![OwnerToken { owner: "alice".to_owned(), token: "alice-token".to_owned() }],
+        ..AccessConfig::default()
+    };
+    let server = Server::start_with(ProxyConfig { access, ..ProxyConfig::default() }).await;
+    // "YWxpY2UtdG9rZW4" is base64url("alice-token"), "d3Jvbmc" base64url("wrong").
+    let cases = [
+        ("dsh.v1, dsh.bearer.YWxpY2UtdG9rZW4", None, (101, Some("dsh.v1"))),
+        ("dsh.v1, dsh.bearer.d3Jvbmc", None, (401, None)),
+        ("dsh.v1, dsh.bearer.not*base64", None, (401, None)),
+        ("dsh.v1", None, (401, None)),
+        ("dsh.v1, dsh.bearer.YWxpY2UtdG9rZW4, dsh.bearer.YWxpY2UtdG9rZW4", None, (400, None)),
+        ("dsh.v1, dsh.bearer.YWxpY2UtdG9rZW4", Some("Bearer alice-token"), (400, None)),
+        // A header client keeps working, with or without offering the version.
+        ("dsh.v1", Some("Bearer alice-token"), (101, Some("dsh.v1"))),
+    ];
+    for (protocols, authorization, (status, echoed)) in cases {
+        let (actual, actual_echo) = upgrade_with(&server, protocols, authorization).await;
+        assert_eq!((actual, actual_echo.as_deref()), (status, echoed), "{protocols} / {authorization:?}");
+    }
+    // The subprotocol is only read on an upgrade: a unary call with it alone is unauthenticated.
+    let (status, _, _) = server
+        .raw(
+            "POST",
+            "/api/host.describe",
+            &[JSON, ("sec-websocket-protocol", "dsh.bearer.YWxpY2UtdG9rZW4")],
+            request("host.describe", json!({})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    server.stop().await;
+}
