@@ -102,6 +102,7 @@ struct Lent<S> {
 
 impl<S> Lent<S> {
     fn sink(&mut self) -> &mut S {
+        // Invariant: only `Drop` takes the sink out, so every call before it finds it.
         self.sink.as_mut().expect("a lent sink is present until it is dropped")
     }
 }

@@ -250,6 +250,8 @@ pub(super) async fn list_page(
     for (_, candidate) in &candidates {
         rows.push(match candidate {
             Candidate::Live(session) => live_summary(shared, session),
+            // Invariant: `cold_summaries` answers one row per header of `cold_headers`, which
+            // lists the cold candidates in this order.
             Candidate::Cold(_) => cold_rows.next().expect("one cold row per cold candidate, in order"),
         });
     }
