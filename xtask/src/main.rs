@@ -1,7 +1,7 @@
 //! Project automation: `cargo xtask ci` and `cargo xtask bench`.
 //!
 //! `ci` runs, in order and stopping at the first failure: `cargo fmt --check`, clippy with
-//! warnings denied, the whole test suite (with cargo-nextest where it is installed, then the
+//! warnings denied, the web viewer's `node --test` suite, the whole test suite (with cargo-nextest where it is installed, then the
 //! doctests; else `cargo test`), every example of the `examples`
 //! package (found in `cargo metadata`, so a new `[[example]]` runs without editing this file),
 //! and `cargo doc` with rustdoc warnings denied.
@@ -79,6 +79,9 @@ fn run(args: Vec<OsString>) -> anyhow::Result<()> {
     }
 }
 
+/// The folder of the viewer's `node --test` tests.
+const VIEWER_TESTS: &str = "crates/apiproxy/web/test/";
+
 fn ci() -> anyhow::Result<()> {
     let started = Instant::now();
     // On CI the committed Cargo.lock must already be up to date; locally, adding a dependency
@@ -89,6 +92,8 @@ fn ci() -> anyhow::Result<()> {
         eprintln!("{}", postgres_skip_note());
     }
     cargo_step(&["fmt", "--all", "--check"])?;
+    // The web viewer's client logic: plain ES modules, tested by Node's own runner (no packages).
+    program_step("node".as_ref(), "node", &["--test", VIEWER_TESTS], &[])?;
     cargo_step(&[&["clippy", "--workspace", "--all-targets"], locked, &["--", "-D", "warnings"]].concat())?;
     // cargo-nextest runs the test binaries side by side (libtest runs one binary after another,
     // so one slow binary holds up the rest); it does not run doctests, which `cargo test --doc`
@@ -221,12 +226,22 @@ fn cargo_step<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> anyhow::Result<()> {
 
 /// [`cargo_step`] with extra environment variables, which are shown with the command.
 fn cargo_step_with_env<S: AsRef<std::ffi::OsStr>>(args: &[S], envs: &[(&str, OsString)]) -> anyhow::Result<()> {
+    program_step(&cargo(), "cargo", args, envs)
+}
+
+/// Runs `program` (shown as `name`) with `args` from the project root, failing the step when it fails.
+fn program_step<S: AsRef<std::ffi::OsStr>>(
+    program: &std::ffi::OsStr,
+    name: &str,
+    args: &[S],
+    envs: &[(&str, OsString)],
+) -> anyhow::Result<()> {
     let shown_envs = envs.iter().map(|(name, value)| format!("{name}={value:?} ")).collect::<String>();
     let shown = args.iter().map(|arg| arg.as_ref().to_string_lossy()).collect::<Vec<_>>().join(" ");
-    let shown = format!("{shown_envs}cargo {shown}");
+    let shown = format!("{shown_envs}{name} {shown}");
     eprintln!("\n$ {shown}");
     let started = Instant::now();
-    let status = Command::new(cargo())
+    let status = Command::new(program)
         .args(args)
         .envs(envs.iter().map(|(name, value)| (name, value)))
         .current_dir(project_root())

@@ -1,6 +1,6 @@
 //! The HTTP carrier: one entry point applying the decision order of reference 04 §4.1.
 //!
-//! 1. Outside `/api/` → 404. 2. Two `Host`, `Origin`, `Authorization` or `x-dsh-owner` headers, or
+//! 1. Outside `/api/` → the viewer's assets (`web.rs`; trust fence, no token), else 404. 2. Two `Host`, `Origin`, `Authorization` or `x-dsh-owner` headers, or
 //!    an absolute-form target naming another authority than `Host` → 400; trust fence → 403;
 //!    token → 401; bad owner header → 400; the owner's share of the connection cap used up → 429
 //!    (`connection: close`).
@@ -31,6 +31,7 @@ use crate::{
     hub::StreamKind,
     methods,
     state::Shared,
+    web,
     wire::{self, Method, RpcError},
 };
 
@@ -50,10 +51,18 @@ fn json_response(value: &Value) -> Response {
 
 async fn entry(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let path = request.uri().path().to_owned();
-    let Some(segment) = path.strip_prefix("/api/") else {
-        return text(StatusCode::NOT_FOUND, "not found");
-    };
     let listen = *shared.listen.lock();
+    let Some(segment) = path.strip_prefix("/api/") else {
+        // The viewer's page and assets: no token (they hold no data), but the trust fence.
+        return match admit(&shared.config.access, listen, request.uri(), request.headers()) {
+            Ok(_) | Err(Refusal::Unauthenticated | Refusal::BadOwner) => {
+                web::serve(request.method(), &path, request.headers())
+                    .unwrap_or_else(|| text(StatusCode::NOT_FOUND, "not found"))
+            }
+            Err(Refusal::Forbidden) => text(StatusCode::FORBIDDEN, "forbidden"),
+            Err(Refusal::Ambiguous(what)) => text(StatusCode::BAD_REQUEST, what),
+        };
+    };
     let caller = match admit(&shared.config.access, listen, request.uri(), request.headers()) {
         Ok(caller) => caller,
         Err(Refusal::Forbidden) => return text(StatusCode::FORBIDDEN, "forbidden"),
