@@ -77,6 +77,10 @@ pub(crate) async fn dispatch(
             let request = parse(method, HistoryRequest::parse(payload))?;
             session::history(shared, caller, request, cancel).await
         }
+        Method::SessionGet => {
+            let request = parse(method, GetRequest::parse(payload))?;
+            session::get(shared, caller, request, cancel).await
+        }
         Method::SessionCreate => {
             let request = parse(method, CreateRequest::parse(payload))?;
             session::create(shared, caller, request, cancel).await

@@ -21,10 +21,11 @@ use crate::{
     wire::error::{refused_as_too_large, rejected, rejected_as_too_large},
     wire::to_value,
     wire::{
-        Appended, Created, ErrorKind, Flushed, Forked, PathSegment, ProjectionsBlock, Released, RpcError, SessionList,
-        SessionListPage, SessionSummary,
+        Appended, Created, ErrorKind, Flushed, Forked, HeaderFacts, PathSegment, ProjectionsBlock, Released, RpcError,
+        SessionDescription, SessionList, SessionListPage, SessionSummary,
         payload::{
-            AppendRequest, CreateRequest, ForkRequest, HistoryRequest, ListPageRequest, ReleaseRequest, encode_cursor,
+            AppendRequest, CreateRequest, ForkRequest, GetRequest, HistoryRequest, ListPageRequest, ReleaseRequest,
+            encode_cursor,
         },
     },
 };
@@ -291,6 +292,47 @@ pub(super) async fn history(
         .await
         .map_err(|error| read_error(id, error, "session history read"))?;
     Ok(to_value(&read.page))
+}
+
+/// `session.get` → `{session, header}`: the session's list row and header facts, read from
+/// memory for a live session and from the stored header (plus its checkpoint, if cached) for a
+/// cold one; never the log, but for the blank probe of a small cold log as in `session.list`.
+pub(super) async fn get(
+    shared: &Shared,
+    caller: &Caller,
+    request: GetRequest,
+    cancel: &CancellationToken,
+) -> Result<Value, RpcError> {
+    let id = SessionId::from(request.session_id.as_str());
+    let not_found = || RpcError::session_not_found(id.as_str());
+    if let Some(session) = shared.store.get(&id) {
+        if !caller.sees(session.header()) {
+            return Err(not_found());
+        }
+        let header = HeaderFacts::from(&**session.header());
+        return Ok(to_value(&SessionDescription { session: live_summary(shared, &session), header }));
+    }
+    let Some(persistence) = &shared.persistence else { return Err(not_found()) };
+    let stored = match persistence.stored_header(&id, cancel).await {
+        Ok(Some(stored)) if stored.header.cwd.is_some() && caller.sees(&stored.header) => stored,
+        Ok(_) | Err(PersistenceError::NotFound { .. } | PersistenceError::InvalidInput { .. }) => {
+            return Err(not_found());
+        }
+        Err(PersistenceError::Cancelled) => return Err(RpcError::cancelled("session read was cancelled")),
+        // A header that cannot be read names no owner: only the operator tier learns more.
+        Err(_) if caller.owner.is_some() => return Err(not_found()),
+        Err(error) => {
+            tracing::error!(session = id.as_str(), %error, "reading a session header failed");
+            return Err(RpcError::internal(format!("history unavailable for session \"{id}\"")));
+        }
+    };
+    let header = HeaderFacts::from(&*stored.header);
+    let cold = [stored];
+    let snapshots = cached_snapshots(shared, &cold).await;
+    let Some(session) = cold_summaries(shared, &cold, snapshots, cancel).await.into_iter().next() else {
+        return Err(not_found());
+    };
+    Ok(to_value(&SessionDescription { session, header }))
 }
 
 fn created(header: &SessionHeader) -> Value {

@@ -91,3 +91,56 @@ pub struct Spawned {
     /// `continuable` or `one-shot`, as requested.
     pub mode: &'static str,
 }
+
+/// The value of `session.get`: the session's `session.list` row and its header's facts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionDescription {
+    /// The row `session.list` would show for the session.
+    pub session: super::SessionSummary,
+    /// The header's facts.
+    pub header: HeaderFacts,
+}
+
+/// A session header's facts, as `session.get` shows them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderFacts {
+    /// Unix epoch milliseconds of the session's creation.
+    pub created_at: u64,
+    /// The working directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// The agent preset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_preset: Option<String>,
+    /// The session this one was forked or spawned from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_session_id: Option<String>,
+    /// `"subagent"` for a subagent child.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<&'static str>,
+    /// How many subagent levels lie above the session (0 for a top-level session).
+    pub delegation_depth: u64,
+    /// The length of the seed prefix a fork or a continuable child was created with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed_length: Option<u64>,
+    /// The owner the session is partitioned to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+impl From<&session_core::SessionHeader> for HeaderFacts {
+    fn from(header: &session_core::SessionHeader) -> HeaderFacts {
+        HeaderFacts {
+            created_at: header.created_at,
+            cwd: header.cwd.clone(),
+            agent_preset: header.agent_preset.clone(),
+            parent_session_id: header.parent_session.as_ref().map(ToString::to_string),
+            origin: header.is_subagent().then_some("subagent"),
+            delegation_depth: header.delegation_depth,
+            seed_length: header.seed_length,
+            owner: header.owner.clone(),
+        }
+    }
+}

@@ -15,7 +15,7 @@ use serde_json::{Map, Value, value::RawValue};
 use session_core::{SessionEvent, SessionHeader};
 
 pub use self::{
-    answer::{Appended, Created, Flushed, Forked, HostDescription, Released, Spawned},
+    answer::{Appended, Created, Flushed, Forked, HeaderFacts, HostDescription, Released, SessionDescription, Spawned},
     error::{CLOSED_ERROR_CODES, DiagnosticReason, ErrorKind, Issue, PathSegment, RpcError},
 };
 
@@ -31,6 +31,8 @@ pub enum Method {
     SessionList,
     /// `session.history`: one page of a session's events, paged by messages.
     SessionHistory,
+    /// `session.get` (this gateway's own): one session's row and header facts, from its header.
+    SessionGet,
     /// `session.create`: create a live session, or adopt or resume one by id.
     SessionCreate,
     /// `session.fork`: a new live session seeded with a prefix of another, cut at a `turn/end`.
@@ -51,10 +53,11 @@ pub enum Method {
 
 impl Method {
     /// Every method, in the order `docs/wire.md` lists them.
-    pub const ALL: [Method; 11] = [
+    pub const ALL: [Method; 12] = [
         Method::HostDescribe,
         Method::SessionList,
         Method::SessionHistory,
+        Method::SessionGet,
         Method::SessionCreate,
         Method::SessionFork,
         Method::SessionAppend,
@@ -71,6 +74,7 @@ impl Method {
             Method::HostDescribe => "host.describe",
             Method::SessionList => "session.list",
             Method::SessionHistory => "session.history",
+            Method::SessionGet => "session.get",
             Method::SessionCreate => "session.create",
             Method::SessionFork => "session.fork",
             Method::SessionAppend => "session.append",

@@ -113,6 +113,13 @@ pub struct HistoryRequest {
     pub max_messages: Option<u64>,
 }
 
+/// `session.get`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GetRequest {
+    /// The session to describe.
+    pub session_id: String,
+}
+
 /// `session.create`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateRequest {
@@ -502,6 +509,16 @@ impl HistoryRequest {
         let before_seq = fields.optional_integer("beforeSeq", 0);
         let max_messages = fields.optional_integer("maxMessages", 1);
         let request = HistoryRequest { session_id: session_id.unwrap_or_default(), before_seq, max_messages };
+        fields.finish(request)
+    }
+}
+
+impl GetRequest {
+    /// Validates a `session.get` payload.
+    pub fn parse(payload: &Value) -> Result<GetRequest, Vec<Issue>> {
+        let mut fields = Fields::of(payload)?;
+        let session_id = fields.lookup_id("sessionId");
+        let request = GetRequest { session_id: session_id.unwrap_or_default() };
         fields.finish(request)
     }
 }

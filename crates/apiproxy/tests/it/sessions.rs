@@ -308,3 +308,43 @@ async fn one_sessions_blocked_append_does_not_block_anothers() {
     assert_eq!((held["firstSeq"].clone(), held["lastSeq"].clone()), (json!(0), json!(5)));
     server.store().remove_observer(hook);
 }
+
+/// `session.get` answers a session's row and header facts, live and cold, and another owner's
+/// session is as unknown as a missing one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_get_describes_one_session_live_and_cold() {
+    let server = Server::start().await;
+    let id = session_with_turns(&server, Some("alice"), "described", 1).await;
+    server
+        .ok(
+            Some("alice"),
+            "subagent.spawn",
+            json!({"parentSessionId": id, "mode": "continuable", "childSessionId": "kid", "label": "look around"}),
+        )
+        .await;
+
+    let live = server.ok(Some("alice"), "session.get", json!({"sessionId": id})).await;
+    assert_eq!(live["session"]["sessionId"], "described");
+    assert_eq!(live["session"]["blank"], false);
+    assert_eq!(live["header"]["cwd"], "/srv/work");
+    assert_eq!(live["header"]["owner"], "alice");
+    assert_eq!(live["header"]["delegationDepth"], 0);
+    assert!(live["header"]["createdAt"].is_u64(), "{live}");
+
+    let child = server.ok(Some("alice"), "session.get", json!({"sessionId": "kid"})).await;
+    assert_eq!(child["header"]["parentSessionId"], "described");
+    assert_eq!(child["header"]["origin"], "subagent");
+    assert_eq!(child["header"]["delegationDepth"], 1);
+
+    server.ok(Some("alice"), "session.release", json!({"sessionId": id})).await;
+    let cold = server.ok(Some("alice"), "session.get", json!({"sessionId": id})).await;
+    assert_eq!(cold["header"], live["header"], "the stored header holds the same facts");
+    assert_eq!(cold["session"]["running"], false);
+
+    for (owner, session) in [(Some("bob"), "described"), (Some("bob"), "kid"), (None, "nothing-here")] {
+        server.err(owner, "session.get", json!({"sessionId": session}), "session-not-found").await;
+    }
+    let bad = server.err(None, "session.get", json!({}), "bad-request").await;
+    assert_eq!(bad["message"], "invalid payload for session.get");
+    server.stop().await;
+}
