@@ -4,7 +4,8 @@
 //!    an absolute-form target naming another authority than `Host` → 400; trust fence → 403;
 //!    token → 401; bad owner header → 400; the owner's share of the connection cap used up → 429
 //!    (`connection: close`).
-//! 3. `GET /api/events.mux|host` → WebSocket upgrade (426 without one).
+//! 3. `GET|HEAD /api/session.export` → the JSON Lines download (`download.rs`);
+//!    `GET /api/events.mux|host` → WebSocket upgrade (426 without one).
 //! 4. Not `POST` → 404. 5. Media type not `application/json` → 415.
 //! 6. Body over the cap → 413, body not complete within the body-read timeout → 408 (both
 //!    `connection: close`). 7. Body not JSON → 400.
@@ -28,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     access::{Caller, Refusal, admit},
     connection::{ConnectionHandle, OWNER_REFUSAL},
+    download,
     hub::StreamKind,
     methods,
     state::Shared,
@@ -84,6 +86,9 @@ async fn entry(State(shared): State<Arc<Shared>>, request: Request) -> Response 
         return closing(StatusCode::TOO_MANY_REQUESTS, OWNER_REFUSAL);
     }
 
+    if segment == "session.export" && matches!(*request.method(), HttpMethod::GET | HttpMethod::HEAD) {
+        return download::serve(Arc::clone(&shared), caller, request.method(), request.uri()).await;
+    }
     let stream = match segment {
         "events.mux" => Some(StreamKind::Mux),
         "events.host" => Some(StreamKind::Host),

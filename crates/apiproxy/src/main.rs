@@ -236,6 +236,16 @@ enum SessionsCommand {
         #[arg(long, conflicts_with = "json")]
         jsonl: bool,
     },
+    /// Export a session (and with `--descendants` its subagents, depth first) as JSON Lines: per
+    /// session an `{"export":"session",…}` line with its header, then exactly the lines of
+    /// `sessions show <id> --jsonl`. The same bytes as `GET /api/session.export`.
+    Export {
+        id: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        #[arg(long)]
+        descendants: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -379,6 +389,11 @@ async fn run(command: Command) -> Result<ExitCode> {
         Command::Sessions { command: SessionsCommand::Show { id, store, jsonl: true, .. } } => {
             let persistence = ops::open_location_read_only(&store.options()?)?;
             ops::stream_session(&*persistence, &id).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Sessions { command: SessionsCommand::Export { id, store, descendants } } => {
+            let persistence = ops::open_location_read_only(&store.options()?)?;
+            ops::export_sessions(&*persistence, &id, descendants).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Sessions { command: SessionsCommand::Show { id, store, json, jsonl: false } } => {

@@ -4,7 +4,10 @@
 
 use std::{path::PathBuf, sync::Arc};
 
-use apiproxy::ProxyError;
+use apiproxy::{
+    ProxyError,
+    export::{self, ChunkSink, EventsOnly},
+};
 use serde_json::{Value, json};
 use session_core::{BoundedClock, Clock, SessionHeader, SessionId, SessionStore, SystemClock};
 use session_persistence::{
@@ -282,32 +285,55 @@ pub(crate) async fn show_session(persistence: &dyn SessionPersistence, id: &str)
     }
 }
 
-/// Writes the balanced view of one stored session to standard output as JSON Lines, one compact
-/// event per line, streamed as the log is read: memory does not grow with the log.
-pub(crate) async fn stream_session(persistence: &dyn SessionPersistence, id: &str) -> Result<(), ProxyError> {
-    let sink = JsonLines { out: std::io::BufWriter::new(std::io::stdout()) };
-    match inspect_into(persistence, &SessionId::from(id), &CancellationToken::new(), sink).await {
-        Ok((mut sink, _)) => std::io::Write::flush(&mut sink.out)
-            .map_err(|source| ProxyError::Io { what: "standard output".to_owned(), source }),
-        Err(PersistenceError::NotFound { .. } | PersistenceError::InvalidInput { .. }) => {
-            Err(ProxyError::SessionNotFound { id: id.to_owned() })
+/// Writes one chunk of lines to standard output.
+fn to_stdout(chunk: &[u8]) -> session_persistence::Result<()> {
+    use std::io::Write;
+    std::io::stdout().lock().write_all(chunk).map_err(|source| PersistenceError::io("standard output", source))
+}
+
+fn not_found_as_missing(id: &str, error: PersistenceError) -> ProxyError {
+    match error {
+        PersistenceError::NotFound { .. } | PersistenceError::InvalidInput { .. } => {
+            ProxyError::SessionNotFound { id: id.to_owned() }
         }
-        Err(error) => Err(error.into()),
+        error => error.into(),
     }
 }
 
-/// Writes each streamed event as one compact JSON line.
-struct JsonLines {
-    out: std::io::BufWriter<std::io::Stdout>,
+/// Writes the balanced view of one stored session to standard output as JSON Lines, one compact
+/// event per line, streamed as the log is read: memory does not grow with the log. The lines are
+/// [`apiproxy::export`]'s, so an export holds exactly these bytes for the session.
+pub(crate) async fn stream_session(persistence: &dyn SessionPersistence, id: &str) -> Result<(), ProxyError> {
+    let sink = EventsOnly(ChunkSink::new(Box::new(|chunk| to_stdout(&chunk))));
+    let (sink, _) = inspect_into(persistence, &SessionId::from(id), &CancellationToken::new(), sink)
+        .await
+        .map_err(|error| not_found_as_missing(id, error))?;
+    to_stdout(&sink.0.finish())?;
+    Ok(())
 }
 
-impl ScanSink for JsonLines {
-    fn event(&mut self, event: Arc<session_core::SessionEvent>) -> session_persistence::Result<()> {
-        let written = serde_json::to_writer(&mut self.out, &*event)
-            .map_err(std::io::Error::from)
-            .and_then(|()| std::io::Write::write_all(&mut self.out, b"\n"));
-        written.map_err(|source| PersistenceError::io("standard output", source))
+/// Writes the export of `id` (with `descendants`, its subagents too) to standard output.
+pub(crate) async fn export_sessions(
+    persistence: &dyn SessionPersistence,
+    id: &str,
+    descendants: bool,
+) -> Result<(), ProxyError> {
+    let cancel = CancellationToken::new();
+    let root = persistence
+        .stored_header(&SessionId::from(id), &cancel)
+        .await
+        .map_err(|error| not_found_as_missing(id, error))?
+        .ok_or_else(|| ProxyError::SessionNotFound { id: id.to_owned() })?;
+    let sessions = export::plan(persistence, root.header, descendants, &|_| true, &cancel).await?;
+    for header in sessions {
+        let rest = export::write_session(persistence, &header, &cancel, Box::new(|chunk| to_stdout(&chunk))).await;
+        match rest {
+            Ok(rest) => to_stdout(&rest)?,
+            Err(PersistenceError::NotFound { .. }) => {}
+            Err(error) => return Err(error.into()),
+        }
     }
+    Ok(())
 }
 
 /// The subagents of `parent` in a stored (cold) store, as wire `SubagentListEntry` rows; with

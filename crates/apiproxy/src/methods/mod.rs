@@ -4,6 +4,8 @@
 mod session;
 mod subagent;
 
+pub(crate) use session::make_durable;
+
 use std::sync::Arc;
 
 use serde_json::Value;

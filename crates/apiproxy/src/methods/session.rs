@@ -583,7 +583,7 @@ fn durable_seq(shared: &Shared, session: &Session) -> Option<u64> {
 }
 
 /// Waits until everything `session` appended so far is durable; its durable watermark then.
-async fn make_durable(
+pub(crate) async fn make_durable(
     shared: &Shared,
     session: &Arc<Session>,
     cancel: &CancellationToken,

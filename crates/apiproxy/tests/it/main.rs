@@ -8,6 +8,7 @@ mod clock;
 mod crash;
 mod create_race;
 mod damage;
+mod export;
 mod history;
 mod isolation;
 mod limits;

@@ -1,0 +1,129 @@
+//! Session export as JSON Lines: a session and, on request, its subagent descendants, each as one
+//! `{"export":"session",…}` line with its stored header followed by its events, one compact JSON
+//! line each — byte for byte what `apiproxy sessions show <id> --jsonl` prints for that session.
+//!
+//! The gateway serves it at `GET /api/session.export`, the CLI as `apiproxy sessions export`. Both
+//! stream: events go out in chunks of at most [`CHUNK_BYTES`] (or one event, if larger) as the log
+//! is read, so memory does not grow with the logs.
+
+use std::{collections::HashSet, sync::Arc};
+
+use serde_json::json;
+use session_core::{SessionEvent, SessionHeader};
+use session_persistence::{PersistenceError, ScanSink, SessionPersistence, inspect_into};
+use tokio_util::sync::CancellationToken;
+
+/// The size at which a chunk of lines is handed on.
+pub const CHUNK_BYTES: usize = 64 * 1024;
+
+/// The most sessions one export walks (a guard against a parent cycle in damaged headers).
+const MAX_SESSIONS: usize = 100_000;
+
+/// Appends one event's line: its compact stored JSON and a newline.
+pub fn push_event_line(out: &mut Vec<u8>, event: &SessionEvent) {
+    // Invariant: a stored event is JSON with string keys and finite numbers, so it serializes.
+    serde_json::to_writer(&mut *out, event).expect("a stored event serializes");
+    out.push(b'\n');
+}
+
+/// The line that opens one session in an export: `{"export":"session","sessionId":…,"header":…}`.
+pub fn session_line(header: &SessionHeader) -> Vec<u8> {
+    let mut line = serde_json::to_vec(&json!({"export": "session", "sessionId": header.id.as_str(), "header": header}))
+        .unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// The sessions an export of `root` holds, in order: `root`, then (with `descendants`) its
+/// subagent children depth first, siblings by `createdAt` then id, each one `visible` admits.
+pub async fn plan(
+    persistence: &dyn SessionPersistence,
+    root: Arc<SessionHeader>,
+    descendants: bool,
+    visible: &(dyn Fn(&SessionHeader) -> bool + Sync),
+    cancel: &CancellationToken,
+) -> Result<Vec<Arc<SessionHeader>>, PersistenceError> {
+    let mut order = Vec::new();
+    let mut seen = HashSet::new();
+    // A stack of the sessions still to visit, the next one last.
+    let mut stack = vec![root];
+    while let Some(header) = stack.pop() {
+        if !seen.insert(header.id.clone()) || order.len() >= MAX_SESSIONS {
+            continue;
+        }
+        let id = header.id.clone();
+        order.push(header);
+        if !descendants {
+            break;
+        }
+        let listing = persistence.list_children(&id, cancel).await?;
+        let mut children: Vec<Arc<SessionHeader>> = listing
+            .headers
+            .into_iter()
+            .map(|stored| stored.header)
+            .filter(|child| child.is_subagent() && child.parent_session.as_ref() == Some(&id) && visible(child))
+            .collect();
+        children.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        stack.extend(children.into_iter().rev());
+    }
+    Ok(order)
+}
+
+/// Streams one session's export lines (its opening line, then its events) to `send` in chunks,
+/// called on the thread that reads the log, and answers the last, partial chunk (for the caller to
+/// send where it runs). `send` failing (the reader went away) stops the read with that error.
+pub async fn write_session(
+    persistence: &dyn SessionPersistence,
+    header: &SessionHeader,
+    cancel: &CancellationToken,
+    send: Box<dyn FnMut(Vec<u8>) -> Result<(), PersistenceError> + Send>,
+) -> Result<Vec<u8>, PersistenceError> {
+    let mut sink = ChunkSink::new(send);
+    sink.buffer = session_line(header);
+    let (sink, _) = inspect_into(persistence, &header.id, cancel, EventsOnly(sink)).await?;
+    Ok(sink.0.finish())
+}
+
+/// Collects lines and hands them on in chunks of about [`CHUNK_BYTES`].
+pub struct ChunkSink {
+    buffer: Vec<u8>,
+    send: Box<dyn FnMut(Vec<u8>) -> Result<(), PersistenceError> + Send>,
+}
+
+impl std::fmt::Debug for ChunkSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkSink").field("buffered", &self.buffer.len()).finish_non_exhaustive()
+    }
+}
+
+impl ChunkSink {
+    /// A sink handing its chunks to `send`.
+    pub fn new(send: Box<dyn FnMut(Vec<u8>) -> Result<(), PersistenceError> + Send>) -> ChunkSink {
+        ChunkSink { buffer: Vec::new(), send }
+    }
+
+    /// Takes one event's line, handing on a full chunk.
+    pub fn push(&mut self, event: &SessionEvent) -> Result<(), PersistenceError> {
+        push_event_line(&mut self.buffer, event);
+        if self.buffer.len() >= CHUNK_BYTES {
+            let chunk = std::mem::replace(&mut self.buffer, Vec::with_capacity(CHUNK_BYTES));
+            (self.send)(chunk)?;
+        }
+        Ok(())
+    }
+
+    /// What is left: the last chunk, not yet handed on.
+    pub fn finish(self) -> Vec<u8> {
+        self.buffer
+    }
+}
+
+/// A [`ScanSink`] writing each event through a [`ChunkSink`].
+#[derive(Debug)]
+pub struct EventsOnly(pub ChunkSink);
+
+impl ScanSink for EventsOnly {
+    fn event(&mut self, event: Arc<SessionEvent>) -> session_persistence::Result<()> {
+        self.0.push(&event)
+    }
+}
