@@ -92,16 +92,6 @@ pub struct Spawned {
     pub mode: &'static str,
 }
 
-/// The value of `session.get`: the session's `session.list` row and its header's facts.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionDescription {
-    /// The row `session.list` would show for the session.
-    pub session: super::SessionSummary,
-    /// The header's facts.
-    pub header: HeaderFacts,
-}
-
 /// A session header's facts, as `session.get` shows them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

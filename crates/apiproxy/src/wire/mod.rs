@@ -15,7 +15,7 @@ use serde_json::{Map, Value, value::RawValue};
 use session_core::{SessionEvent, SessionHeader};
 
 pub use self::{
-    answer::{Appended, Created, Flushed, Forked, HeaderFacts, HostDescription, Released, SessionDescription, Spawned},
+    answer::{Appended, Created, Flushed, Forked, HeaderFacts, HostDescription, Released, Spawned},
     error::{CLOSED_ERROR_CODES, DiagnosticReason, ErrorKind, Issue, PathSegment, RpcError},
 };
 
@@ -193,6 +193,16 @@ pub struct ProjectionsBlock {
     /// Each served unit's client value by unit key (`null` is a value); a unit that failed on
     /// the log is left out.
     pub values: Map<String, Value>,
+}
+
+/// The value of `session.get`: the session's `session.list` row and its header's facts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionDescription {
+    /// The row `session.list` would show for the session.
+    pub session: SessionSummary,
+    /// The header's facts.
+    pub header: HeaderFacts,
 }
 
 /// One `session.list` row (reference 04 §6).
