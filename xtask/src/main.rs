@@ -30,7 +30,8 @@ const HELP: &str = "\
 Usage: cargo xtask <command>
 
 Commands:
-  ci                          cargo fmt --check, clippy -D warnings, the whole test suite
+  ci                          cargo fmt --check, the web viewer's `node --test` tests,
+                              clippy -D warnings, the whole test suite
                               (doctests and the tidy tests in xtask/src/tidy.rs included),
                               every example of the `examples` package, then
                               cargo doc --workspace --no-deps with rustdoc warnings denied
@@ -89,6 +90,7 @@ fn ci() -> anyhow::Result<()> {
         eprintln!("{}", postgres_skip_note());
     }
     cargo_step(&["fmt", "--all", "--check"])?;
+    node_tests()?;
     cargo_step(&[&["clippy", "--workspace", "--all-targets"], locked, &["--", "-D", "warnings"]].concat())?;
     // cargo-nextest runs the test binaries side by side (libtest runs one binary after another,
     // so one slow binary holds up the rest); it does not run doctests, which `cargo test --doc`
@@ -239,6 +241,28 @@ fn cargo_step_with_env<S: AsRef<std::ffi::OsStr>>(args: &[S], envs: &[(&str, OsS
     eprintln!("ok: `{shown}` ({elapsed:.1?})");
     Ok(())
 }
+
+/// The web viewer's pure-logic tests: `node --test crates/apiproxy/web/test/`. A failure (or no
+/// `node` to run them) fails `ci`.
+fn node_tests() -> anyhow::Result<()> {
+    let shown = format!("node --test {WEB_TESTS}/");
+    eprintln!("\n$ {shown}");
+    let started = Instant::now();
+    let status = Command::new("node")
+        .args(["--test", &format!("{WEB_TESTS}/")])
+        .current_dir(project_root())
+        .status()
+        .with_context(|| format!("could not start `{shown}` (is node installed?)"))?;
+    let elapsed = started.elapsed();
+    if !status.success() {
+        bail!("step `{shown}` failed ({status}) after {elapsed:.1?}; fix the errors above and rerun");
+    }
+    eprintln!("ok: `{shown}` ({elapsed:.1?})");
+    Ok(())
+}
+
+/// Where the web viewer's `node --test` files live, from the workspace root.
+const WEB_TESTS: &str = "crates/apiproxy/web/test";
 
 /// The cargo that runs this xtask, so the pinned toolchain is used throughout.
 fn cargo() -> OsString {
