@@ -52,3 +52,18 @@ test("mergeTail merges a re-pulled page by seq without duplicates", () => {
   w.dropAbove(6);
   assert.equal(w.lastSeq, 6);
 });
+
+test("a detached window (a page in the middle) only counts new events until the tail is set", () => {
+  const w = createWindow();
+  w.setTail(range(10, 20), true);
+  w.detach();
+  assert.equal(w.following, false);
+  const r = w.append(range(50, 53));
+  assert.deepEqual(r.added, []);
+  assert.equal(w.newCount, 3);
+  assert.equal(w.lastSeq, 19);
+  w.setTail(range(40, 53), true);
+  assert.equal(w.droppedTail, false);
+  assert.equal(w.newCount, 0);
+  assert.equal(w.following, true);
+});

@@ -167,7 +167,7 @@ function rowFor(item) {
   const label = item.projections?.values?.subagent?.label || item.label || id;
   const li = el("li", { class: "session-row", dataset: { sessionId: id } });
   li.append(el("a", { class: "session-link", href: formatRoute({ view: "session", id }), text: label }));
-  li.append(el("span", { class: "running-badge", text: "running", hidden: !item.running }));
+  if (item.running) li.append(el("span", { class: "running-badge", text: "running" }));
   const count = childCount(item.subagents);
   li.append(count ? el("span", { class: "child-count", text: count }) : el("span"));
   const meta = el("span", { class: "meta" });
@@ -341,6 +341,7 @@ async function loadTail(s) {
 }
 
 async function repairTail(s) {
+  if (s.win.droppedTail) return;
   if (s.repairing) {
     s.repairAgain = true;
     return;
@@ -505,13 +506,11 @@ async function goToSeq(seq) {
       if (state.session !== s) return;
       const events = unwrap(value);
       s.win.setTail(events, value.hasMore);
-      s.win.setFollowing(false);
-      // Rows past the page are fetched by following the tail later (the "n new" button).
-      live.merge(s.id, events);
+      // A page in the middle: live events only count on the "n new" button, which reloads the tail.
+      s.win.detach();
       s.loading = false;
       renderHistory(false);
       markOnce("dsh:history-painted");
-      if (live.last(s.id) !== null && live.last(s.id) > (s.win.lastSeq ?? -1)) s.win.mergeTail([]);
     } catch {
       return;
     }
@@ -780,7 +779,11 @@ function onHost(p) {
     const row = $("session-list").querySelector(`.session-row[data-session-id="${CSS.escape(p.sessionId)}"]`);
     const item = state.list.items.find((r) => r.sessionId === p.sessionId);
     if (item) item.running = Boolean(p.running);
-    if (row) row.querySelector(".running-badge").hidden = !p.running;
+    if (row) {
+      const badge = row.querySelector(".running-badge");
+      if (p.running && !badge) row.querySelector(".session-link").after(el("span", { class: "running-badge", text: "running" }));
+      if (!p.running && badge) badge.remove();
+    }
     if ($("filter-running").checked) refreshListSoon();
     const s = state.session;
     if (s && s.tree && s.tree.node(p.sessionId)) refreshBranchSoon(s.tree.node(p.sessionId).parentId);

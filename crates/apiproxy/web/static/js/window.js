@@ -94,6 +94,14 @@ export function createWindow({ cap = 2000 } = {}) {
         hasMore = true;
       }
     },
+    /**
+     * Detaches the window from the tail (it shows a page in the middle): new events only count
+     * until the tail is set again.
+     */
+    detach() {
+      droppedTail = true;
+      following = false;
+    },
     /** Drops rows past seq (a lower baseline). */
     dropAbove(seq) {
       rows = rows.filter((e) => e.seq <= seq);
