@@ -147,7 +147,12 @@ async function loadList(reset) {
     const value = await call("session.list", payload);
     if (gen !== list.gen) return;
     const seen = new Set(list.items.map((r) => r.sessionId));
-    for (const row of value.items || []) if (!seen.has(row.sessionId)) list.items.push(row);
+    // The filters are applied here too, for a gateway that does not know them yet.
+    const keep = (row) =>
+      (payload.subagents || row.origin !== "subagent") &&
+      (!payload.running || row.running) &&
+      (!payload.cwd || row.cwd === payload.cwd);
+    for (const row of value.items || []) if (!seen.has(row.sessionId) && keep(row)) list.items.push(row);
     list.cursor = value.nextCursor || null;
     list.done = !list.cursor;
     renderList();
@@ -387,7 +392,8 @@ async function loadOlder() {
 }
 
 function eventText(e) {
-  const d = e.data || {};
+  const d = e.data?.message || e.data || {};
+  if (d.chunk && typeof d.chunk.delta === "string") return d.chunk.delta;
   if (Array.isArray(d.content)) {
     return d.content.map((c) => (typeof c.text === "string" ? c.text : c.type ? `[${c.type}]` : "")).join("");
   }
@@ -399,7 +405,8 @@ function eventText(e) {
 function rowForEvent(e) {
   const type = String(e.type || "");
   const classes = ["event"];
-  const role = e.data?.role;
+  const role = e.data?.message?.role ?? e.data?.role;
+  if (type.endsWith("/chunk")) classes.push("chunk");
   if (type === "user/message" || role === "user") classes.push("role-user");
   else if (type.startsWith("assistant/") || role === "assistant") classes.push("role-assistant");
   if (type.startsWith("turn/")) classes.push("turn");
@@ -500,22 +507,14 @@ async function goToSeq(seq) {
   const s = state.session;
   if (!s) return;
   $("seq-input").value = String(seq);
-  if (!s.win.has(seq)) {
-    try {
-      const value = await historyCall(s, { beforeSeq: seq + 1, maxMessages: PAGE });
-      if (state.session !== s) return;
-      const events = unwrap(value);
-      s.win.setTail(events, value.hasMore);
-      // A page in the middle: live events only count on the "n new" button, which reloads the tail.
-      s.win.detach();
-      s.loading = false;
-      renderHistory(false);
-      markOnce("dsh:history-painted");
-    } catch {
-      return;
-    }
+  if (s.loading || s.win.rows.length === 0) await loadTail(s);
+  // Page back from the tail until the window holds the seq (bounded: the window is capped anyway).
+  for (let i = 0; i < 40 && state.session === s && !s.win.has(seq) && s.win.hasMore && s.win.firstSeq > seq; i++) {
+    const before = s.win.firstSeq;
+    await loadOlder();
+    if (s.win.firstSeq === before) break;
   }
-  selectSeq(seq);
+  if (state.session === s) selectSeq(seq);
 }
 
 $("seq-nav").addEventListener("submit", (e) => {
