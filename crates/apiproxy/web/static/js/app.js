@@ -361,6 +361,7 @@ async function repairTail(s) {
     if (merged.rebase && !overlap) s.win.setTail(events, value.hasMore);
     else s.win.mergeTail(events);
     renderHistory(s.win.following);
+    markOnce("dsh:history-painted");
   } catch {
     // The error banner shows it; the next event or reconnect repairs again.
   } finally {
@@ -792,6 +793,8 @@ function onHost(p) {
 }
 
 function refreshAll() {
+  // A reconnect is a fresh start: a failure from the outage no longer stands.
+  clearError();
   if (!$("list-view").hidden) loadList(true);
   const s = state.session;
   if (s) {
