@@ -598,7 +598,6 @@ function renderTree() {
   ul.replaceChildren(...build(s.id));
   const empty = !(tree.childrenOf(s.id) || []).length;
   $("tree-empty").hidden = !empty;
-  ul.hidden = empty;
   if (hadFocus) focusTreeItem(tree.focused);
 }
 
