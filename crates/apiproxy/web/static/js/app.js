@@ -204,10 +204,38 @@ $("filter-cwd").addEventListener("input", () => {
 $("filters").addEventListener("submit", (e) => e.preventDefault());
 
 let listRefresh = null;
+/**
+ * A host frame changed the list: re-read the first page and merge it in (new rows on top, known
+ * rows updated), so pages already loaded stay; with "Running only" the whole walk starts over.
+ */
 function refreshListSoon() {
   if ($("list-view").hidden) return;
   clearTimeout(listRefresh);
-  listRefresh = setTimeout(() => loadList(true), 100);
+  listRefresh = setTimeout(() => {
+    if ($("filter-running").checked || state.list.items.length <= PAGE) loadList(true);
+    else refreshHead();
+  }, 100);
+}
+
+async function refreshHead() {
+  const list = state.list;
+  const gen = list.gen;
+  try {
+    const payload = { limit: PAGE, ...filters() };
+    const value = await call("session.list", payload, { quiet: true });
+    if (gen !== list.gen) return;
+    const byId = new Map(list.items.map((r, i) => [r.sessionId, i]));
+    const fresh = [];
+    for (const row of value.items || []) {
+      if (!payload.subagents && row.origin === "subagent") continue;
+      if (byId.has(row.sessionId)) list.items[byId.get(row.sessionId)] = row;
+      else fresh.push(row);
+    }
+    list.items.unshift(...fresh);
+    renderList();
+  } catch {
+    // The next frame or reconnect tries again.
+  }
 }
 
 // ---- session view ----
