@@ -1,0 +1,1 @@
+// The viewer entry module (placeholder; the client lives on branch v3).
