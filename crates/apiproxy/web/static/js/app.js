@@ -1,775 +1,850 @@
-// The viewer: the session list, a session's history and subagent tree, live over the mux socket.
-// Every view is drawn from wire answers (docs/wire.md); nothing here is stored but the token.
-
-import { createClient, RpcError, Unauthenticated, socketProtocols } from "./rpc.js";
+// The viewer page: wires the pure modules to the DOM per docs/viewer.md and the viewer contract.
+// Untrusted text is only ever set with textContent.
+import { createClient, RpcError, Unauthenticated } from "./rpc.js";
+import { createLiveModel } from "./live.js";
+import { createWindow } from "./window.js";
+import { createTree } from "./tree.js";
 import { parseRoute, formatRoute } from "./route.js";
-import { reconnectDelay } from "./backoff.js";
-import { relativeTime, duration, childCount } from "./format.js";
-import { SeqLog } from "./live.js";
-import { HistoryWindow } from "./window.js";
-import { TreeState } from "./tree.js";
-import { el, describeEvent } from "./render.js";
+import { createBackoff } from "./backoff.js";
+import { relativeTime, duration, childCount, iso } from "./format.js";
 
-const PAGE_SIZE = 50;
-const TOKEN_KEY = "dsh.token";
 const $ = (id) => document.getElementById(id);
+const TOKEN_KEY = "dsh.token";
+const PAGE = 50;
 
-const state = {
-  token: sessionStorage.getItem(TOKEN_KEY),
-  route: { view: "list" },
-  /** Summaries seen in the list, by id (for facts and breadcrumbs without another call). */
-  known: new Map(),
-  list: { cursor: null, done: false, loading: false, generation: 0 },
-  /** The open session: `{id, log, window, tree, child: {parent, mode} | null, loadingOlder}`. */
-  session: null,
-  /** How a child was reached from its parent's tree (its history is then `subagent.history`). */
-  childOf: new Map(),
-  sockets: { mux: null, host: null, attempt: 0, timer: null, connected: false },
-  pendingBranches: new Map(),
-};
-
-const client = createClient({ token: () => state.token });
-
-// ---- errors, token ----------------------------------------------------------------------------
-
-function showError(error) {
-  if (error instanceof Unauthenticated) {
-    askToken(error.hadToken);
-    return;
+function el(tag, props = {}, ...kids) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k === "dataset") Object.assign(node.dataset, v);
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : String(v));
   }
-  const banner = $("error");
-  banner.textContent = error instanceof RpcError ? `${error.code}: ${error.message}` : `internal: ${error.message}`;
-  banner.hidden = false;
+  for (const kid of kids) if (kid) node.append(kid);
+  return node;
 }
 
+// ---- token, errors, calls ----
+const getToken = () => sessionStorage.getItem(TOKEN_KEY);
+const client = createClient({ getToken });
+let pendingAfterToken = null;
+
+function showError(err) {
+  const box = $("error");
+  box.textContent = err instanceof RpcError ? `${err.code}: ${err.rpcMessage}` : String(err);
+  box.hidden = false;
+}
 function clearError() {
   $("error").hidden = true;
   $("error").textContent = "";
 }
 
-function askToken(refused) {
-  $("token-form").hidden = false;
-  $("main").hidden = true;
-  $("token-error").textContent = refused ? "the token was refused" : "";
-  document.body.dataset.state = "ready";
-  $("token-input").focus();
+async function call(method, payload, { quiet = false } = {}) {
+  try {
+    return await client.call(method, payload);
+  } catch (err) {
+    if (err instanceof Unauthenticated) {
+      $("token-form").hidden = false;
+      $("token-error").textContent = err.hadToken ? "the token was refused" : "";
+      $("token-input").focus();
+      pendingAfterToken = () => render();
+    } else if (!quiet) {
+      showError(err);
+    }
+    throw err;
+  }
 }
 
-$("token-form").addEventListener("submit", (submit) => {
-  submit.preventDefault();
-  state.token = $("token-input").value.trim() || null;
-  if (state.token) sessionStorage.setItem(TOKEN_KEY, state.token);
+$("token-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const value = $("token-input").value.trim();
+  if (!value) return;
+  sessionStorage.setItem(TOKEN_KEY, value);
   $("token-input").value = "";
   $("token-form").hidden = true;
-  $("main").hidden = false;
-  connect(true);
-  show(parseRoute(location.hash));
+  $("token-error").textContent = "";
+  restartSockets();
+  if (pendingAfterToken) pendingAfterToken();
 });
 
-async function call(method, payload) {
-  try {
-    const value = await client.call(method, payload);
-    return value;
-  } catch (error) {
-    if (error instanceof Unauthenticated && state.token && !error.hadToken) return call(method, payload);
-    throw error;
-  }
+// ---- state ----
+const live = createLiveModel();
+const state = {
+  route: { view: "list" },
+  nav: 0,
+  marks: new Set(),
+  list: { items: [], cursor: null, done: false, loading: false },
+  session: null, // {id, source: {parent, mode}|null, win, tree, loading, buffer, selected}
+};
+const childContext = new Map(); // child id -> {parent, mode}
+
+function markOnce(name) {
+  if (state.marks.has(name)) return;
+  state.marks.add(name);
+  performance.mark(name);
+}
+function ready() {
+  requestAnimationFrame(() => {
+    document.body.dataset.state = "ready";
+  });
 }
 
-// ---- routing ----------------------------------------------------------------------------------
+window.__dsh = {
+  seqs(sessionId) {
+    const s = state.session;
+    return s && s.id === sessionId && s.win ? s.win.rows.map((e) => e.seq) : [];
+  },
+};
 
-function show(route) {
-  state.route = route;
+// ---- routing ----
+function render() {
   clearError();
-  $("list-view").hidden = route.view !== "list";
-  $("session-view").hidden = route.view !== "session";
+  state.nav += 1;
+  state.marks = new Set();
   document.body.dataset.state = "loading";
-  if (route.view === "list") {
-    document.title = "Sessions · apiproxy";
-    loadList(true);
-  } else {
+  const route = parseRoute(location.hash);
+  state.route = route;
+  if (route.view === "session") {
+    $("list-view").hidden = true;
+    $("session-view").hidden = false;
     openSession(route.id, route.seq);
+  } else {
+    $("session-view").hidden = true;
+    $("list-view").hidden = false;
+    state.session = null;
+    loadList(true);
   }
+  // Keyboard users keep a place: the link that was followed is now hidden.
+  const active = document.activeElement;
+  if (!active || active === document.body || !active.offsetParent) $("main").focus({ preventScroll: true });
 }
+window.addEventListener("hashchange", render);
 
-window.addEventListener("hashchange", () => show(parseRoute(location.hash)));
-
-function painted(mark) {
-  performance.mark(mark);
-  document.body.dataset.state = "ready";
-}
-
-// ---- the session list -------------------------------------------------------------------------
-
-function listFilters() {
+// ---- list view ----
+function filters() {
+  const payload = { subagents: $("filter-subagents").checked };
+  if ($("filter-running").checked) payload.running = true;
   const cwd = $("filter-cwd").value.trim();
-  return { subagents: $("filter-subagents").checked, running: $("filter-running").checked, cwd: cwd || null };
-}
-
-function passes(item, filters) {
-  if (!filters.subagents && item.origin === "subagent") return false;
-  if (filters.running && !item.running) return false;
-  if (filters.cwd && item.cwd !== filters.cwd) return false;
-  return true;
+  if (cwd) payload.cwd = cwd;
+  return payload;
 }
 
 async function loadList(reset) {
   const list = state.list;
+  const nav = state.nav;
   if (reset) {
-    list.generation += 1;
+    list.items = [];
     list.cursor = null;
     list.done = false;
     list.loading = false;
-    $("session-list").replaceChildren();
+    list.gen = (list.gen || 0) + 1;
   }
   if (list.loading || list.done) return;
   list.loading = true;
-  const generation = list.generation;
-  const filters = listFilters();
-  const payload = { limit: PAGE_SIZE, subagents: filters.subagents };
-  if (list.cursor) payload.cursor = list.cursor;
-  if (filters.running) payload.running = true;
-  if (filters.cwd) payload.cwd = filters.cwd;
+  const gen = list.gen;
   try {
-    const page = await call("session.list", payload);
-    if (generation !== list.generation) return;
-    for (const item of page.items) {
-      state.known.set(item.sessionId, item);
-      if (passes(item, filters)) $("session-list").append(listRow(item));
-    }
-    list.cursor = page.nextCursor ?? null;
+    const payload = { limit: PAGE, ...filters() };
+    if (list.cursor) payload.cursor = list.cursor;
+    const value = await call("session.list", payload);
+    if (gen !== list.gen) return;
+    const seen = new Set(list.items.map((r) => r.sessionId));
+    // The filters are applied here too, for a gateway that does not know them yet.
+    const keep = (row) =>
+      (payload.subagents || row.origin !== "subagent") &&
+      (!payload.running || row.running) &&
+      (!payload.cwd || row.cwd === payload.cwd);
+    for (const row of value.items || []) if (!seen.has(row.sessionId) && keep(row)) list.items.push(row);
+    list.cursor = value.nextCursor || null;
     list.done = !list.cursor;
-    $("list-more").hidden = list.done;
-    $("list-empty").hidden = $("session-list").children.length > 0 || !list.done;
-    if (reset) painted("dsh:list-painted");
-    // A short filtered page: keep reading until the screen is full or the walk ends.
-    if (!list.done && $("session-list").children.length < PAGE_SIZE / 2) {
-      list.loading = false;
-      return loadList(false);
+    renderList();
+    if (nav === state.nav) {
+      markOnce("dsh:list-painted");
+      ready();
     }
-  } catch (error) {
-    showError(error);
-    document.body.dataset.state = "ready";
+  } catch {
+    if (nav === state.nav) ready();
   } finally {
-    if (generation === list.generation) list.loading = false;
+    if (gen === list.gen) list.loading = false;
   }
 }
 
-function isoTime(ms) {
-  return typeof ms === "number" ? new Date(ms).toISOString() : "";
+function rowFor(item) {
+  const id = item.sessionId;
+  const label = item.projections?.values?.subagent?.label || item.label || id;
+  const li = el("li", { class: "session-row", dataset: { sessionId: id } });
+  li.append(el("a", { class: "session-link", href: formatRoute({ view: "session", id }), text: label }));
+  if (item.running) li.append(el("span", { class: "running-badge", text: "running" }));
+  const count = childCount(item.subagents);
+  li.append(count ? el("span", { class: "child-count", text: count }) : el("span"));
+  const meta = el("span", { class: "meta" });
+  const created = item.createdAt ?? item.updatedAt;
+  if (Number.isFinite(created)) meta.append("created ", el("time", { class: "created", datetime: iso(created), text: relativeTime(created) }));
+  if (Number.isFinite(item.updatedAt)) meta.append(" · updated ", el("time", { class: "updated", datetime: iso(item.updatedAt), text: relativeTime(item.updatedAt) }));
+  if (item.cwd) meta.append(el("span", { class: "cwd", text: item.cwd }));
+  li.append(meta);
+  return li;
 }
 
-function listRow(item) {
-  const now = Date.now();
-  const label = item.projections?.values?.subagent?.label;
-  return el(
-    "li",
-    { class: "session-row", "data-session-id": item.sessionId },
-    el("a", { class: "session-link", href: formatRoute({ view: "session", id: item.sessionId, seq: null }), text: label || item.sessionId }),
-    item.running ? el("span", { class: "running-badge", text: "running" }) : el("span"),
-    el("span", { class: "child-count", text: childCount(item.subagents) }),
-    el("span", { class: "cwd", text: item.cwd ?? "" }),
-    el("time", { class: "created", datetime: isoTime(item.createdAt ?? item.updatedAt), text: `created ${relativeTime(item.createdAt ?? item.updatedAt, now)}` }),
-    el("time", { class: "updated", datetime: isoTime(item.updatedAt), text: `updated ${relativeTime(item.updatedAt, now)}` }),
-  );
+function renderList() {
+  const ul = $("session-list");
+  ul.replaceChildren(...state.list.items.map(rowFor));
+  $("list-empty").hidden = state.list.items.length > 0;
+  $("list-more").hidden = state.list.done;
 }
 
-function updateListRow(sessionId, patch) {
-  const item = state.known.get(sessionId);
-  if (item) Object.assign(item, patch);
-  const row = document.querySelector(`.session-row[data-session-id="${CSS.escape(sessionId)}"]`);
-  if (row && item) row.replaceWith(listRow(item));
-}
-
+$("list-more").addEventListener("click", () => loadList(false));
+new IntersectionObserver((entries) => {
+  if (entries.some((e) => e.isIntersecting) && !$("list-view").hidden) loadList(false);
+}).observe($("list-more"));
 for (const id of ["filter-subagents", "filter-running"]) $(id).addEventListener("change", () => loadList(true));
 let cwdTimer = null;
 $("filter-cwd").addEventListener("input", () => {
   clearTimeout(cwdTimer);
   cwdTimer = setTimeout(() => loadList(true), 250);
 });
-$("filters").addEventListener("submit", (submit) => submit.preventDefault());
-$("list-more").addEventListener("click", () => loadList(false));
-window.addEventListener("scroll", () => {
-  if (state.route.view === "list" && window.innerHeight + window.scrollY >= document.body.offsetHeight - 200) loadList(false);
+$("filters").addEventListener("submit", (e) => e.preventDefault());
+
+let listRefresh = null;
+/**
+ * A host frame changed the list: re-read the first page and merge it in (new rows on top, known
+ * rows updated), so pages already loaded stay; with "Running only" the whole walk starts over.
+ */
+function refreshListSoon() {
+  if ($("list-view").hidden) return;
+  clearTimeout(listRefresh);
+  listRefresh = setTimeout(() => {
+    if ($("filter-running").checked || state.list.items.length <= PAGE) loadList(true);
+    else refreshHead();
+  }, 100);
+}
+
+async function refreshHead() {
+  const list = state.list;
+  const gen = list.gen;
+  try {
+    const payload = { limit: PAGE, ...filters() };
+    const value = await call("session.list", payload, { quiet: true });
+    if (gen !== list.gen) return;
+    const byId = new Map(list.items.map((r, i) => [r.sessionId, i]));
+    const fresh = [];
+    for (const row of value.items || []) {
+      if (!payload.subagents && row.origin === "subagent") continue;
+      if (byId.has(row.sessionId)) list.items[byId.get(row.sessionId)] = row;
+      else fresh.push(row);
+    }
+    list.items.unshift(...fresh);
+    renderList();
+  } catch {
+    // The next frame or reconnect tries again.
+  }
+}
+
+// ---- session view ----
+async function openSession(id, seq) {
+  const nav = state.nav;
+  const same = state.session && state.session.id === id;
+  if (same && seq !== undefined) {
+    await goToSeq(seq);
+    ready();
+    return;
+  }
+  const s = {
+    id,
+    source: childContext.get(id) || null,
+    win: createWindow(),
+    tree: null,
+    loading: true,
+    buffer: [],
+    selected: null,
+  };
+  state.session = s;
+  $("history").replaceChildren();
+  $("subagent-tree").replaceChildren();
+  $("session-facts").replaceChildren();
+  $("breadcrumbs").replaceChildren(el("span", { text: id }));
+  $("tree-empty").hidden = true;
+  $("history-new").hidden = true;
+  $("history-older").hidden = true;
+  setExportLink(id);
+  const facts = loadFacts(s);
+  const tree = loadTree(s);
+  await facts;
+  const history = seq !== undefined ? goToSeq(seq) : loadTail(s);
+  await Promise.allSettled([tree, history]);
+  if (nav === state.nav) ready();
+}
+
+function setExportLink(id) {
+  $("export-link").href = `/api/session.export?sessionId=${encodeURIComponent(id)}&descendants=true`;
+}
+$("export-link").addEventListener("click", async (e) => {
+  const token = getToken();
+  if (!token) return;
+  e.preventDefault();
+  const href = $("export-link").href;
+  try {
+    const response = await fetch(href, { headers: { authorization: `Bearer ${token}` } });
+    if (!response.ok) throw new RpcError(`http-${response.status}`, await response.text());
+    const blob = await response.blob();
+    const url = URL.createObjectURL(blob);
+    const a = el("a", { href: url, download: `${state.session?.id || "session"}.jsonl` });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 1000);
+  } catch (err) {
+    showError(err);
+  }
 });
 
-// ---- a session --------------------------------------------------------------------------------
-
-async function describe(id) {
+async function getSession(id) {
   try {
-    const answer = await call("session.get", { sessionId: id });
-    state.known.set(id, { ...answer.session, ...answer.header });
-    return state.known.get(id);
-  } catch (error) {
-    // A gateway without `session.get` (404) or a session only the list knows: use what is known.
-    if (state.known.has(id)) return state.known.get(id);
-    if (error instanceof RpcError && error.code === "transport") return { sessionId: id };
-    throw error;
+    return await call("session.get", { sessionId: id }, { quiet: true });
+  } catch (err) {
+    if (err instanceof Unauthenticated) throw err;
+    return null;
   }
 }
 
-async function openSession(id, seq) {
-  const same = state.session?.id === id;
-  if (!same) {
-    state.session = { id, log: new SeqLog(), window: new HistoryWindow(), tree: new TreeState(id), loadingOlder: false };
-    document.title = `${id} · apiproxy`;
-    $("session-title").textContent = id;
-    $("history").replaceChildren();
-    $("subagent-tree").replaceChildren();
-    $("session-facts").replaceChildren();
-    $("breadcrumbs").replaceChildren();
-    $("export-link").href = `/api/session.export?sessionId=${encodeURIComponent(id)}&descendants=true`;
-    $("export-link").setAttribute("download", `${id}.jsonl`);
-    const facts = describe(id).then((facts) => {
-      if (state.session?.id === id) renderFacts(facts);
-      return facts;
-    });
-    facts.then((facts) => breadcrumbs(id, facts)).catch(() => {});
-    loadTree(id, id);
-    try {
-      await loadTail();
-    } catch (error) {
-      showError(error);
-      document.body.dataset.state = "ready";
-      return;
+async function loadFacts(s) {
+  const got = await getSession(s.id);
+  if (state.session !== s) return;
+  const header = got?.header || {};
+  const summary = got?.session || state.list.items.find((r) => r.sessionId === s.id) || {};
+  const ident = summary.projections?.values?.subagent;
+  const parent = header.parentSessionId ?? summary.parentSessionId;
+  if (!s.source && parent && (header.origin ?? summary.origin) === "subagent" && ident?.mode) {
+    s.source = { parent, mode: ident.mode };
+  }
+  const dl = $("session-facts");
+  const fact = (name, value) => {
+    if (value === undefined || value === null || value === "") return;
+    dl.append(el("dt", { text: name }), el("dd", { text: String(value) }));
+  };
+  const created = header.createdAt ?? summary.createdAt;
+  fact("created", Number.isFinite(created) ? `${new Date(created).toLocaleString()} (${relativeTime(created)})` : undefined);
+  fact("cwd", header.cwd ?? summary.cwd);
+  fact("preset", header.agentPreset ?? summary.agentPreset);
+  fact("origin", header.origin ?? summary.origin);
+  fact("parent", parent ?? s.source?.parent);
+  fact("depth", header.delegationDepth);
+  // Breadcrumbs: walk parentSessionId up to the root.
+  const chain = [];
+  let next = parent ?? s.source?.parent;
+  const seen = new Set([s.id]);
+  while (next && !seen.has(next) && chain.length < 32) {
+    seen.add(next);
+    chain.unshift(next);
+    const up = await getSession(next);
+    if (state.session !== s) return;
+    next = up?.header?.parentSessionId ?? up?.session?.parentSessionId;
+  }
+  const nav = $("breadcrumbs");
+  nav.replaceChildren();
+  for (const id of chain) {
+    nav.append(el("a", { href: formatRoute({ view: "session", id }), text: id }), el("span", { class: "sep", "aria-hidden": "true", text: "›" }));
+  }
+  nav.append(el("span", { "aria-current": "page", text: s.id }));
+}
+
+// ---- history ----
+function historyCall(s, extra) {
+  if (s.source) {
+    return call("subagent.history", { parentSessionId: s.source.parent, childSessionId: s.id, mode: s.source.mode, ...extra });
+  }
+  return call("session.history", { sessionId: s.id, ...extra });
+}
+const unwrap = (value) => (value.events || []).map((w) => w.event || w);
+
+async function loadTail(s) {
+  try {
+    const value = await historyCall(s, { maxMessages: PAGE });
+    if (state.session !== s) return;
+    const events = unwrap(value);
+    s.win.setTail(events, value.hasMore);
+    live.merge(s.id, events);
+    s.loading = false;
+    const held = s.buffer.splice(0);
+    s.win.append(held);
+    renderHistory(true);
+    markOnce("dsh:history-painted");
+    if (live.last(s.id) !== null && s.win.lastSeq !== null && live.last(s.id) > s.win.lastSeq) repairTail(s);
+  } catch {
+    s.loading = false;
+  }
+}
+
+async function repairTail(s) {
+  if (s.win.droppedTail) return;
+  if (s.repairing) {
+    s.repairAgain = true;
+    return;
+  }
+  s.repairing = true;
+  try {
+    const value = await historyCall(s, { maxMessages: PAGE });
+    if (state.session !== s) return;
+    const events = unwrap(value);
+    const merged = live.merge(s.id, events);
+    const overlap = s.win.rows.length && events.length && events[0].seq <= s.win.lastSeq + 1;
+    if (merged.rebase && !overlap) s.win.setTail(events, value.hasMore);
+    else s.win.mergeTail(events);
+    renderHistory(s.win.following);
+    markOnce("dsh:history-painted");
+  } catch {
+    // The error banner shows it; the next event or reconnect repairs again.
+  } finally {
+    s.repairing = false;
+    if (s.repairAgain) {
+      s.repairAgain = false;
+      repairTail(s);
     }
   }
-  if (seq !== null && seq !== undefined) await reveal(seq);
-  else if (!same) scrollToBottom();
-  document.body.dataset.state = "ready";
-}
-
-function renderFacts(facts) {
-  const rows = [
-    ["Created", facts.createdAt ? new Date(facts.createdAt).toLocaleString() : null],
-    ["Updated", facts.updatedAt ? relativeTime(facts.updatedAt, Date.now()) : null],
-    ["Working directory", facts.cwd],
-    ["Preset", facts.agentPreset],
-    ["Origin", facts.origin],
-    ["Parent", facts.parentSessionId],
-    ["Depth", facts.delegationDepth],
-    ["Status", facts.running ? "running" : "idle"],
-    ["Subagents", childCount(facts.subagents) || null],
-  ];
-  const list = $("session-facts");
-  list.replaceChildren();
-  for (const [name, value] of rows) {
-    if (value === null || value === undefined || value === "") continue;
-    list.append(el("dt", { text: name }), el("dd", { text: String(value) }));
-  }
-}
-
-async function breadcrumbs(id, facts) {
-  const chain = [];
-  let parent = facts?.parentSessionId ?? state.childOf.get(id)?.parent;
-  const seen = new Set([id]);
-  while (parent && !seen.has(parent) && chain.length < 16) {
-    seen.add(parent);
-    chain.unshift(parent);
-    const known = state.known.get(parent) ?? (await describe(parent).catch(() => null));
-    parent = known?.parentSessionId ?? state.childOf.get(parent)?.parent;
-  }
-  if (state.session?.id !== id) return;
-  const nav = $("breadcrumbs");
-  nav.replaceChildren(el("a", { href: "#/", text: "Sessions" }));
-  for (const ancestor of chain) nav.append(el("a", { href: formatRoute({ view: "session", id: ancestor, seq: null }), text: ancestor }));
-  nav.append(el("span", { "aria-current": "page", text: id }));
-}
-
-/** A history page of the open session: `subagent.history` for a child reached from its tree. */
-function historyPage(beforeSeq) {
-  const session = state.session;
-  const payload = { maxMessages: 50 };
-  if (beforeSeq !== undefined) payload.beforeSeq = beforeSeq;
-  const child = state.childOf.get(session.id);
-  if (child) return call("subagent.history", { ...payload, parentSessionId: child.parent, childSessionId: session.id, mode: child.mode });
-  return call("session.history", { ...payload, sessionId: session.id });
-}
-
-async function loadTail() {
-  const session = state.session;
-  const page = await historyPage();
-  if (state.session !== session) return;
-  const events = page.events.map((entry) => entry.event);
-  const timing = page.projections?.values?.subagentTiming;
-  if (timing && typeof timing.settledMs === "number") {
-    $("session-facts").append(el("dt", { text: "Active" }), el("dd", { text: duration(timing.settledMs) }));
-  }
-  // The tail replaces the window: what is held below it would leave a hole.
-  const first = events.length ? events[0].seq : session.log.top + 1;
-  session.log.keep(first, Infinity);
-  session.log.merge(events);
-  session.window.resetTail(session.log.seqs(), page.hasMore);
-  renderHistory();
-  painted("dsh:history-painted");
 }
 
 async function loadOlder() {
-  const session = state.session;
-  if (!session || session.loadingOlder || !session.window.hasOlder) return;
-  session.loadingOlder = true;
-  const scroller = $("history-scroll");
-  const before = scroller.scrollHeight - scroller.scrollTop;
+  const s = state.session;
+  if (!s || s.loadingOlder || !s.win.hasMore || s.win.firstSeq === null) return;
+  s.loadingOlder = true;
+  const box = $("history");
+  const before = box.scrollHeight - box.scrollTop;
   try {
-    const page = await historyPage(session.window.rows[0]);
-    if (state.session !== session) return;
-    const events = page.events.map((entry) => entry.event);
-    session.log.merge(events);
-    const dropped = session.window.prepend(events.map((event) => event.seq), page.hasMore);
-    for (const seq of dropped) session.log.events.delete(seq);
-    renderHistory();
-    scroller.scrollTop = scroller.scrollHeight - before;
-  } catch (error) {
-    showError(error);
+    const value = await historyCall(s, { beforeSeq: s.win.firstSeq, maxMessages: PAGE });
+    if (state.session !== s) return;
+    s.win.prepend(unwrap(value), value.hasMore);
+    renderHistory(false);
+    box.scrollTop = box.scrollHeight - before;
+  } catch {
+    // shown in the banner
   } finally {
-    session.loadingOlder = false;
+    s.loadingOlder = false;
   }
 }
 
-function renderHistory() {
-  const session = state.session;
-  const rows = session.window.rows.map((seq) => session.log.events.get(seq)).filter(Boolean);
-  $("history").replaceChildren(...rows.map(eventRow));
-  $("history-older").hidden = !session.window.hasOlder;
-  updateNewButton();
+function eventText(e) {
+  const d = e.data?.message || e.data || {};
+  if (d.chunk && typeof d.chunk.delta === "string") return d.chunk.delta;
+  if (Array.isArray(d.content)) {
+    return d.content.map((c) => (typeof c.text === "string" ? c.text : c.type ? `[${c.type}]` : "")).join("");
+  }
+  if (typeof d.text === "string") return d.text;
+  if (typeof d.delta === "string") return d.delta;
+  return "";
 }
 
-function eventRow(event) {
-  const shown = describeEvent(event);
-  const classes = ["event", shown.kind];
-  if (shown.role) classes.push(`role-${shown.role}`);
-  const raw = el("pre", { class: "raw-json", hidden: true });
+function rowForEvent(e) {
+  const type = String(e.type || "");
+  const classes = ["event"];
+  const role = e.data?.message?.role ?? e.data?.role;
+  if (type.endsWith("/chunk")) classes.push("chunk");
+  if (type === "user/message" || role === "user") classes.push("role-user");
+  else if (type.startsWith("assistant/") || role === "assistant") classes.push("role-assistant");
+  if (type.startsWith("turn/")) classes.push("turn");
+  if (type.startsWith("step/")) classes.push("step");
+  const li = el("li", { class: classes.join(" "), tabindex: "-1", dataset: { seq: String(e.seq), type } });
+  li.append(el("span", { class: "seq", text: `#${e.seq}` }), el("span", { class: "etype", text: type }));
+  if (type.startsWith("tool/")) {
+    const d = e.data || {};
+    const details = el("details", { class: "tool" });
+    details.append(el("summary", { text: [d.name, d.callId].filter(Boolean).join(" · ") || type }));
+    details.append(el("pre", { class: "body", text: JSON.stringify(d, null, 2) }));
+    li.append(details);
+  } else {
+    const text = eventText(e);
+    if (text) li.append(el("div", { class: "body", text }));
+    else if (type.startsWith("turn/") || type.startsWith("step/")) {
+      const d = e.data || {};
+      const bits = ["turn", "step"].filter((k) => d[k] !== undefined).map((k) => `${k} ${d[k]}`);
+      if (bits.length) li.append(el("span", { class: "etype", text: ` (${bits.join(", ")})` }));
+    }
+  }
+  const raw = el("pre", { class: "raw-json", hidden: true, text: JSON.stringify(e, null, 2) });
   const toggle = el("button", { type: "button", class: "raw-toggle", "aria-expanded": "false", text: "Raw" });
   toggle.addEventListener("click", () => {
     const open = toggle.getAttribute("aria-expanded") !== "true";
-    if (open && !raw.textContent) raw.textContent = JSON.stringify(event, null, 2);
-    raw.hidden = !open;
     toggle.setAttribute("aria-expanded", String(open));
+    raw.hidden = !open;
   });
-  const seq = el("span", { class: "seq", text: `#${event.seq}` });
-  let body;
-  if (shown.kind === "tool") {
-    body = el("details", { class: "tool" }, el("summary", { text: shown.title }), el("div", { class: "text", text: shown.text ?? "" }));
-  } else if (shown.kind === "message") {
-    body = el("div", {}, el("span", { class: "who", text: shown.title }), el("div", { class: "text", text: shown.text ?? "" }));
-  } else {
-    body = el("span", { text: shown.text ? `${shown.title}: ${shown.text}` : shown.title });
-  }
-  return el("li", { class: classes.join(" "), "data-seq": event.seq, "data-type": event.type, tabindex: "-1" }, toggle, seq, body, raw);
+  li.append(toggle, raw);
+  if (state.session?.selected === e.seq) li.classList.add("selected");
+  return li;
 }
 
-function atBottom() {
-  const scroller = $("history-scroll");
-  return scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 40;
+function renderHistory(scrollToEnd) {
+  const s = state.session;
+  if (!s) return;
+  const box = $("history");
+  box.replaceChildren(...s.win.rows.map(rowForEvent));
+  $("history-older").hidden = !s.win.hasMore;
+  updateNewButton();
+  if (scrollToEnd) box.scrollTop = box.scrollHeight;
 }
 
-function scrollToBottom() {
-  const scroller = $("history-scroll");
-  scroller.scrollTop = scroller.scrollHeight;
-  state.session?.window.setFollowing(true);
+function appendHistory(events) {
+  const s = state.session;
+  const box = $("history");
+  const { added, droppedHead } = s.win.append(events);
+  for (let i = 0; i < droppedHead && box.firstElementChild; i++) box.firstElementChild.remove();
+  for (const e of added) box.append(rowForEvent(e));
+  $("history-older").hidden = !s.win.hasMore;
+  if (s.win.following) box.scrollTop = box.scrollHeight;
   updateNewButton();
 }
 
 function updateNewButton() {
-  const unseen = state.session?.window.unseen ?? 0;
-  $("history-new").hidden = unseen === 0;
-  $("history-new").textContent = `${unseen} new`;
+  const s = state.session;
+  const n = s ? s.win.newCount : 0;
+  $("history-new").hidden = n === 0;
+  $("history-new").textContent = `${n} new`;
 }
 
-$("history-scroll").addEventListener("scroll", () => {
-  const session = state.session;
-  if (!session) return;
-  session.window.setFollowing(atBottom());
-  updateNewButton();
-  if ($("history-scroll").scrollTop < 80) loadOlder();
+$("history").addEventListener("scroll", () => {
+  const s = state.session;
+  if (!s || s.loading) return;
+  const box = $("history");
+  const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 8;
+  if (atBottom !== s.win.following && !s.win.droppedTail) {
+    s.win.setFollowing(atBottom);
+    updateNewButton();
+  }
+  if (box.scrollTop < 40 && s.win.hasMore) loadOlder();
 });
 $("history-older").addEventListener("click", loadOlder);
 $("history-new").addEventListener("click", async () => {
-  if (state.session?.window.trimmedNewer) await loadTail();
-  scrollToBottom();
+  const s = state.session;
+  if (!s) return;
+  if (s.win.droppedTail) await loadTail(s);
+  s.win.setFollowing(true);
+  const box = $("history");
+  box.scrollTop = box.scrollHeight;
+  updateNewButton();
 });
 
-/** Brings event `seq` into the window (paging back as needed) and selects it. */
-async function reveal(seq) {
-  const session = state.session;
-  for (let pages = 0; pages < 200 && session.window.rows.length && seq < session.window.rows[0] && session.window.hasOlder; pages += 1) {
-    await loadOlder();
-    if (state.session !== session) return;
-  }
-  for (const row of document.querySelectorAll("#history .event.selected")) row.classList.remove("selected");
-  const row = document.querySelector(`#history .event[data-seq="${seq}"]`);
-  if (!row) {
-    showError(new RpcError("not-found", `event ${seq} is not in this session`));
-    return;
-  }
-  row.classList.add("selected");
-  row.scrollIntoView({ block: "center" });
-  row.focus({ preventScroll: true });
-  session.window.setFollowing(atBottom());
+function selectSeq(seq) {
+  const s = state.session;
+  s.selected = seq;
+  for (const li of $("history").querySelectorAll(".event.selected")) li.classList.remove("selected");
+  const li = $("history").querySelector(`.event[data-seq="${seq}"]`);
+  if (!li) return false;
+  li.classList.add("selected");
+  s.win.setFollowing(false);
+  li.scrollIntoView({ block: "center" });
+  li.focus({ preventScroll: true });
+  return true;
+}
+
+async function goToSeq(seq) {
+  const s = state.session;
+  if (!s) return;
   $("seq-input").value = String(seq);
+  if (s.loading || s.win.rows.length === 0) await loadTail(s);
+  // Page back from the tail until the window holds the seq (bounded: the window is capped anyway).
+  for (let i = 0; i < 40 && state.session === s && !s.win.has(seq) && s.win.hasMore && s.win.firstSeq > seq; i++) {
+    const before = s.win.firstSeq;
+    await loadOlder();
+    if (s.win.firstSeq === before) break;
+  }
+  if (state.session === s) selectSeq(seq);
 }
 
-function go(seq) {
-  if (!state.session || !Number.isInteger(seq) || seq < 0) return;
-  location.hash = formatRoute({ view: "session", id: state.session.id, seq });
-}
-
-$("seq-nav").addEventListener("submit", (submit) => {
-  submit.preventDefault();
-  go(Number($("seq-input").value));
+$("seq-nav").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const n = Number($("seq-input").value);
+  if (!Number.isInteger(n) || n < 0 || !state.session) return;
+  location.hash = formatRoute({ view: "session", id: state.session.id, seq: n });
 });
 function step(delta) {
-  const session = state.session;
-  if (!session) return;
-  const current = state.route.seq ?? session.window.rows[session.window.rows.length - 1] ?? 0;
-  const rows = session.window.rows;
-  const index = rows.indexOf(current);
-  const next = index >= 0 ? rows[Math.min(Math.max(index + delta, 0), rows.length - 1)] : current + delta;
-  go(next);
+  const s = state.session;
+  if (!s || s.win.rows.length === 0) return;
+  const seqs = s.win.rows.map((e) => e.seq);
+  let i = seqs.indexOf(s.selected);
+  if (i < 0) i = delta > 0 ? -1 : seqs.length;
+  const j = Math.min(seqs.length - 1, Math.max(0, i + delta));
+  location.hash = formatRoute({ view: "session", id: s.id, seq: seqs[j] });
 }
 $("seq-prev").addEventListener("click", () => step(-1));
 $("seq-next").addEventListener("click", () => step(1));
 
-// ---- the subagent tree ------------------------------------------------------------------------
+// ---- subagent tree ----
+function diagnosticText(reason) {
+  if (reason === "corrupt") {
+    return "corrupt: its log holds no usable subagent identity. Run `apiproxy verify --store …`; `--repair` closes interrupted turns.";
+  }
+  if (reason === "unavailable") return "unavailable: the stored log cannot be read";
+  return String(reason || "diagnostic");
+}
 
-const DIAGNOSTIC_HELP = {
-  corrupt: "its log holds no usable subagent identity. Run `apiproxy verify --store <store>` to see why; `--repair` closes interrupted turns.",
-  unavailable: "its stored log cannot be read. Run `apiproxy verify --store <store>`; `--repair` cuts a torn tail.",
-};
-
-async function loadTree(rootId, parentId) {
-  const session = state.session;
+async function loadTree(s) {
+  s.tree = createTree(s.id, async (parentId) => {
+    const value = await call("subagent.list", { parentSessionId: parentId });
+    const entries = value.entries || [];
+    for (const e of entries) if (e.kind === "child") childContext.set(e.id, { parent: parentId, mode: e.mode });
+    return entries;
+  });
   try {
-    const answer = await call("subagent.list", { parentSessionId: parentId });
-    if (state.session !== session) return;
-    session.tree.setChildren(parentId, answer.entries);
-    for (const entry of answer.entries) {
-      if (entry.kind === "child") state.childOf.set(entry.id, { parent: parentId, mode: entry.mode });
-    }
-    renderTree();
-    if (parentId === rootId) painted("dsh:tree-painted");
-  } catch (error) {
-    showError(error);
+    await s.tree.loadChildren(s.id);
+  } catch {
+    // shown in the banner
   }
+  if (state.session !== s) return;
+  renderTree();
+  markOnce("dsh:tree-painted");
 }
 
-function renderTree(focusId) {
-  const session = state.session;
-  const tree = session.tree;
-  const active = focusId ?? document.activeElement?.closest?.("[role=treeitem]")?.dataset.sessionId;
-  const build = (parentId, level) =>
-    (tree.children.get(parentId) ?? []).map((entry, index, all) => {
-      const expandable = tree.expandable(entry);
-      const expanded = expandable && tree.expanded.has(entry.id);
-      const item = el("li", {
+function renderTree() {
+  const s = state.session;
+  if (!s || !s.tree) return;
+  const tree = s.tree;
+  const focused = tree.focused;
+  const build = (parentId) =>
+    (tree.childrenOf(parentId) || []).map((n) => {
+      const li = el("li", {
         role: "treeitem",
-        "data-session-id": entry.id,
-        "aria-level": level,
-        "aria-setsize": all.length,
-        "aria-posinset": index + 1,
-        "aria-expanded": expandable ? String(expanded) : null,
-        "aria-disabled": tree.disabled(entry) ? "true" : null,
-        class: tree.disabled(entry) ? "diagnostic" : "child",
-        tabindex: "-1",
+        dataset: { sessionId: n.id },
+        "aria-level": String(n.level),
+        tabindex: n.id === focused ? "0" : "-1",
       });
-      item.append(el("span", { class: "row" }, ...treeRowText(entry)));
-      if (expanded) item.append(el("ul", { role: "group" }, ...build(entry.id, level + 1)));
-      return item;
+      if (n.disabled) {
+        li.classList.add("diagnostic");
+        li.setAttribute("aria-disabled", "true");
+        const row = el("span", { class: "row" }, el("span", { text: n.id }));
+        row.append(el("span", { class: "diagnostic-reason", text: diagnosticText(n.reason) }));
+        li.append(row);
+        return li;
+      }
+      if (n.hasChildren) li.setAttribute("aria-expanded", String(tree.isExpanded(n.id)));
+      const bits = [n.mode, n.activity, Number.isFinite(n.activeMs) ? duration(n.activeMs) : ""].filter(Boolean);
+      const row = el("span", { class: "row" }, el("span", { class: "tree-label", text: n.label || n.id }), " ");
+      row.append(el("span", { class: `tree-meta activity-${n.activity || "unknown"}`, text: bits.join(" · ") }));
+      li.append(row);
+      if (tree.isExpanded(n.id) && tree.childrenOf(n.id)) {
+        li.append(el("ul", { role: "group" }, ...build(n.id)));
+      }
+      return li;
     });
-  const items = build(session.id, 1);
-  $("subagent-tree").replaceChildren(...items);
-  $("tree-empty").hidden = items.length > 0;
-  const rows = [...document.querySelectorAll("#subagent-tree [role=treeitem]")];
-  const focus = rows.find((row) => row.dataset.sessionId === active) ?? rows[0];
-  if (focus) focus.tabIndex = 0;
-  if (focusId && focus) focus.focus();
+  const ul = $("subagent-tree");
+  const hadFocus = ul.contains(document.activeElement);
+  ul.replaceChildren(...build(s.id));
+  const empty = !(tree.childrenOf(s.id) || []).length;
+  $("tree-empty").hidden = !empty;
+  if (hadFocus) focusTreeItem(tree.focused);
 }
 
-function treeRowText(entry) {
-  if (entry.kind !== "child") {
-    const help = DIAGNOSTIC_HELP[entry.reason] ?? "it cannot be listed.";
-    return [el("span", { class: "label", text: entry.id }), el("span", { class: "diagnostic-reason", text: `${entry.reason}: ${help}` })];
-  }
-  const meta = [entry.mode, entry.activity];
-  if (typeof entry.activeMs === "number") meta.push(duration(entry.activeMs));
-  return [el("span", { class: "label", text: entry.label || entry.id }), " ", el("span", { class: "meta", text: `· ${meta.join(" · ")}` })];
-}
-
-async function toggleBranch(id, expand) {
-  const tree = state.session.tree;
-  if (expand) {
-    const load = tree.expand(id);
-    renderTree(id);
-    if (load) await loadTree(state.session.id, id);
-    renderTree(id);
-  } else {
-    tree.collapse(id);
-    renderTree(id);
+function focusTreeItem(id) {
+  for (const li of $("subagent-tree").querySelectorAll('[role="treeitem"]')) {
+    const on = li.dataset.sessionId === id;
+    li.tabIndex = on ? 0 : -1;
+    if (on) li.focus();
   }
 }
 
 function openChild(id) {
-  const entry = [...state.session.tree.children.values()].flat().find((row) => row.id === id);
-  if (!entry || state.session.tree.disabled(entry)) return;
-  location.hash = formatRoute({ view: "session", id, seq: null });
+  location.hash = formatRoute({ view: "session", id });
 }
 
-$("subagent-tree").addEventListener("keydown", (key) => {
-  const item = key.target.closest("[role=treeitem]");
-  if (!item) return;
+$("subagent-tree").addEventListener("keydown", async (e) => {
+  const s = state.session;
+  if (!s || !s.tree) return;
+  const item = e.target.closest('[role="treeitem"]');
+  if (item) s.tree.focus(item.dataset.sessionId);
+  const r = s.tree.key(e.key);
+  if (!r) return;
+  e.preventDefault();
+  if (r.open) return openChild(r.open);
+  if (r.expand) {
+    try {
+      await s.tree.expand(r.expand);
+    } catch {
+      return;
+    }
+  }
+  renderTree();
+  focusTreeItem(r.focus);
+});
+$("subagent-tree").addEventListener("click", async (e) => {
+  const s = state.session;
+  const item = e.target.closest('[role="treeitem"]');
+  if (!s || !s.tree || !item || item.getAttribute("aria-disabled") === "true") return;
   const id = item.dataset.sessionId;
-  if (key.key === "Enter") {
-    key.preventDefault();
-    openChild(id);
+  s.tree.focus(id);
+  if (s.tree.expandable(id) && e.target.closest(".row") === item.firstElementChild && e.offsetX < 16) {
+    if (s.tree.isExpanded(id)) s.tree.collapse(id);
+    else await s.tree.expand(id);
+    renderTree();
     return;
   }
-  const move = state.session.tree.navigate(id, key.key);
-  if (!move) return;
-  key.preventDefault();
-  if (move.expand) toggleBranch(move.expand, true);
-  else if (move.collapse) toggleBranch(move.collapse, false);
-  else renderTree(move.focus);
-});
-$("subagent-tree").addEventListener("click", (click) => {
-  const item = click.target.closest("[role=treeitem]");
-  if (!item) return;
-  click.stopPropagation();
-  const id = item.dataset.sessionId;
-  const entry = [...state.session.tree.children.values()].flat().find((row) => row.id === id);
-  if (!entry) return;
-  if (state.session.tree.expandable(entry) && click.target.closest(".row") && click.offsetX < 16) {
-    toggleBranch(id, !state.session.tree.expanded.has(id));
-  } else {
-    renderTree(id);
-    openChild(id);
-  }
+  openChild(id);
 });
 
-function refreshBranch(parentId) {
-  // A child's creation refreshes its parent's open branch, debounced.
-  clearTimeout(state.pendingBranches.get(parentId));
-  state.pendingBranches.set(
+const branchTimers = new Map();
+function refreshBranchSoon(parentId) {
+  const s = state.session;
+  if (!s || !s.tree) return;
+  if (parentId !== s.id && !(s.tree.isExpanded(parentId) && s.tree.childrenOf(parentId))) return;
+  clearTimeout(branchTimers.get(parentId));
+  branchTimers.set(
     parentId,
-    setTimeout(() => {
-      state.pendingBranches.delete(parentId);
-      const session = state.session;
-      if (session && (parentId === session.id || session.tree.expanded.has(parentId))) loadTree(session.id, parentId);
+    setTimeout(async () => {
+      if (state.session !== s) return;
+      try {
+        await s.tree.loadChildren(parentId);
+        renderTree();
+      } catch {
+        // shown in the banner
+      }
     }, 50),
   );
 }
 
-// ---- export with a token ----------------------------------------------------------------------
-
-$("export-link").addEventListener("click", async (click) => {
-  if (!state.token) return;
-  click.preventDefault();
-  try {
-    const response = await fetch($("export-link").href, { headers: { authorization: `Bearer ${state.token}` } });
-    if (!response.ok) throw new RpcError("transport", `HTTP ${response.status}: ${await response.text()}`);
-    const url = URL.createObjectURL(await response.blob());
-    const save = el("a", { href: url, download: $("export-link").getAttribute("download") });
-    save.click();
-    setTimeout(() => URL.revokeObjectURL(url), 10_000);
-  } catch (error) {
-    showError(error);
-  }
-});
-
-// ---- live -------------------------------------------------------------------------------------
-
-function setConn(text, live) {
-  $("conn").textContent = text;
-  $("conn").classList.toggle("live", Boolean(live));
+// ---- live sockets ----
+function b64url(text) {
+  const bytes = new TextEncoder().encode(text);
+  let bin = "";
+  for (const b of bytes) bin += String.fromCharCode(b);
+  return btoa(bin).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
-
+function protocols() {
+  const token = getToken();
+  return token ? ["dsh.v1", `dsh.bearer.${b64url(token)}`] : ["dsh.v1"];
+}
 function socketUrl(path) {
   return `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${path}`;
 }
 
-function connect(reset) {
-  const sockets = state.sockets;
-  clearInterval(sockets.timer);
-  if (reset) sockets.attempt = 0;
-  for (const name of ["mux", "host"]) {
-    if (sockets[name]) {
-      sockets[name].onclose = null;
-      sockets[name].close();
+function setConn(text) {
+  $("conn").textContent = text;
+  $("conn").classList.toggle("live", text === "live");
+}
+
+function keepOpen(path, onFrame, { onOpen, status }) {
+  const backoff = createBackoff();
+  let socket = null;
+  let timer = null;
+  let countdown = null;
+  let opened = false;
+  let stopped = false;
+  function connect() {
+    if (stopped) return;
+    if (document.hidden) {
+      document.addEventListener("visibilitychange", connect, { once: true });
+      return;
+    }
+    if (status) setConn(opened ? "reconnecting…" : "connecting…");
+    socket = new WebSocket(socketUrl(path), protocols());
+    socket.addEventListener("open", () => {
+      backoff.reset();
+      if (status) setConn("live");
+      const again = opened;
+      opened = true;
+      onOpen(again);
+    });
+    socket.addEventListener("message", (m) => {
+      let frame;
+      try {
+        frame = JSON.parse(m.data);
+      } catch {
+        return;
+      }
+      onFrame(frame.payload || frame);
+    });
+    socket.addEventListener("close", () => {
+      socket = null;
+      if (stopped) return;
+      const delay = backoff.next();
+      const until = Date.now() + delay;
+      if (status) {
+        const tick = () => {
+          const left = Math.max(0, Math.ceil((until - Date.now()) / 1000));
+          setConn(navigator.onLine === false ? "offline" : `reconnecting in ${left} s`);
+        };
+        tick();
+        clearInterval(countdown);
+        countdown = setInterval(tick, 1000);
+      }
+      timer = setTimeout(() => {
+        clearInterval(countdown);
+        connect();
+      }, delay);
+    });
+  }
+  connect();
+  return {
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+      clearInterval(countdown);
+      if (socket) socket.close();
+    },
+  };
+}
+
+function onMux(p) {
+  const s = state.session;
+  if (p.type === "session/subscribed") {
+    const r = live.baseline(p.sessionId, p.lastSeq);
+    if (s && s.id === p.sessionId && r.dropAbove !== undefined) {
+      s.win.dropAbove(r.dropAbove);
+      renderHistory(s.win.following);
+    }
+    if (s && s.id === p.sessionId && !s.loading && s.win.lastSeq !== null && p.lastSeq > s.win.lastSeq) repairTail(s);
+  } else if (p.type === "session/event" && p.event) {
+    const r = live.apply(p.sessionId, p.event);
+    if (!s || s.id !== p.sessionId) return;
+    if (r.kind === "apply") {
+      if (s.loading) s.buffer.push(...r.events);
+      else appendHistory(r.events);
+    } else if (r.kind === "gap" && !s.loading) {
+      repairTail(s);
     }
   }
-  setConn("connecting…");
-  const protocols = socketProtocols(state.token);
-  const mux = new WebSocket(socketUrl("/api/events.mux"), protocols);
-  const host = new WebSocket(socketUrl("/api/events.host"), protocols);
-  sockets.mux = mux;
-  sockets.host = host;
-  let opened = 0;
-  const onOpen = () => {
-    opened += 1;
-    if (opened < 2) return;
-    const reconnected = sockets.attempt > 0 || sockets.connected;
-    sockets.attempt = 0;
-    sockets.connected = true;
-    setConn("live", true);
-    if (reconnected) refreshAll();
-  };
-  mux.onopen = onOpen;
-  host.onopen = onOpen;
-  mux.onmessage = (message) => frame(message.data);
-  host.onmessage = (message) => frame(message.data);
-  const onClose = () => {
-    if (sockets.mux !== mux) return;
-    mux.onclose = null;
-    host.onclose = null;
-    mux.close();
-    host.close();
-    sockets.mux = null;
-    sockets.host = null;
-    scheduleReconnect();
-  };
-  mux.onclose = onClose;
-  host.onclose = onClose;
 }
 
-function scheduleReconnect() {
-  const sockets = state.sockets;
-  const delay = reconnectDelay(sockets.attempt);
-  sockets.attempt += 1;
-  let remaining = delay;
-  const tick = () => {
-    if (document.hidden) {
-      setConn("offline (tab hidden)");
-      return;
+function onHost(p) {
+  if (p.type === "host/session-added") {
+    refreshListSoon();
+    if (p.parentSessionId) refreshBranchSoon(p.parentSessionId);
+  } else if (p.type === "host/session-status") {
+    const row = $("session-list").querySelector(`.session-row[data-session-id="${CSS.escape(p.sessionId)}"]`);
+    const item = state.list.items.find((r) => r.sessionId === p.sessionId);
+    if (item) item.running = Boolean(p.running);
+    if (row) {
+      const badge = row.querySelector(".running-badge");
+      if (p.running && !badge) row.querySelector(".session-link").after(el("span", { class: "running-badge", text: "running" }));
+      if (!p.running && badge) badge.remove();
     }
-    if (remaining <= 0) {
-      clearInterval(sockets.timer);
-      connect(false);
-      return;
-    }
-    setConn(`reconnecting in ${Math.ceil(remaining / 1000)} s`);
-    remaining -= 250;
-  };
-  clearInterval(sockets.timer);
-  sockets.timer = setInterval(tick, 250);
-  tick();
+    if ($("filter-running").checked) refreshListSoon();
+    const s = state.session;
+    if (s && s.tree && s.tree.node(p.sessionId)) refreshBranchSoon(s.tree.node(p.sessionId).parentId);
+  } else if (p.type === "host/session-removed") {
+    refreshListSoon();
+  }
 }
-
-document.addEventListener("visibilitychange", () => {
-  if (!document.hidden && !state.sockets.mux && state.sockets.timer === null) connect(false);
-});
 
 function refreshAll() {
-  if (state.route.view === "list") loadList(true);
-  const session = state.session;
-  if (session && state.route.view === "session") {
-    loadTail().catch(showError);
-    loadTree(session.id, session.id);
-    for (const id of session.tree.expanded) loadTree(session.id, id);
+  // A reconnect is a fresh start: a failure from the outage no longer stands.
+  clearError();
+  if (!$("list-view").hidden) loadList(true);
+  const s = state.session;
+  if (s) {
+    if (s.tree) refreshBranchSoon(s.id);
+    if (!s.loading) repairTail(s);
   }
 }
 
-function frame(data) {
-  let envelope;
-  try {
-    envelope = JSON.parse(data);
-  } catch {
-    return;
-  }
-  const payload = envelope?.payload ?? {};
-  switch (payload.type) {
-    case "session/subscribed":
-      return onBaseline(payload.sessionId, payload.lastSeq);
-    case "session/event":
-      return onEvent(payload.sessionId, payload.event);
-    case "host/session-added":
-      return onAdded(payload);
-    case "host/session-status":
-      return updateListRow(payload.sessionId, { running: payload.running });
-    case "host/session-removed":
-      return updateListRow(payload.sessionId, { running: false });
-    case "stream/error":
-      return showError(new RpcError(payload.error?.code ?? "internal", payload.error?.message ?? "stream error"));
-    default:
-      return undefined;
-  }
+let sockets = [];
+function startSockets() {
+  sockets = [
+    keepOpen("/api/events.mux", onMux, { status: true, onOpen: (again) => again && refreshAll() }),
+    keepOpen("/api/events.host", onHost, { status: false, onOpen: () => {} }),
+  ];
 }
-
-let repairing = false;
-async function repair() {
-  if (repairing) return;
-  repairing = true;
-  try {
-    await loadTail();
-  } catch (error) {
-    showError(error);
-  } finally {
-    repairing = false;
-  }
+function restartSockets() {
+  for (const s of sockets) s.stop();
+  startSockets();
 }
+window.addEventListener("offline", () => setConn("offline"));
 
-function onBaseline(sessionId, lastSeq) {
-  const session = state.session;
-  if (!session || session.id !== sessionId) return;
-  const outcome = session.log.baseline(lastSeq);
-  if (outcome.dropped) {
-    session.window.rows = session.window.rows.filter((seq) => seq <= lastSeq);
-    renderHistory();
-  }
-  if (outcome.repair && session.window.rows.length) repair();
-}
-
-function onEvent(sessionId, event) {
-  const session = state.session;
-  if (!session || session.id !== sessionId || !event) return;
-  const outcome = session.log.apply(event);
-  if (outcome.duplicate) return;
-  if (outcome.repair) {
-    repair();
-    return;
-  }
-  const follow = session.window.following && atBottom();
-  const placed = session.window.append(event.seq);
-  for (const seq of placed.dropped) {
-    session.log.events.delete(seq);
-    document.querySelector(`#history .event[data-seq="${seq}"]`)?.remove();
-  }
-  if (placed.shown) {
-    const rows = $("history");
-    const after = [...rows.children].find((row) => Number(row.dataset.seq) > event.seq);
-    rows.insertBefore(eventRow(event), after ?? null);
-    if (follow) scrollToBottom();
-  }
-  updateNewButton();
-}
-
-function onAdded(added) {
-  if (added.parentSessionId && added.origin === "subagent") refreshBranch(added.parentSessionId);
-  if (state.route.view !== "list") return;
-  const item = state.known.get(added.sessionId) ?? {
-    sessionId: added.sessionId,
-    updatedAt: Date.now(),
-    createdAt: Date.now(),
-    running: false,
-    blank: added.blank,
-    cwd: added.cwd,
-    parentSessionId: added.parentSessionId,
-    origin: added.origin,
-  };
-  state.known.set(added.sessionId, item);
-  const existing = document.querySelector(`.session-row[data-session-id="${CSS.escape(added.sessionId)}"]`);
-  if (existing) return;
-  if (passes(item, listFilters())) {
-    $("session-list").prepend(listRow(item));
-    $("list-empty").hidden = true;
-  }
-}
-
-// ---- for tests and benchmarks -----------------------------------------------------------------
-
-window.__dsh = {
-  seqs(sessionId) {
-    return state.session && state.session.id === sessionId ? state.session.log.seqs() : [];
-  },
-};
-
-connect(true);
-show(parseRoute(location.hash));
+startSockets();
+render();

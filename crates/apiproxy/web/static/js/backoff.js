@@ -1,10 +1,25 @@
-// Reconnect delays: 0.5 s doubling to 10 s, each with jitter so that many tabs do not reconnect at once.
+// Reconnect delays: 0.5 s doubling to 10 s, with jitter.
 
-export const FIRST_DELAY_MS = 500;
-export const MAX_DELAY_MS = 10_000;
+/** Base delay (ms) of attempt n (0-based) before jitter. */
+export function baseDelay(attempt, { initial = 500, max = 10000 } = {}) {
+  return Math.min(max, initial * 2 ** Math.max(0, attempt));
+}
 
-/** The delay before reconnect attempt `attempt` (0-based): the doubling bound, jittered down to half of it. */
-export function reconnectDelay(attempt, random = Math.random) {
-  const bound = Math.min(MAX_DELAY_MS, FIRST_DELAY_MS * 2 ** Math.min(attempt, 16));
-  return Math.round(bound / 2 + (bound / 2) * random());
+/** A backoff state: `next()` gives the next delay (ms), `reset()` after a successful open. */
+export function createBackoff({ initial = 500, max = 10000, random = Math.random } = {}) {
+  let attempt = 0;
+  return {
+    next() {
+      const base = baseDelay(attempt, { initial, max });
+      attempt += 1;
+      // Full jitter in the upper half: [base/2, base).
+      return Math.round(base / 2 + (base / 2) * random());
+    },
+    reset() {
+      attempt = 0;
+    },
+    get attempt() {
+      return attempt;
+    },
+  };
 }

@@ -1,31 +1,40 @@
 // Text for times, durations and counts.
 
-/** A relative time ("just now", "5 min ago", "3 h ago", "2 d ago") of `then` seen at `now` (both ms). */
-export function relativeTime(then, now) {
-  const seconds = Math.round((now - then) / 1000);
-  if (seconds < 0) return "in the future";
-  if (seconds < 45) return "just now";
-  const minutes = Math.round(seconds / 60);
-  if (minutes < 60) return `${minutes} min ago`;
-  const hours = Math.round(minutes / 60);
-  if (hours < 48) return `${hours} h ago`;
-  return `${Math.round(hours / 24)} d ago`;
+/** "just now", "5 min ago", "3 h ago", "2 d ago" for a time (ms) relative to now (ms). */
+export function relativeTime(time, now = Date.now()) {
+  const diff = Math.max(0, now - time);
+  const s = Math.floor(diff / 1000);
+  if (s < 45) return "just now";
+  const m = Math.round(s / 60);
+  if (m < 60) return `${m} min ago`;
+  const h = Math.round(m / 60);
+  if (h < 24) return `${h} h ago`;
+  const d = Math.round(h / 24);
+  if (d < 60) return `${d} d ago`;
+  return new Date(time).toISOString().slice(0, 10);
 }
 
-/** A duration in ms as "850 ms", "12 s", "3 min 5 s", "2 h 4 min". */
+/** "850 ms", "12 s", "3 min 4 s", "2 h 5 min". */
 export function duration(ms) {
+  if (!Number.isFinite(ms) || ms < 0) return "";
   if (ms < 1000) return `${Math.round(ms)} ms`;
-  const seconds = Math.floor(ms / 1000);
-  if (seconds < 60) return `${seconds} s`;
-  const minutes = Math.floor(seconds / 60);
-  if (minutes < 60) return `${minutes} min ${seconds % 60} s`;
-  return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return s % 60 ? `${m} min ${s % 60} s` : `${m} min`;
+  const h = Math.floor(m / 60);
+  return m % 60 ? `${h} h ${m % 60} min` : `${h} h`;
 }
 
-/** "1 subagent", "3 subagents, 1 running" from a summary's `subagents: {count, running}`. */
+/** "1 subagent", "3 subagents, 1 running"; "" for none. */
 export function childCount(subagents) {
   if (!subagents || !subagents.count) return "";
-  const noun = subagents.count === 1 ? "subagent" : "subagents";
-  const running = subagents.running ? `, ${subagents.running} running` : "";
-  return `${subagents.count} ${noun}${running}`;
+  const n = subagents.count;
+  const text = `${n} ${n === 1 ? "subagent" : "subagents"}`;
+  return subagents.running ? `${text}, ${subagents.running} running` : text;
+}
+
+/** ISO string for a datetime attribute; "" when not a time. */
+export function iso(time) {
+  return Number.isFinite(time) ? new Date(time).toISOString() : "";
 }

@@ -1,89 +1,93 @@
-// One session's events as the page holds them: seq is the only identity, so an event is never
-// shown twice, and a gap is always noticed and repaired by re-pulling the tail page.
+// The per-session live event model: baselines, seq order, seq the only dedup key, gap repair.
 
 /**
- * The events of one session by seq. `apply` takes a live `session/event`, `baseline` a
- * `session/subscribed {lastSeq}`, `merge` a history page; each answers what the caller must do.
+ * Tracks, per session, the last seq applied (`last`, -1 when empty, null before any baseline) and
+ * events held back behind a gap. Every method answers what the caller must do with its view.
  */
-export class SeqLog {
-  constructor() {
-    /** seq → event */
-    this.events = new Map();
-    /** The highest seq held (−1 when none). */
-    this.top = -1;
+export function createLiveModel() {
+  const sessions = new Map();
+  function state(id) {
+    let s = sessions.get(id);
+    if (!s) {
+      s = { last: null, pending: new Map(), needsRepair: false };
+      sessions.set(id, s);
+    }
+    return s;
   }
-
-  /** A live event: `{duplicate}` when its seq is held; else `{added, repair}`, `repair` on a gap before it. */
-  apply(event) {
-    if (this.events.has(event.seq)) return { duplicate: true, added: false, repair: false };
-    const repair = this.events.size > 0 && event.seq > this.top + 1;
-    this.insert(event);
-    return { duplicate: false, added: true, repair };
+  function drain(s, out) {
+    while (s.pending.has(s.last + 1)) {
+      const e = s.pending.get(s.last + 1);
+      s.pending.delete(s.last + 1);
+      s.last = e.seq;
+      out.push(e);
+    }
+    for (const seq of s.pending.keys()) if (seq <= s.last) s.pending.delete(seq);
+    s.needsRepair = s.pending.size > 0;
   }
-
-  /**
-   * A subscription baseline (the next live event is `lastSeq + 1`). What is held past it is
-   * dropped (another writer's log replaced it); `repair` when events up to it were never seen.
-   */
-  baseline(lastSeq) {
-    let dropped = 0;
-    for (const seq of [...this.events.keys()]) {
-      if (seq > lastSeq) {
-        this.events.delete(seq);
-        dropped += 1;
+  return {
+    /** The last applied seq of a session (null before a baseline). */
+    last(id) {
+      return sessions.has(id) ? sessions.get(id).last : null;
+    },
+    /** Whether a gap is open and the tail page must be re-pulled. */
+    needsRepair(id) {
+      return sessions.has(id) && sessions.get(id).needsRepair;
+    },
+    /**
+     * A `session/subscribed {lastSeq}` baseline. Answers `{dropAbove}` (a seq; events past it are
+     * gone, e.g. after a restart of the gateway) when the baseline is lower than held, else `{}`.
+     */
+    baseline(id, lastSeq) {
+      const s = state(id);
+      const out = {};
+      if (s.last !== null && lastSeq < s.last) out.dropAbove = lastSeq;
+      s.last = lastSeq;
+      for (const seq of [...s.pending.keys()]) if (seq <= lastSeq) s.pending.delete(seq);
+      drain(s, []);
+      return out;
+    },
+    /**
+     * One `session/event`. Answers `{kind: "apply", events}` (in seq order, the event and any
+     * held-back ones it unblocked), `{kind: "duplicate"}`, or `{kind: "gap"}` (held back; repair).
+     */
+    apply(id, event) {
+      const s = state(id);
+      if (s.last === null) s.last = event.seq - 1;
+      if (event.seq <= s.last || s.pending.has(event.seq)) return { kind: "duplicate" };
+      if (event.seq > s.last + 1) {
+        s.pending.set(event.seq, event);
+        s.needsRepair = true;
+        return { kind: "gap" };
       }
-    }
-    if (dropped) this.top = this.events.size ? Math.max(...this.events.keys()) : -1;
-    return { dropped, repair: this.top < lastSeq };
-  }
-
-  /** A history page (any seqs): merged without duplicates; answers how many were new. */
-  merge(events) {
-    let added = 0;
-    for (const event of events) {
-      if (!this.events.has(event.seq)) {
-        this.insert(event);
-        added += 1;
+      const events = [event];
+      s.last = event.seq;
+      drain(s, events);
+      return { kind: "apply", events };
+    },
+    /**
+     * Merges a re-pulled tail page (contiguous, any order). Answers `{rebase, events}`: with
+     * `rebase` false, `events` are the ones past `last` to append in seq order (held-back ones it
+     * unblocked included); with `rebase` true the page starts past what was held (more was missed
+     * than a page) and the view must replace its rows with `events`.
+     */
+    merge(id, events) {
+      const s = state(id);
+      const sorted = [...events].sort((a, b) => a.seq - b.seq);
+      if (sorted.length === 0) return { rebase: false, events: [] };
+      const top = sorted[sorted.length - 1].seq;
+      if (s.last === null || sorted[0].seq > s.last + 1) {
+        s.last = Math.max(top, s.last ?? -1);
+        drain(s, []);
+        return { rebase: true, events: sorted };
       }
-    }
-    return { added };
-  }
-
-  insert(event) {
-    this.events.set(event.seq, event);
-    if (event.seq > this.top) this.top = event.seq;
-  }
-
-  /** The lowest seq held, or null. */
-  first() {
-    let first = null;
-    for (const seq of this.events.keys()) if (first === null || seq < first) first = seq;
-    return first;
-  }
-
-  /** Keeps only seqs in `[low, high]` (the paging window). */
-  keep(low, high) {
-    for (const seq of [...this.events.keys()]) if (seq < low || seq > high) this.events.delete(seq);
-    this.top = this.events.size ? Math.max(...this.events.keys()) : -1;
-  }
-
-  /** The held seqs, ascending. */
-  seqs() {
-    return [...this.events.keys()].sort((a, b) => a - b);
-  }
-
-  /** The held events, ascending by seq. */
-  ordered() {
-    return this.seqs().map((seq) => this.events.get(seq));
-  }
-
-  /** The seqs missing between the lowest and highest held. */
-  holes() {
-    const seqs = this.seqs();
-    const missing = [];
-    for (let index = 1; index < seqs.length; index += 1) {
-      for (let seq = seqs[index - 1] + 1; seq < seqs[index]; seq += 1) missing.push(seq);
-    }
-    return missing;
-  }
+      const out = sorted.filter((e) => e.seq > s.last);
+      s.last = Math.max(s.last, top);
+      drain(s, out);
+      return { rebase: false, events: out };
+    },
+    /** Forgets a session. */
+    forget(id) {
+      sessions.delete(id);
+    },
+  };
 }

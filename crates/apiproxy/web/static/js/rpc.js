@@ -1,61 +1,61 @@
-// The unary client: `POST /api/<method>` with a `client-request` envelope.
+// The unary client: POST /api/<method> with a client-request envelope.
 
-/** A wire error: the `code`, `message` and `details` of an `ok: false` answer. */
+/** A business error answered by the gateway (`ok: false`) or a carrier failure. */
 export class RpcError extends Error {
-  constructor(code, message, details) {
-    super(message);
+  constructor(code, message, details = {}) {
+    super(`${code}: ${message}`);
+    this.name = "RpcError";
     this.code = code;
-    this.details = details ?? {};
+    this.rpcMessage = message;
+    this.details = details;
   }
 }
 
-/** The gateway wants a token (HTTP 401): none was given, or it was refused. */
+/** HTTP 401: no token, or the token was refused. */
 export class Unauthenticated extends Error {
   constructor(hadToken) {
-    super(hadToken ? "the token was refused" : "this gateway needs an access token");
+    super("unauthenticated");
+    this.name = "Unauthenticated";
     this.hadToken = hadToken;
   }
 }
 
-let counter = 0;
-function freshRpcId() {
-  counter += 1;
-  return globalThis.crypto?.randomUUID ? globalThis.crypto.randomUUID() : `rpc-${Date.now()}-${counter}`;
-}
-
-/** A client bound to a token source; `fetchImpl` is injectable for tests. */
-export function createClient({ token = () => null, fetchImpl = (...args) => globalThis.fetch(...args) } = {}) {
+/**
+ * Makes a client. `getToken()` answers the bearer token or null; `fetchImpl` defaults to fetch.
+ * Returns `call(method, payload)` resolving to the answer's value.
+ */
+export function createClient({ fetchImpl = globalThis.fetch, getToken = () => null, base = "" } = {}) {
+  let next = 1;
   async function call(method, payload = {}) {
-    const rpcId = freshRpcId();
+    const rpcId = String(next++);
     const headers = { "content-type": "application/json" };
-    const bearer = token();
-    if (bearer) headers.authorization = `Bearer ${bearer}`;
-    const response = await fetchImpl(`/api/${method}`, {
-      method: "POST",
-      headers,
-      body: JSON.stringify({ type: "client-request", rpcId, method, payload }),
-    });
-    if (response.status === 401) throw new Unauthenticated(Boolean(bearer));
-    if (!response.ok) {
-      const text = await response.text();
-      throw new RpcError("transport", `HTTP ${response.status}: ${text}`);
+    const token = getToken();
+    if (token) headers.authorization = `Bearer ${token}`;
+    let response;
+    try {
+      response = await fetchImpl(`${base}/api/${method}`, {
+        method: "POST",
+        headers,
+        body: JSON.stringify({ type: "client-request", rpcId, method, payload }),
+      });
+    } catch (err) {
+      throw new RpcError("network", String(err && err.message ? err.message : err));
     }
-    const envelope = await response.json();
-    if (envelope.rpcId !== rpcId) throw new RpcError("transport", "rpcId mismatch");
-    const result = envelope.result ?? {};
+    if (response.status === 401) throw new Unauthenticated(Boolean(token));
+    let body;
+    try {
+      body = await response.json();
+    } catch {
+      throw new RpcError(`http-${response.status}`, "answer is not JSON");
+    }
+    if (!response.ok && !(body && body.result)) {
+      throw new RpcError(`http-${response.status}`, typeof body === "string" ? body : JSON.stringify(body));
+    }
+    const result = body && body.result;
+    if (!result) throw new RpcError("bad-answer", "server-response without a result");
     if (result.ok) return result.value;
-    const error = result.error ?? {};
-    throw new RpcError(error.code ?? "internal", error.message ?? "unknown error", error.details);
+    const error = result.error || {};
+    throw new RpcError(error.code || "internal", error.message || "", error.details || {});
   }
   return { call };
-}
-
-/** The WebSocket subprotocols that carry `token` (`dsh.bearer.<base64url, no padding>`). */
-export function socketProtocols(token) {
-  if (!token) return ["dsh.v1"];
-  const bytes = new TextEncoder().encode(token);
-  let binary = "";
-  for (const byte of bytes) binary += String.fromCharCode(byte);
-  const encoded = btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
-  return ["dsh.v1", `dsh.bearer.${encoded}`];
 }
