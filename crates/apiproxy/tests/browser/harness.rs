@@ -1,5 +1,5 @@
-//! The browser tests' harness: a chromedriver child, a headless Chromium session through
-//! fantoccini, an `apiproxy serve --demo` child on a temporary store, plain HTTP calls to it, and
+//! The browser tests' harness: a chromedriver child, a headless Chromium session through a small
+//! W3C WebDriver client of its own (plain HTTP to chromedriver on loopback), an `apiproxy serve --demo` child on a temporary store, plain HTTP calls to it, and
 //! waits on the page's own state (`document.body.dataset.state`).
 
 use std::{
@@ -10,8 +10,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fantoccini::{Client, ClientBuilder, Locator};
-use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{Value, json};
 
 /// Where Chromium and chromedriver are installed (Debian's `chromium`, `chromium-driver`).
@@ -67,12 +65,90 @@ pub(crate) fn screens_dir() -> PathBuf {
     dir
 }
 
-/// A headless Chromium driven through its own chromedriver, with a fresh profile.
+/// The WebDriver key of an element reference.
+const ELEMENT_KEY: &str = "element-6066-11e4-a07c-4a20f6c3f1af";
+
+/// WebDriver key codes for `send_keys`.
+pub(crate) mod keys {
+    /// Enter.
+    pub(crate) const ENTER: &str = "\u{E007}";
+    /// Arrow left.
+    pub(crate) const LEFT: &str = "\u{E012}";
+    /// Arrow right.
+    pub(crate) const RIGHT: &str = "\u{E014}";
+}
+
+/// One W3C WebDriver command to chromedriver on `port`: its `value`, or a panic with the error.
+fn webdriver(port: u16, method: &str, path: &str, body: Option<&Value>) -> Value {
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or_else(|| panic!("{method} {path}: {response}"));
+    let body =
+        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { unchunk(body) } else { body.to_owned() };
+    let answer: Value = serde_json::from_str(&body).unwrap_or_else(|error| panic!("{method} {path}: {error}: {body}"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{method} {path}: {answer}");
+    answer["value"].clone()
+}
+
+/// The body of a chunked HTTP/1.1 answer.
+fn unchunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = &rest[size + 2..];
+    }
+    out
+}
+
+/// A headless Chromium driven through its own chromedriver, with a fresh profile, over the W3C
+/// WebDriver protocol.
 pub(crate) struct Browser {
-    /// The WebDriver session.
-    pub(crate) client: Client,
+    port: u16,
+    session: Option<String>,
     _driver: KillOnDrop,
     _profile: tempfile::TempDir,
+}
+
+/// An element of the page.
+pub(crate) struct Element<'a> {
+    browser: &'a Browser,
+    id: String,
+}
+
+impl Element<'_> {
+    fn command(&self, method: &str, what: &str, body: Option<&Value>) -> Value {
+        self.browser.command(method, &format!("/element/{}/{what}", self.id), body)
+    }
+
+    /// Clicks it.
+    pub(crate) async fn click(&self) {
+        self.command("POST", "click", Some(&json!({})));
+    }
+
+    /// Types `text` into it (see [`keys`]).
+    pub(crate) async fn send_keys(&self, text: &str) {
+        self.command("POST", "value", Some(&json!({"text": text})));
+    }
+
+    /// Clears an input.
+    pub(crate) async fn clear(&self) {
+        self.command("POST", "clear", Some(&json!({})));
+    }
 }
 
 impl Browser {
@@ -93,31 +169,48 @@ impl Browser {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let profile = tempfile::tempdir().unwrap();
-        let args = [
-            "--headless".to_owned(),
-            "--no-sandbox".to_owned(),
-            "--disable-gpu".to_owned(),
-            "--disable-quic".to_owned(),
-            "--no-first-run".to_owned(),
-            "--disable-background-networking".to_owned(),
-            "--disable-component-update".to_owned(),
-            "--disable-sync".to_owned(),
-            "--window-size=1280,900".to_owned(),
+        let args = json!([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1280,900",
             format!("--user-data-dir={}", profile.path().display()),
-        ];
-        let mut capabilities = serde_json::Map::new();
-        capabilities.insert("goog:chromeOptions".to_owned(), json!({"binary": CHROMIUM, "args": args}));
-        let client = ClientBuilder::new(HttpConnector::new())
-            .capabilities(capabilities)
-            .connect(&format!("http://127.0.0.1:{port}"))
-            .await
-            .unwrap_or_else(|error| panic!("a Chromium session through chromedriver: {error}"));
-        Browser { client, _driver: driver, _profile: profile }
+        ]);
+        let capabilities =
+            json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {"binary": CHROMIUM, "args": args}}}});
+        let session = webdriver(port, "POST", "/session", Some(&capabilities));
+        let session = session["sessionId"].as_str().unwrap_or_else(|| panic!("no session in {session}")).to_owned();
+        Browser { port, session: Some(session), _driver: driver, _profile: profile }
+    }
+
+    fn command(&self, method: &str, path: &str, body: Option<&Value>) -> Value {
+        let session = self.session.as_deref().unwrap_or_default();
+        webdriver(self.port, method, &format!("/session/{session}{path}"), body)
+    }
+
+    /// Navigates to `url`.
+    pub(crate) async fn goto(&self, url: &str) {
+        self.command("POST", "/url", Some(&json!({"url": url})));
+    }
+
+    /// Reloads the page.
+    pub(crate) async fn refresh(&self) {
+        self.command("POST", "/refresh", Some(&json!({})));
+    }
+
+    /// The page's address.
+    pub(crate) async fn current_url(&self) -> String {
+        self.command("GET", "/url", None).as_str().unwrap_or_default().to_owned()
     }
 
     /// Opens `url` and waits until the page says its view is painted.
     pub(crate) async fn open(&self, url: &str) {
-        self.client.goto(url).await.unwrap();
+        self.goto(url).await;
         self.wait_ready().await;
     }
 
@@ -128,7 +221,12 @@ impl Browser {
 
     /// Runs `body` (a function body that `return`s) in the page.
     pub(crate) async fn js(&self, body: &str) -> Value {
-        self.client.execute(body, Vec::new()).await.unwrap_or_else(|error| panic!("{body}: {error}"))
+        self.js_with(body, Vec::new()).await
+    }
+
+    /// Runs `body` with `arguments` in the page.
+    pub(crate) async fn js_with(&self, body: &str, arguments: Vec<Value>) -> Value {
+        self.command("POST", "/execute/sync", Some(&json!({"script": body, "args": arguments})))
     }
 
     /// Waits until the JS expression `condition` is truthy, or panics after `timeout` with the
@@ -149,35 +247,47 @@ impl Browser {
     }
 
     /// The element `css` finds (waiting up to 5 s for it).
-    pub(crate) async fn find(&self, css: &str) -> fantoccini::elements::Element {
+    pub(crate) async fn find(&self, css: &str) -> Element<'_> {
         self.wait_for(&format!("document.querySelector({})", json!(css)), Duration::from_secs(5)).await;
-        self.client.find(Locator::Css(css)).await.unwrap()
+        let found = self.command("POST", "/element", Some(&json!({"using": "css selector", "value": css})));
+        let id = found[ELEMENT_KEY].as_str().unwrap_or_else(|| panic!("{css}: {found}")).to_owned();
+        Element { browser: self, id }
     }
 
     /// An attribute of the element `css` finds.
     pub(crate) async fn attr(&self, css: &str, name: &str) -> Option<String> {
-        self.find(css).await.attr(name).await.unwrap()
+        self.find(css).await.command("GET", &format!("attribute/{name}"), None).as_str().map(str::to_owned)
     }
 
     /// The visible text of the element `css` finds.
     pub(crate) async fn text(&self, css: &str) -> String {
-        self.find(css).await.text().await.unwrap()
+        self.find(css).await.command("GET", "text", None).as_str().unwrap_or_default().to_owned()
     }
 
     /// The page's source as the browser holds it now.
     pub(crate) async fn source(&self) -> String {
-        self.client.source().await.unwrap()
+        self.command("GET", "/source", None).as_str().unwrap_or_default().to_owned()
     }
 
     /// Writes a PNG of the screen to `target/viewer-screens/<name>.png`.
     pub(crate) async fn screenshot(&self, name: &str) {
-        let png = self.client.screenshot().await.unwrap();
+        use base64::Engine as _;
+        let encoded = self.command("GET", "/screenshot", None);
+        let png = base64::engine::general_purpose::STANDARD.decode(encoded.as_str().unwrap_or_default()).unwrap();
         std::fs::write(screens_dir().join(format!("{name}.png")), png).unwrap();
     }
 
     /// Ends the WebDriver session (Chromium exits; chromedriver is killed on drop).
-    pub(crate) async fn close(self) {
-        let _ = self.client.close().await;
+    pub(crate) async fn close(self) {}
+}
+
+impl Drop for Browser {
+    /// Ends the session through chromedriver (so Chromium exits with it), also after a panic,
+    /// before chromedriver itself is killed.
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            let _ = std::panic::catch_unwind(|| webdriver(self.port, "DELETE", &format!("/session/{session}"), None));
+        }
     }
 }
 

@@ -3,11 +3,10 @@
 use std::time::Duration;
 
 use expect_test::{ExpectFile, expect_file};
-use fantoccini::key::Key;
 use serde_json::json;
 use session_persistence_postgres::testing::ScratchSchema;
 
-use crate::harness::{Browser, Gateway, browser_available, turn};
+use crate::harness::{Browser, Gateway, browser_available, keys, turn};
 
 /// A gateway with the demo on a fresh JSONL store, and a browser; `None` when skipped.
 async fn demo_jsonl(flags: &[&str]) -> Option<(tempfile::TempDir, Gateway, Browser)> {
@@ -23,7 +22,7 @@ async fn demo_jsonl(flags: &[&str]) -> Option<(tempfile::TempDir, Gateway, Brows
 /// The accessibility dump of the element `css` finds (see `a11y.js`).
 async fn a11y(browser: &Browser, css: &str) -> String {
     let script = include_str!("a11y.js");
-    let value = browser.client.execute(script, vec![json!(css)]).await.unwrap();
+    let value = browser.js_with(script, vec![json!(css)]).await;
     value.as_str().unwrap_or_default().to_owned() + "\n"
 }
 
@@ -49,7 +48,7 @@ async fn core(gateway: &Gateway, browser: &Browser, screens: &str) {
     );
     browser.screenshot(&format!("{screens}-list")).await;
     // Open the parent: its tree lists the four children, the settled one as a diagnostic.
-    browser.find(&format!("{parent} a.session-link")).await.click().await.unwrap();
+    browser.find(&format!("{parent} a.session-link")).await.click().await;
     browser.wait_for("location.hash === '#/s/demo-parent'", Duration::from_secs(5)).await;
     browser.wait_ready().await;
     browser
@@ -64,7 +63,7 @@ async fn core(gateway: &Gateway, browser: &Browser, screens: &str) {
     browser.screenshot(&format!("{screens}-session")).await;
     // Enter on a child's treeitem opens it, with its history.
     let child = browser.find(r#"#subagent-tree [role=treeitem][data-session-id="demo-child-continuable"]"#).await;
-    child.send_keys(&Key::Enter.to_string()).await.unwrap();
+    child.send_keys(keys::ENTER).await;
     browser.wait_for("location.hash === '#/s/demo-child-continuable'", Duration::from_secs(5)).await;
     browser.wait_ready().await;
     browser.wait_for("document.querySelectorAll('#history li.event').length > 0", Duration::from_secs(5)).await;
@@ -109,8 +108,8 @@ async fn the_subagent_toggle_shows_the_children() {
     let Some((_dir, gateway, browser)) = demo_jsonl(&[]).await else { return };
     browser.open(&gateway.url()).await;
     let toggle = browser.find("#filter-subagents").await;
-    assert_eq!(toggle.prop("checked").await.unwrap().as_deref(), Some("false"));
-    toggle.click().await.unwrap();
+    assert_eq!(browser.js("return document.querySelector('#filter-subagents').checked;").await, json!(false));
+    toggle.click().await;
     browser
         .wait_for(
             r#"document.querySelector('#session-list .session-row[data-session-id="demo-child-continuable"]')"#,
@@ -135,7 +134,7 @@ async fn the_tree_expands_and_answers_the_keyboard() {
     let branch = r#"#subagent-tree [role=treeitem][data-session-id="tree-child"]"#;
     assert_eq!(browser.attr(branch, "aria-expanded").await.as_deref(), Some("false"));
     assert_eq!(browser.attr(branch, "aria-level").await.as_deref(), Some("1"));
-    browser.find(branch).await.send_keys(&Key::Right.to_string()).await.unwrap();
+    browser.find(branch).await.send_keys(keys::RIGHT).await;
     browser
         .wait_for(
             &format!("document.querySelector({:?}).getAttribute('aria-expanded') === 'true'", branch),
@@ -146,7 +145,7 @@ async fn the_tree_expands_and_answers_the_keyboard() {
     assert_eq!(browser.attr(&leaf, "aria-level").await.as_deref(), Some("2"));
     browser.screenshot("tree-expanded").await;
     // Left collapses it again.
-    browser.find(branch).await.send_keys(&Key::Left.to_string()).await.unwrap();
+    browser.find(branch).await.send_keys(keys::LEFT).await;
     browser
         .wait_for(
             &format!("document.querySelector({:?}).getAttribute('aria-expanded') === 'false'", branch),
@@ -168,7 +167,7 @@ async fn a_deep_link_to_a_seq_survives_a_reload() {
     let selected = "#history li.event.selected";
     browser.wait_for(&format!("document.querySelector('{selected}')"), Duration::from_secs(5)).await;
     assert_eq!(browser.attr(selected, "data-seq").await.as_deref(), Some("7"));
-    browser.client.refresh().await.unwrap();
+    browser.refresh().await;
     browser.wait_ready().await;
     browser.wait_for(&format!("document.querySelector('{selected}')"), Duration::from_secs(5)).await;
     assert_eq!(browser.attr(selected, "data-seq").await.as_deref(), Some("7"));
@@ -242,9 +241,9 @@ async fn an_owner_never_sees_another_owners_sessions() {
     let as_b = Gateway::attach(port, "token-b");
     as_b.ok("session.create", json!({"sessionId": "seen-by-owner-b"}));
     as_b.ok("session.append", json!({"sessionId": "seen-by-owner-b", "events": turn(1)}));
-    browser.client.goto(&as_a.url()).await.unwrap();
+    browser.goto(&as_a.url()).await;
     browser.js("sessionStorage.setItem('dsh.token', 'token-b'); return true;").await;
-    browser.client.refresh().await.unwrap();
+    browser.refresh().await;
     browser.wait_ready().await;
     browser
         .wait_for(
@@ -252,7 +251,7 @@ async fn an_owner_never_sees_another_owners_sessions() {
             Duration::from_secs(5),
         )
         .await;
-    browser.find("#filter-subagents").await.click().await.unwrap();
+    browser.find("#filter-subagents").await.click().await;
     browser.wait_ready().await;
     let source = browser.source().await;
     let text = browser.js("return document.body.innerText;").await;
@@ -266,10 +265,10 @@ async fn an_owner_never_sees_another_owners_sessions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_token_prompt_refuses_a_wrong_token_and_takes_the_right_one() {
     let Some((_dir, gateway, browser)) = demo_jsonl(&["--token", "right-token"]).await else { return };
-    browser.client.goto(&gateway.url()).await.unwrap();
+    browser.goto(&gateway.url()).await;
     browser.find("#token-form").await;
-    browser.find("#token-input").await.send_keys("wrong-token").await.unwrap();
-    browser.find("#token-form button[type=submit]").await.click().await.unwrap();
+    browser.find("#token-input").await.send_keys("wrong-token").await;
+    browser.find("#token-form button[type=submit]").await.click().await;
     browser
         .wait_for(
             "document.querySelector('#token-error').textContent === 'the token was refused'",
@@ -278,14 +277,14 @@ async fn the_token_prompt_refuses_a_wrong_token_and_takes_the_right_one() {
         .await;
     browser.screenshot("token-refused").await;
     let input = browser.find("#token-input").await;
-    input.clear().await.unwrap();
-    input.send_keys("right-token").await.unwrap();
-    browser.find("#token-form button[type=submit]").await.click().await.unwrap();
+    input.clear().await;
+    input.send_keys("right-token").await;
+    browser.find("#token-form button[type=submit]").await.click().await;
     browser.wait_for("document.querySelector('#conn').textContent === 'live'", Duration::from_secs(5)).await;
     browser.wait_for("document.querySelector('#session-list .session-row')", Duration::from_secs(5)).await;
     let stored = browser.js("return sessionStorage.getItem('dsh.token');").await;
     assert_eq!(stored, json!("right-token"));
-    assert!(!browser.client.current_url().await.unwrap().as_str().contains("right-token"));
+    assert!(!browser.current_url().await.contains("right-token"));
     browser.close().await;
 }
 
