@@ -65,6 +65,18 @@ pub(crate) fn admit(
     target: &Uri,
     headers: &HeaderMap,
 ) -> Result<Caller, Refusal> {
+    fence(access, listen, target, headers)?;
+    caller(access, headers)
+}
+
+/// The trust fence alone (no token, no owner): what the viewer's static page passes, since it
+/// holds no data. Ambiguous `Host`/`Origin`/`Authorization`/owner headers are refused here too.
+pub(crate) fn fence(
+    access: &AccessConfig,
+    listen: Option<SocketAddr>,
+    target: &Uri,
+    headers: &HeaderMap,
+) -> Result<(), Refusal> {
     // Only one value can be checked: with two, a front and the gateway may each read another.
     let single = [
         (header::HOST.as_str(), "more than one Host header"),
@@ -101,7 +113,11 @@ pub(crate) fn admit(
             return Err(Refusal::Forbidden);
         }
     }
+    Ok(())
+}
 
+/// The token, then the owner header, of a request that passed the fence.
+fn caller(access: &AccessConfig, headers: &HeaderMap) -> Result<Caller, Refusal> {
     let declared_owner = match headers.get(OWNER_HEADER) {
         None => None,
         Some(value) => {

@@ -1,6 +1,6 @@
 //! The HTTP carrier: one entry point applying the decision order of reference 04 §4.1.
 //!
-//! 1. Outside `/api/` → 404. 2. Two `Host`, `Origin`, `Authorization` or `x-dsh-owner` headers, or
+//! 1. Outside `/api/`: a viewer asset (`web.rs`, behind the trust fence, no token), else 404. 2. Two `Host`, `Origin`, `Authorization` or `x-dsh-owner` headers, or
 //!    an absolute-form target naming another authority than `Host` → 400; trust fence → 403;
 //!    token → 401; bad owner header → 400; the owner's share of the connection cap used up → 429
 //!    (`connection: close`).
@@ -26,11 +26,12 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    access::{Caller, Refusal, admit},
+    access::{Caller, Refusal, admit, fence},
     connection::{ConnectionHandle, OWNER_REFUSAL},
     hub::StreamKind,
     methods,
     state::Shared,
+    web,
     wire::{self, Method, RpcError},
 };
 
@@ -50,10 +51,17 @@ fn json_response(value: &Value) -> Response {
 
 async fn entry(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let path = request.uri().path().to_owned();
-    let Some(segment) = path.strip_prefix("/api/") else {
-        return text(StatusCode::NOT_FOUND, "not found");
-    };
     let listen = *shared.listen.lock();
+    let Some(segment) = path.strip_prefix("/api/") else {
+        let Some(file) = web::asset(request.method(), &path) else {
+            return text(StatusCode::NOT_FOUND, "not found");
+        };
+        return match fence(&shared.config.access, listen, request.uri(), request.headers()) {
+            Ok(()) => web::serve(file, request.headers()),
+            Err(Refusal::Ambiguous(what)) => text(StatusCode::BAD_REQUEST, what),
+            Err(_) => text(StatusCode::FORBIDDEN, "forbidden"),
+        };
+    };
     let caller = match admit(&shared.config.access, listen, request.uri(), request.headers()) {
         Ok(caller) => caller,
         Err(Refusal::Forbidden) => return text(StatusCode::FORBIDDEN, "forbidden"),

@@ -115,6 +115,7 @@ mod methods;
 mod proxy;
 mod state;
 mod units;
+mod web;
 pub mod wire;
 mod ws;
 

@@ -22,3 +22,4 @@ mod support;
 // The demo's turns, compiled here too, so the tests' stores hold the turns the demo writes.
 #[path = "../../src/cli/turns.rs"]
 mod turns;
+mod web;

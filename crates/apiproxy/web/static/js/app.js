@@ -116,6 +116,9 @@ function render() {
     state.session = null;
     loadList(true);
   }
+  // Keyboard users keep a place: the link that was followed is now hidden.
+  const active = document.activeElement;
+  if (!active || active === document.body || !active.offsetParent) $("main").focus({ preventScroll: true });
 }
 window.addEventListener("hashchange", render);
 
