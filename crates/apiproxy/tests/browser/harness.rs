@@ -66,7 +66,7 @@ pub(crate) fn screens_dir() -> PathBuf {
 }
 
 /// The WebDriver key of an element reference.
-const ELEMENT_KEY: &str = "element-6066-11e4-a07c-4a20f6c3f1af";
+const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// WebDriver key codes for `send_keys`.
 pub(crate) mod keys {
@@ -90,29 +90,26 @@ fn webdriver(port: u16, method: &str, path: &str, body: Option<&Value>) -> Value
         body.len()
     )
     .unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).unwrap();
-    let response = String::from_utf8_lossy(&response);
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or_else(|| panic!("{method} {path}: {response}"));
-    let body =
-        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { unchunk(body) } else { body.to_owned() };
+    // chromedriver may keep the connection open: read the head, then exactly the body it announces.
+    let mut reader = BufReader::new(stream);
+    let mut head = String::new();
+    let mut length = None;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = value.trim().parse::<usize>().ok();
+        }
+        head.push_str(&line);
+    }
+    let mut bytes = vec![0; length.unwrap_or_else(|| panic!("{method} {path}: no content-length in {head}"))];
+    reader.read_exact(&mut bytes).unwrap();
+    let body = String::from_utf8_lossy(&bytes).into_owned();
     let answer: Value = serde_json::from_str(&body).unwrap_or_else(|error| panic!("{method} {path}: {error}: {body}"));
     assert!(head.starts_with("HTTP/1.1 200"), "{method} {path}: {answer}");
     answer["value"].clone()
-}
-
-/// The body of a chunked HTTP/1.1 answer.
-fn unchunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if size == 0 {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        body = &rest[size + 2..];
-    }
-    out
 }
 
 /// A headless Chromium driven through its own chromedriver, with a fresh profile, over the W3C

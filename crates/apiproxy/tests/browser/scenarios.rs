@@ -126,7 +126,10 @@ async fn the_tree_expands_and_answers_the_keyboard() {
     // A family of three generations so the tree has a branch to expand.
     gateway.ok("session.create", json!({"sessionId": "tree-root"}));
     let spawn = |parent: &str, child: &str| {
-        gateway.ok("subagent.spawn", json!({"parentSessionId": parent, "childSessionId": child, "mode": "continuable"}))
+        gateway.ok(
+            "subagent.spawn",
+            json!({"parentSessionId": parent, "childSessionId": child, "mode": "continuable", "label": child}),
+        )
     };
     spawn("tree-root", "tree-child");
     spawn("tree-child", "tree-grandchild");
