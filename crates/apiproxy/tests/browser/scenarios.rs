@@ -185,7 +185,8 @@ async fn an_appended_event_appears_within_two_seconds() {
     let Some((_dir, gateway, browser)) = demo_jsonl(&[]).await else { return };
     let id = "live-one";
     gateway.ok("session.create", json!({"sessionId": id}));
-    gateway.ok("session.append", json!({"sessionId": id, "events": turn(1)}));
+    // Durable: the gateway is killed below, and what it had not yet written behind would be lost.
+    gateway.ok("session.append", json!({"sessionId": id, "events": turn(1), "durable": true}));
     browser.open(&format!("{}#/s/{id}", gateway.url())).await;
     browser.wait_for("document.querySelector('#conn').textContent === 'live'", Duration::from_secs(5)).await;
     let before = browser.js("return document.querySelectorAll('#history li.event').length;").await;
@@ -201,7 +202,7 @@ async fn an_appended_event_appears_within_two_seconds() {
 
 /// The seqs `session.history` holds for `id`, every page.
 fn stored_seqs(gateway: &Gateway, id: &str) -> Vec<u64> {
-    let history = gateway.ok("session.history", json!({"sessionId": id, "limit": 10_000}));
+    let history = gateway.ok("session.history", json!({"sessionId": id, "maxMessages": 10_000}));
     history["events"].as_array().unwrap().iter().map(|event| event["seq"].as_u64().unwrap()).collect()
 }
 
@@ -221,6 +222,8 @@ async fn a_reconnect_leaves_no_gap_and_no_duplicate() {
     gateway.kill();
     browser.wait_for("document.querySelector('#conn').textContent !== 'live'", Duration::from_secs(5)).await;
     let gateway = Gateway::start_on(store, port, &[]);
+    // The new gateway serves the session cold until a client resumes it.
+    gateway.ok("session.create", json!({"sessionId": id}));
     gateway.ok("session.append", json!({"sessionId": id, "events": turn(2)}));
     browser.wait_for("document.querySelector('#conn').textContent === 'live'", Duration::from_secs(15)).await;
     gateway.ok("session.append", json!({"sessionId": id, "events": turn(3)}));
