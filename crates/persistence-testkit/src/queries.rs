@@ -171,19 +171,41 @@ pub(crate) async fn list_page_pages_concatenate_to_the_newest_first_listing(h: &
     for idx in 0..13 {
         // Few creation times, so ties are ordered by id; ids out of creation order.
         let mut header = SessionHeader::new(SessionId::from(format!("p-{}", (idx * 7) % 13)), 2_000 + random.below(4));
-        header.cwd = if random.below(3) == 0 { None } else { Some("/work/project".to_owned()) };
+        header.cwd = match random.below(4) {
+            0 => None,
+            1 => Some("/work/other".to_owned()),
+            _ => Some("/work/project".to_owned()),
+        };
         header.owner = random.pick(&OWNERS).map(str::to_owned);
+        if idx % 3 == 1 {
+            header.parent_session = Some(SessionId::from("p-0"));
+            header.origin = Some(Origin::Subagent);
+            header.delegation_depth = 1;
+        }
         store(&persistence, header).await;
     }
     let listing = persistence.list_snapshots(&cancel()).await.unwrap();
+    let filters = [(false, None), (true, None), (false, Some("/work/project")), (true, Some("/work/other"))];
     for owner in [None, Some("alice"), Some("bob"), Some("nobody")] {
-        for require_cwd in [false, true] {
-            let filter = PageRequest { after: None, limit: 0, owner: owner.map(str::to_owned), require_cwd };
+        for (require_cwd, (exclude_subagents, cwd)) in
+            [false, true].into_iter().flat_map(|require_cwd| filters.map(|filter| (require_cwd, filter)))
+        {
+            let filter = PageRequest {
+                after: None,
+                limit: 0,
+                owner: owner.map(str::to_owned),
+                require_cwd,
+                exclude_subagents,
+                cwd: cwd.map(str::to_owned),
+            };
             let mut want: Vec<StoredHeader> =
                 listing.headers.iter().filter(|stored| filter.admits(&stored.header)).cloned().collect();
             want.sort_by_key(|stored| PageKey::of(&stored.header));
             for limit in [1, 2, 5, 100] {
-                let what = format!("owner {owner:?}, require_cwd {require_cwd}, limit {limit}");
+                let what = format!(
+                    "owner {owner:?}, require_cwd {require_cwd}, exclude_subagents {exclude_subagents}, cwd {cwd:?}, \
+                     limit {limit}"
+                );
                 let mut request = PageRequest { limit, ..filter.clone() };
                 let mut got = Vec::new();
                 for _ in 0..=want.len() + 1 {
