@@ -212,6 +212,20 @@ pub(crate) async fn list_page_pages_concatenate_to_the_newest_first_listing(h: &
                     let page = persistence.list_page(&request, &cancel()).await.unwrap();
                     assert!(page.headers.len() <= limit, "{what}: a page holds at most its limit");
                     assert_eq!(page.faults, Vec::new(), "{what}: no log is damaged");
+                    let mut kids: std::collections::BTreeMap<SessionId, Vec<SessionId>> = Default::default();
+                    for stored in &listing.headers {
+                        let header = &stored.header;
+                        let parent = header.parent_session.as_ref().filter(|parent| {
+                            header.is_subagent()
+                                && (owner.is_none() || header.owner.as_deref() == owner)
+                                && page.headers.iter().any(|on_page| &on_page.header.id == *parent)
+                        });
+                        if let Some(parent) = parent {
+                            kids.entry(parent.clone()).or_default().push(header.id.clone());
+                        }
+                    }
+                    kids.values_mut().for_each(|ids| ids.sort());
+                    assert_eq!(page.children, kids, "{what}: the page's stored subagent children, by owner");
                     got.extend(page.headers);
                     match page.next {
                         Some(next) => request.after = Some(next),
