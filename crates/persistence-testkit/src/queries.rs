@@ -171,25 +171,61 @@ pub(crate) async fn list_page_pages_concatenate_to_the_newest_first_listing(h: &
     for idx in 0..13 {
         // Few creation times, so ties are ordered by id; ids out of creation order.
         let mut header = SessionHeader::new(SessionId::from(format!("p-{}", (idx * 7) % 13)), 2_000 + random.below(4));
-        header.cwd = if random.below(3) == 0 { None } else { Some("/work/project".to_owned()) };
+        header.cwd = match random.below(4) {
+            0 => None,
+            1 => Some("/work/other".to_owned()),
+            _ => Some("/work/project".to_owned()),
+        };
         header.owner = random.pick(&OWNERS).map(str::to_owned);
+        if idx % 3 == 1 {
+            header.parent_session = Some(SessionId::from("p-0"));
+            header.origin = Some(Origin::Subagent);
+            header.delegation_depth = 1;
+        }
         store(&persistence, header).await;
     }
     let listing = persistence.list_snapshots(&cancel()).await.unwrap();
+    let filters = [(false, None), (true, None), (false, Some("/work/project")), (true, Some("/work/other"))];
     for owner in [None, Some("alice"), Some("bob"), Some("nobody")] {
-        for require_cwd in [false, true] {
-            let filter = PageRequest { after: None, limit: 0, owner: owner.map(str::to_owned), require_cwd };
+        for (require_cwd, (exclude_subagents, cwd)) in
+            [false, true].into_iter().flat_map(|require_cwd| filters.map(|filter| (require_cwd, filter)))
+        {
+            let filter = PageRequest {
+                after: None,
+                limit: 0,
+                owner: owner.map(str::to_owned),
+                require_cwd,
+                exclude_subagents,
+                cwd: cwd.map(str::to_owned),
+            };
             let mut want: Vec<StoredHeader> =
                 listing.headers.iter().filter(|stored| filter.admits(&stored.header)).cloned().collect();
             want.sort_by_key(|stored| PageKey::of(&stored.header));
             for limit in [1, 2, 5, 100] {
-                let what = format!("owner {owner:?}, require_cwd {require_cwd}, limit {limit}");
+                let what = format!(
+                    "owner {owner:?}, require_cwd {require_cwd}, exclude_subagents {exclude_subagents}, cwd {cwd:?}, \
+                     limit {limit}"
+                );
                 let mut request = PageRequest { limit, ..filter.clone() };
                 let mut got = Vec::new();
                 for _ in 0..=want.len() + 1 {
                     let page = persistence.list_page(&request, &cancel()).await.unwrap();
                     assert!(page.headers.len() <= limit, "{what}: a page holds at most its limit");
                     assert_eq!(page.faults, Vec::new(), "{what}: no log is damaged");
+                    let mut kids: std::collections::BTreeMap<SessionId, Vec<SessionId>> = Default::default();
+                    for stored in &listing.headers {
+                        let header = &stored.header;
+                        let parent = header.parent_session.as_ref().filter(|parent| {
+                            header.is_subagent()
+                                && (owner.is_none() || header.owner.as_deref() == owner)
+                                && page.headers.iter().any(|on_page| &on_page.header.id == *parent)
+                        });
+                        if let Some(parent) = parent {
+                            kids.entry(parent.clone()).or_default().push(header.id.clone());
+                        }
+                    }
+                    kids.values_mut().for_each(|ids| ids.sort());
+                    assert_eq!(page.children, kids, "{what}: the page's stored subagent children, by owner");
                     got.extend(page.headers);
                     match page.next {
                         Some(next) => request.after = Some(next),

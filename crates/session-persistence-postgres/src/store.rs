@@ -4,7 +4,7 @@
 //! `(session_id, seq)`, so a suffix costs the suffix; listings of one parent's family and pages
 //! of the newest-first order are index scans.
 
-use std::{fmt, path::PathBuf, sync::Arc};
+use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
 
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
@@ -485,6 +485,32 @@ impl PgStore {
         let sql = qualify("DROP SCHEMA IF EXISTS {s} CASCADE", &self.schema);
         db.run(async |client| db.timed("dropping the schema", plain(client).batch_execute(&sql)).await)
     }
+
+    /// The stored direct subagent children of the page's sessions, one grouped query over the
+    /// page's ids through the `(parent_session, origin, …)` index.
+    fn page_children(&self, page: &HeaderPage, request: &PageRequest) -> Result<BTreeMap<SessionId, Vec<SessionId>>> {
+        let mut children: BTreeMap<SessionId, Vec<SessionId>> = BTreeMap::new();
+        if page.headers.is_empty() {
+            return Ok(children);
+        }
+        let parents: Vec<String> = page.headers.iter().map(|stored| stored.header.id.as_str().to_owned()).collect();
+        let owner = request.owner.clone();
+        let sql = qualify(
+            "SELECT parent_session, array_agg(id ORDER BY id) FROM {s}.sessions WHERE parent_session = ANY($1) \
+             AND origin = 'subagent' AND ($2::text IS NULL OR owner = $2) GROUP BY parent_session",
+            &self.schema,
+        );
+        let db = &self.db;
+        let rows = db.run(async |client| {
+            db.timed("counting a page's children", plain(client).query(&sql, &[&parents, &owner])).await
+        })?;
+        for row in &rows {
+            let parent: String = db.column(row, 0)?;
+            let ids: Vec<String> = db.column(row, 1)?;
+            children.insert(SessionId::from(parent), ids.into_iter().map(SessionId::from).collect());
+        }
+        Ok(children)
+    }
 }
 
 impl Backend for PgStore {
@@ -634,6 +660,13 @@ impl Backend for PgStore {
         if request.require_cwd {
             conditions.push("cwd IS NOT NULL".to_owned());
         }
+        if request.exclude_subagents {
+            conditions.push("origin IS NULL".to_owned());
+        }
+        if let Some(cwd) = &request.cwd {
+            params.push(Box::new(cwd.clone()));
+            conditions.push(format!("cwd = ${}", params.len()));
+        }
         if let Some(after) = &request.after {
             params.push(Box::new(to_sql_seq(after.created_at)));
             let created = params.len();
@@ -671,6 +704,7 @@ impl Backend for PgStore {
             }
         }
         page.next = if more { last } else { None };
+        page.children = self.page_children(&page, request)?;
         Ok(page)
     }
 }

@@ -4,7 +4,7 @@
 //! is plain sequential file code. Each call is for one session id at a time; the coordinator
 //! serializes calls per id, so a backend never sees two concurrent mutations of one session.
 
-use std::{fmt, path::PathBuf, sync::Arc};
+use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
 
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
@@ -164,12 +164,19 @@ pub struct PageRequest {
     pub owner: Option<String>,
     /// Only sessions with a `cwd`.
     pub require_cwd: bool,
+    /// Leave out subagent children (`origin: "subagent"`) when `true`.
+    pub exclude_subagents: bool,
+    /// Only sessions whose `cwd` is exactly this.
+    pub cwd: Option<String>,
 }
 
 impl PageRequest {
     /// Whether `header` passes the request's filters (not its position).
     pub fn admits(&self, header: &SessionHeader) -> bool {
-        (self.owner.is_none() || header.owner == self.owner) && (!self.require_cwd || header.cwd.is_some())
+        (self.owner.is_none() || header.owner == self.owner)
+            && (!self.require_cwd || header.cwd.is_some())
+            && (!self.exclude_subagents || !header.is_subagent())
+            && self.cwd.as_ref().is_none_or(|cwd| header.cwd.as_ref() == Some(cwd))
     }
 }
 
@@ -183,15 +190,27 @@ pub struct HeaderPage {
     pub faults: Vec<LogFault>,
     /// The key to ask the next page after, when more sessions may follow.
     pub next: Option<PageKey>,
+    /// For each header of the page that has any, the ids of its stored direct subagent children
+    /// (`origin: "subagent"`) of the request's owner (every owner's for `owner: None`), sorted;
+    /// found in the same pass as the page (the default cuts them from the listing, PostgreSQL asks
+    /// its parent index once per page). Other request filters do not apply to children.
+    pub children: BTreeMap<SessionId, Vec<SessionId>>,
 }
 
 impl HeaderPage {
     /// The page `request` asks for, cut from a whole listing (the default of
     /// [`Backend::list_page`]): costs the listing, not the page.
     pub fn from_listing(listing: Listing, request: &PageRequest) -> HeaderPage {
-        let mut headers: Vec<StoredHeader> = listing
-            .headers
+        let (listing_children, headers): (Vec<StoredHeader>, Vec<StoredHeader>) =
+            listing.headers.into_iter().partition(|stored| {
+                stored.header.is_subagent()
+                    && stored.header.parent_session.is_some()
+                    && (request.owner.is_none() || stored.header.owner == request.owner)
+            });
+        let children_admitted = listing_children.iter().filter(|stored| request.admits(&stored.header)).cloned();
+        let mut headers: Vec<StoredHeader> = headers
             .into_iter()
+            .chain(children_admitted)
             .filter(|stored| request.admits(&stored.header))
             .filter(|stored| request.after.as_ref().is_none_or(|after| PageKey::of(&stored.header) > *after))
             .collect();
@@ -199,7 +218,18 @@ impl HeaderPage {
         let more = headers.len() > request.limit;
         headers.truncate(request.limit);
         let next = if more { headers.last().map(|stored| PageKey::of(&stored.header)) } else { None };
-        HeaderPage { headers, faults: Vec::new(), next }
+        let ids: std::collections::HashSet<&SessionId> = headers.iter().map(|stored| &stored.header.id).collect();
+        let mut children: BTreeMap<SessionId, Vec<SessionId>> = BTreeMap::new();
+        for stored in &listing_children {
+            let header = &stored.header;
+            if let Some(parent) = header.parent_session.as_ref().filter(|parent| ids.contains(parent)) {
+                children.entry(parent.clone()).or_default().push(header.id.clone());
+            }
+        }
+        for ids in children.values_mut() {
+            ids.sort();
+        }
+        HeaderPage { headers, faults: Vec::new(), next, children }
     }
 }
 

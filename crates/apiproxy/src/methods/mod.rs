@@ -1,6 +1,7 @@
 //! Method dispatch: parse the payload per method, run the handler, and answer a business result.
 //! Handlers never fail the HTTP request; every outcome is a value or an [`RpcError`].
 
+mod list;
 mod session;
 mod subagent;
 
@@ -71,17 +72,27 @@ pub(crate) async fn dispatch(
     use crate::wire::payload::*;
     match method {
         Method::HostDescribe => Ok(host_describe(shared, caller)),
-        Method::SessionList => match parse(method, ListPageRequest::parse(payload))? {
-            None => session::list(shared, caller, cancel).await,
-            Some(request) => session::list_page(shared, caller, request, cancel).await,
-        },
+        Method::SessionList => {
+            let parsed = match (ListFilters::parse(payload), ListPageRequest::parse(payload)) {
+                (Ok(filters), Ok(page)) => Ok((filters, page)),
+                (Err(mut issues), Err(more)) => {
+                    issues.extend(more);
+                    Err(issues)
+                }
+                (Err(issues), Ok(_)) | (Ok(_), Err(issues)) => Err(issues),
+            };
+            match parse(method, parsed)? {
+                (filters, None) => list::list(shared, caller, &filters, cancel).await,
+                (filters, Some(request)) => list::list_page(shared, caller, &filters, request, cancel).await,
+            }
+        }
         Method::SessionHistory => {
             let request = parse(method, HistoryRequest::parse(payload))?;
             session::history(shared, caller, request, cancel).await
         }
         Method::SessionGet => {
             let request = parse(method, GetRequest::parse(payload))?;
-            session::get(shared, caller, request, cancel).await
+            list::get(shared, caller, request, cancel).await
         }
         Method::SessionCreate => {
             let request = parse(method, CreateRequest::parse(payload))?;

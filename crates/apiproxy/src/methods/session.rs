@@ -1,15 +1,14 @@
 //! The `session.*` methods: list, history, create (with explicit-id adoption and cold resume),
 //! fork, and the out-of-process runtime's append and release.
 
-use std::{collections::HashSet, sync::Arc};
+use std::sync::Arc;
 
 use serde_json::Value;
 use session_core::{
     CreateOptions, HeaderField, HeaderMeta, JsonData, MAX_EVENT_BYTES, Oversized, Session, SessionEvent, SessionHeader,
     SessionId, StoreError, TooLarge,
 };
-use session_persistence::{PageKey, PageRequest, PersistenceError, StoredHeader};
-use session_projection::{ProjectionUnit, Snapshot};
+use session_persistence::PersistenceError;
 use tokio_util::sync::CancellationToken;
 
 use super::{Presence, presence};
@@ -17,16 +16,11 @@ use crate::{
     access::Caller,
     history::{self, ReadError},
     state::Shared,
-    units::{LIST_METADATA_KEY, ListMetadata, SessionListMetadata},
     wire::error::{refused_as_too_large, rejected, rejected_as_too_large},
     wire::to_value,
     wire::{
-        Appended, Created, ErrorKind, Flushed, Forked, HeaderFacts, PathSegment, ProjectionsBlock, Released, RpcError,
-        SessionDescription, SessionList, SessionListPage, SessionSummary,
-        payload::{
-            AppendRequest, CreateRequest, ForkRequest, GetRequest, HistoryRequest, ListPageRequest, ReleaseRequest,
-            encode_cursor,
-        },
+        Appended, Created, ErrorKind, Flushed, Forked, PathSegment, Released, RpcError,
+        payload::{AppendRequest, CreateRequest, ForkRequest, HistoryRequest, ReleaseRequest},
     },
 };
 
@@ -37,234 +31,6 @@ pub(super) fn fence(header: &SessionHeader, named_parent: Option<&str>) -> Resul
         return Err(RpcError::owned_by_subagent_routing(header.id.as_str()));
     }
     Ok(())
-}
-
-/// A live session's row: folded from the live log through the `sessionListMetadata` unit.
-pub(super) fn live_summary(shared: &Shared, session: &Arc<Session>) -> SessionSummary {
-    let header = session.header();
-    let snapshot = shared.registry.snapshot(session);
-    let metadata = snapshot
-        .values
-        .get(LIST_METADATA_KEY)
-        .and_then(|value| serde_json::from_value::<ListMetadata>(value.clone()).ok());
-    let blank = match &metadata {
-        Some(metadata) => metadata.blank,
-        None => !session.events().iter().any(|event| event.kind == "turn/start"),
-    };
-    let created_at = header.created_at as i64;
-    let updated_at = metadata.and_then(|metadata| metadata.last_prompt_at).map_or(created_at, |at| at.max(created_at));
-    // `running` as everywhere: the agent the live session stands in for is working.
-    let running = subagent::AgentStatus::of_session(Some(session)) == subagent::AgentStatus::Running;
-    let mut row = SessionSummary::from_header(header, updated_at, running, blank);
-    if !snapshot.values.is_empty() {
-        row.projections = Some(ProjectionsBlock { as_of_seq: snapshot.as_of_seq, values: snapshot.values });
-    }
-    row
-}
-
-/// A cold session's row. Projections and recency come from the checkpoint cache when one is
-/// mounted and holds a record of this lifetime. Blankness: a cached `blank: false` is trusted;
-/// otherwise a log no larger than the probe limit is read and folded exactly (reference 04 §7.1);
-/// any other row is listed as not blank.
-async fn cold_summary(
-    shared: &Shared,
-    stored: &StoredHeader,
-    snapshot: Option<Snapshot>,
-    cancel: &CancellationToken,
-) -> SessionSummary {
-    let header = &stored.header;
-    let created_at = header.created_at as i64;
-    let snapshot = snapshot.filter(|snapshot| !snapshot.values.is_empty());
-    let cached = snapshot
-        .as_ref()
-        .and_then(|snapshot| snapshot.values.get(LIST_METADATA_KEY))
-        .and_then(|value| serde_json::from_value::<ListMetadata>(value.clone()).ok());
-    let metadata = match cached {
-        Some(metadata) if !metadata.blank => Some(metadata),
-        _ => probe_blank(shared, stored, cancel)
-            .await
-            .or(cached.map(|metadata| ListMetadata { blank: false, ..metadata })),
-    };
-    let blank = metadata.as_ref().is_some_and(|metadata| metadata.blank);
-    let updated_at = metadata.and_then(|metadata| metadata.last_prompt_at).map_or(created_at, |at| at.max(created_at));
-    let mut row = SessionSummary::from_header(header, updated_at, false, blank);
-    if let Some(snapshot) = snapshot {
-        row.projections = Some(ProjectionsBlock { as_of_seq: snapshot.as_of_seq, values: snapshot.values });
-    }
-    row
-}
-
-/// Reads a small cold log and folds its list metadata exactly; `None` when the log is too big,
-/// its size is unknown, the probe is disabled, or the read fails (the row then stays visible).
-async fn probe_blank(shared: &Shared, stored: &StoredHeader, cancel: &CancellationToken) -> Option<ListMetadata> {
-    let limit = shared.config.cold_blank_probe_max_bytes;
-    let persistence = shared.persistence.as_ref()?;
-    if limit == 0 || stored.n_bytes.is_none_or(|n_bytes| n_bytes > limit) {
-        return None;
-    }
-    let read = persistence.read_from(&stored.header.id, 0, cancel).await.ok()?;
-    let unit = SessionListMetadata;
-    let mut metadata = unit.init();
-    for event in read.events.iter() {
-        if let Ok(Some(next)) = unit.apply(&metadata, event) {
-            metadata = next;
-        }
-    }
-    Some(metadata)
-}
-
-/// How many small cold logs `session.list` probes for blankness at once (the reference's batches
-/// of 16): the probes overlap their reads, and a listing holds at most this many logs.
-const COLD_PROBE_CONCURRENCY: usize = 16;
-
-/// The rows of `cold`, in order: each from its header and cached snapshot, with the blank probe
-/// of a small log (see [`cold_summary`]), in batches of [`COLD_PROBE_CONCURRENCY`] rows whose
-/// probes run at once.
-async fn cold_summaries(
-    shared: &Shared,
-    cold: &[StoredHeader],
-    snapshots: Vec<Option<Snapshot>>,
-    cancel: &CancellationToken,
-) -> Vec<SessionSummary> {
-    let mut rows = Vec::with_capacity(cold.len());
-    let mut snapshots = snapshots.into_iter();
-    for batch in cold.chunks(COLD_PROBE_CONCURRENCY) {
-        let mut summaries = Vec::with_capacity(batch.len());
-        for stored in batch {
-            summaries.push(cold_summary(shared, stored, snapshots.next().flatten(), cancel));
-        }
-        rows.extend(futures::future::join_all(summaries).await);
-    }
-    rows
-}
-
-/// `session.list` → `{items}`: live sessions folded from memory, cold ones from their headers and
-/// the checkpoint cache, newest first. The only log reads are the blank probes of small cold logs
-/// that no checkpoint says are non-blank (at most `cold_blank_probe_max_bytes` each, up to
-/// [`COLD_PROBE_CONCURRENCY`] at once).
-pub(super) async fn list(shared: &Shared, caller: &Caller, cancel: &CancellationToken) -> Result<Value, RpcError> {
-    let mut rows = Vec::new();
-    let mut live_ids = HashSet::new();
-    for session in shared.store.list() {
-        live_ids.insert(session.id().clone());
-        if caller.sees(session.header()) {
-            rows.push(live_summary(shared, &session));
-        }
-    }
-    if let Some(persistence) = &shared.persistence {
-        // Logs that cannot be listed are left out (the persistence logs each one): their owner
-        // is unknown, so no caller may be shown them.
-        let listing = match persistence.list_snapshots(cancel).await {
-            Ok(listing) => listing,
-            Err(PersistenceError::Cancelled) => return Err(RpcError::cancelled("session list was cancelled")),
-            Err(error) => {
-                tracing::error!(%error, "listing persisted sessions failed");
-                return Err(RpcError::internal("session list unavailable: the session store could not be listed"));
-            }
-        };
-        let cold: Vec<StoredHeader> = listing
-            .headers
-            .into_iter()
-            .filter(|stored| {
-                let header = &stored.header;
-                !live_ids.contains(&header.id) && header.cwd.is_some() && caller.sees(header)
-            })
-            .collect();
-        let snapshots = cached_snapshots(shared, &cold).await;
-        rows.extend(cold_summaries(shared, &cold, snapshots, cancel).await);
-    }
-    rows.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.session_id.cmp(&b.session_id)));
-    Ok(to_value(&SessionList { items: rows }))
-}
-
-/// `session.list` with a `limit` → `{items, nextCursor}`: one page, newest first by `createdAt`
-/// (ties by id), so a cursor's place never moves while sessions get new prompts. The stored part
-/// is one [`SessionPersistence::list_page`](session_persistence::SessionPersistence::list_page)
-/// call (an index scan on PostgreSQL), merged with the live sessions in the same range; rows are
-/// summarized as in the whole listing. `nextCursor` is `null` on the last page.
-pub(super) async fn list_page(
-    shared: &Shared,
-    caller: &Caller,
-    request: ListPageRequest,
-    cancel: &CancellationToken,
-) -> Result<Value, RpcError> {
-    let after = request.after;
-    let in_range = |key: &PageKey| after.as_ref().is_none_or(|after| key > after);
-    let mut live_ids = HashSet::new();
-    let mut live = Vec::new();
-    for session in shared.store.list() {
-        live_ids.insert(session.id().clone());
-        let key = PageKey::of(session.header());
-        if caller.sees(session.header()) && in_range(&key) {
-            live.push((key, session));
-        }
-    }
-    let mut cold = Vec::new();
-    // Where the stored part of this page ends when more stored sessions follow: live rows past
-    // it belong to a later page.
-    let mut stored_end = None;
-    if let Some(persistence) = &shared.persistence {
-        let page_request =
-            PageRequest { after: after.clone(), limit: request.limit, owner: caller.owner.clone(), require_cwd: true };
-        let page = match persistence.list_page(&page_request, cancel).await {
-            Ok(page) => page,
-            Err(PersistenceError::Cancelled) => return Err(RpcError::cancelled("session list was cancelled")),
-            Err(error) => {
-                tracing::error!(%error, "listing a page of persisted sessions failed");
-                return Err(RpcError::internal("session list unavailable: the session store could not be listed"));
-            }
-        };
-        stored_end = page.next;
-        cold = page
-            .headers
-            .into_iter()
-            .filter(|stored| !live_ids.contains(&stored.header.id) && caller.sees(&stored.header))
-            .collect();
-    }
-    live.retain(|(key, _)| stored_end.as_ref().is_none_or(|end| key <= end));
-    enum Candidate {
-        Live(Arc<Session>),
-        Cold(StoredHeader),
-    }
-    let mut candidates: Vec<(PageKey, Candidate)> = live
-        .into_iter()
-        .map(|(key, session)| (key, Candidate::Live(session)))
-        .chain(cold.into_iter().map(|stored| (PageKey::of(&stored.header), Candidate::Cold(stored))))
-        .collect();
-    candidates.sort_by(|a, b| a.0.cmp(&b.0));
-    let next = if candidates.len() > request.limit {
-        candidates.truncate(request.limit);
-        candidates.last().map(|(key, _)| key.clone())
-    } else {
-        stored_end
-    };
-    let cold_headers: Vec<StoredHeader> = candidates
-        .iter()
-        .filter_map(|(_, candidate)| match candidate {
-            Candidate::Cold(stored) => Some(stored.clone()),
-            Candidate::Live(_) => None,
-        })
-        .collect();
-    let snapshots = cached_snapshots(shared, &cold_headers).await;
-    let mut cold_rows = cold_summaries(shared, &cold_headers, snapshots, cancel).await.into_iter();
-    let mut rows = Vec::with_capacity(candidates.len());
-    for (_, candidate) in &candidates {
-        rows.push(match candidate {
-            Candidate::Live(session) => live_summary(shared, session),
-            // Invariant: `cold_summaries` answers one row per header of `cold_headers`, which
-            // lists the cold candidates in this order.
-            Candidate::Cold(_) => cold_rows.next().expect("one cold row per cold candidate, in order"),
-        });
-    }
-    Ok(to_value(&SessionListPage { items: rows, next_cursor: next.as_ref().map(encode_cursor) }))
-}
-
-/// The checkpoint cache's stored snapshots of `cold`, in order, looked up in one hop to the
-/// blocking pool (the cache makes the hop: its records are files or rows, which must not stall
-/// the runtime's threads).
-async fn cached_snapshots(shared: &Shared, cold: &[StoredHeader]) -> Vec<Option<Snapshot>> {
-    let Some(cache) = &shared.cache else { return cold.iter().map(|_| None).collect() };
-    cache.cached_snapshots(cold.iter().map(|stored| Arc::clone(&stored.header)).collect()).await
 }
 
 pub(super) fn read_error(id: &str, error: ReadError, what: &str) -> RpcError {
@@ -292,47 +58,6 @@ pub(super) async fn history(
         .await
         .map_err(|error| read_error(id, error, "session history read"))?;
     Ok(to_value(&read.page))
-}
-
-/// `session.get` → `{session, header}`: the session's list row and header facts, read from
-/// memory for a live session and from the stored header (plus its checkpoint, if cached) for a
-/// cold one; never the log, but for the blank probe of a small cold log as in `session.list`.
-pub(super) async fn get(
-    shared: &Shared,
-    caller: &Caller,
-    request: GetRequest,
-    cancel: &CancellationToken,
-) -> Result<Value, RpcError> {
-    let id = SessionId::from(request.session_id.as_str());
-    let not_found = || RpcError::session_not_found(id.as_str());
-    if let Some(session) = shared.store.get(&id) {
-        if !caller.sees(session.header()) {
-            return Err(not_found());
-        }
-        let header = HeaderFacts::from(&**session.header());
-        return Ok(to_value(&SessionDescription { session: live_summary(shared, &session), header }));
-    }
-    let Some(persistence) = &shared.persistence else { return Err(not_found()) };
-    let stored = match persistence.stored_header(&id, cancel).await {
-        Ok(Some(stored)) if stored.header.cwd.is_some() && caller.sees(&stored.header) => stored,
-        Ok(_) | Err(PersistenceError::NotFound { .. } | PersistenceError::InvalidInput { .. }) => {
-            return Err(not_found());
-        }
-        Err(PersistenceError::Cancelled) => return Err(RpcError::cancelled("session read was cancelled")),
-        // A header that cannot be read names no owner: only the operator tier learns more.
-        Err(_) if caller.owner.is_some() => return Err(not_found()),
-        Err(error) => {
-            tracing::error!(session = id.as_str(), %error, "reading a session header failed");
-            return Err(RpcError::internal(format!("history unavailable for session \"{id}\"")));
-        }
-    };
-    let header = HeaderFacts::from(&*stored.header);
-    let cold = [stored];
-    let snapshots = cached_snapshots(shared, &cold).await;
-    let Some(session) = cold_summaries(shared, &cold, snapshots, cancel).await.into_iter().next() else {
-        return Err(not_found());
-    };
-    Ok(to_value(&SessionDescription { session, header }))
 }
 
 fn created(header: &SessionHeader) -> Value {

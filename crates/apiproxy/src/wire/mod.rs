@@ -235,6 +235,18 @@ pub struct SessionSummary {
     /// row has no usable checkpoint.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub projections: Option<ProjectionsBlock>,
+    /// The session's direct subagent children the caller sees; absent when there are none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subagents: Option<ChildCounts>,
+}
+
+/// How many direct subagent children a listed session has (`SessionSummary::subagents`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ChildCounts {
+    /// Direct children with `origin: "subagent"` the caller sees.
+    pub count: u64,
+    /// How many of them are live and inside a turn.
+    pub running: u64,
 }
 
 impl SessionSummary {
@@ -250,6 +262,7 @@ impl SessionSummary {
             cwd: header.cwd.clone(),
             agent_preset: header.agent_preset.clone(),
             projections: None,
+            subagents: None,
         }
     }
 }

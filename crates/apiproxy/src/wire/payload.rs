@@ -5,7 +5,7 @@
 //! of the wrong type is an issue (JSON `null` included, as in the reference's schemas).
 
 use serde_json::{Map, Value};
-use session_core::{HeaderField, SurfaceIntent, SurfaceOp, json::MAX_SAFE_INTEGER};
+use session_core::{HeaderField, SessionHeader, SurfaceIntent, SurfaceOp, json::MAX_SAFE_INTEGER};
 
 use crate::wire::error::{Issue, PathSegment};
 
@@ -40,6 +40,44 @@ impl SubagentMode {
 
 /// The most items one page of `session.list` holds.
 pub const MAX_LIST_LIMIT: u64 = 1000;
+
+/// The filters of `session.list`, on the whole and the paged answer (`subagents`, `cwd`,
+/// `running`). The default admits every session the caller sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListFilters {
+    /// `false` leaves out sessions with `origin: "subagent"` (default `true`).
+    pub subagents: bool,
+    /// Only sessions whose `cwd` is exactly this.
+    pub cwd: Option<String>,
+    /// Only running sessions (live and inside a turn).
+    pub running: bool,
+}
+
+impl Default for ListFilters {
+    fn default() -> ListFilters {
+        ListFilters { subagents: true, cwd: None, running: false }
+    }
+}
+
+impl ListFilters {
+    /// The filters of a `session.list` payload; a payload that is not an object has none (the
+    /// reference ignores it). A key of the wrong type is an issue under the key.
+    pub fn parse(payload: &Value) -> Result<ListFilters, Vec<Issue>> {
+        let Some(object) = payload.as_object() else { return Ok(ListFilters::default()) };
+        let mut fields = Fields { object, issues: Vec::new() };
+        let subagents = fields.optional_bool("subagents").unwrap_or(true);
+        let cwd = fields.optional_string("cwd");
+        let running = fields.optional_bool("running").unwrap_or(false);
+        fields.finish(ListFilters { subagents, cwd, running })
+    }
+
+    /// Whether a session with `header` passes the header filters (`subagents`, `cwd`); `running`
+    /// is a live fact the caller checks.
+    pub fn admits_header(&self, header: &SessionHeader) -> bool {
+        (self.subagents || !header.is_subagent())
+            && self.cwd.as_ref().is_none_or(|cwd| header.cwd.as_ref() == Some(cwd))
+    }
+}
 
 /// A paged `session.list` (`{limit, cursor?}`): newest first by `createdAt`, starting after the
 /// cursor's place.

@@ -181,3 +181,65 @@ async fn a_live_child_streams_frames_as_it_appends() {
     assert_eq!(catalog["entries"][0]["activity"], "inactive", "the turn ended");
     server.stop().await;
 }
+
+/// The ids of a `session.list` answer, in order.
+fn listed(list: &Value) -> Vec<&str> {
+    list["items"].as_array().unwrap().iter().map(|item| item["sessionId"].as_str().unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_list_filters_and_counts_children() {
+    let server = Server::start().await;
+    session_with_turns(&server, None, "p", 0).await;
+    session_with_turns(&server, None, "solo", 0).await;
+    spawn(&server, "p", "busy", "continuable").await;
+    spawn(&server, "p", "idle", "continuable").await;
+    // `busy` stays inside a turn; `idle` completes one.
+    let open = vec![json!({"type": "turn/start", "data": {"turn": 1}})];
+    server.ok(None, "session.append", append_as_child("busy", "p", open)).await;
+    server.ok(None, "session.append", append_as_child("idle", "p", turn(1))).await;
+
+    let whole = server.ok(None, "session.list", json!({"subagents": false})).await;
+    let mut ids = listed(&whole);
+    ids.sort();
+    assert_eq!(ids, ["p", "solo"], "{whole}");
+    let parent = whole["items"].as_array().unwrap().iter().find(|row| row["sessionId"] == "p").unwrap();
+    assert_eq!(parent["subagents"], json!({"count": 2, "running": 1}), "{whole}");
+    let solo = whole["items"].as_array().unwrap().iter().find(|row| row["sessionId"] == "solo").unwrap();
+    assert!(solo.get("subagents").is_none(), "no children, no counts: {solo}");
+
+    let everything = server.ok(None, "session.list", json!({})).await;
+    assert_eq!(listed(&everything).len(), 4, "subagents default to true: {everything}");
+    let running = server.ok(None, "session.list", json!({"running": true})).await;
+    assert_eq!(listed(&running), ["busy"], "{running}");
+    let nowhere = server.ok(None, "session.list", json!({"cwd": "/nowhere"})).await;
+    assert_eq!(listed(&nowhere), Vec::<&str>::new(), "{nowhere}");
+
+    // Paged with filters: every top-level session once, across pages, with its counts.
+    let mut paged = Vec::new();
+    let mut payload = json!({"limit": 1, "subagents": false});
+    loop {
+        let page = server.ok(None, "session.list", payload.clone()).await;
+        for row in page["items"].as_array().unwrap() {
+            assert_ne!(row["origin"], "subagent", "{page}");
+            if row["sessionId"] == "p" {
+                assert_eq!(row["subagents"], json!({"count": 2, "running": 1}), "{page}");
+            }
+            paged.push(row["sessionId"].as_str().unwrap().to_owned());
+        }
+        match page["nextCursor"].as_str() {
+            Some(cursor) => payload = json!({"limit": 1, "subagents": false, "cursor": cursor}),
+            None => break,
+        }
+    }
+    paged.sort();
+    assert_eq!(paged, ["p", "solo"]);
+    let running_page = server.ok(None, "session.list", json!({"limit": 10, "running": true})).await;
+    assert_eq!(listed(&running_page), ["busy"], "{running_page}");
+
+    for bad in [json!({"subagents": 1}), json!({"cwd": 3}), json!({"limit": 2, "running": "yes"})] {
+        let error = server.err(None, "session.list", bad.clone(), "bad-request").await;
+        assert!(error["message"].as_str().unwrap().contains("session.list"), "{bad}: {error}");
+    }
+    server.stop().await;
+}

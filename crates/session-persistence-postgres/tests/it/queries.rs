@@ -62,7 +62,13 @@ fn pages_follow_the_newest_first_order_with_cursors_under_every_filter() {
                 let mut after: Option<PageKey> = None;
                 let mut paged = Vec::new();
                 loop {
-                    let request = PageRequest { after: after.clone(), limit, owner: owner.clone(), require_cwd };
+                    let request = PageRequest {
+                        after: after.clone(),
+                        limit,
+                        owner: owner.clone(),
+                        require_cwd,
+                        ..PageRequest::default()
+                    };
                     let page = store.list_page(&request, &cancel).unwrap();
                     let expected = HeaderPage::from_listing(store.list(&cancel).unwrap(), &request);
                     assert_eq!(ids(&page.headers), ids(&expected.headers), "{request:?}");
@@ -75,7 +81,13 @@ fn pages_follow_the_newest_first_order_with_cursors_under_every_filter() {
                 }
                 let all = HeaderPage::from_listing(
                     store.list(&cancel).unwrap(),
-                    &PageRequest { after: None, limit: usize::MAX, owner: owner.clone(), require_cwd },
+                    &PageRequest {
+                        after: None,
+                        limit: usize::MAX,
+                        owner: owner.clone(),
+                        require_cwd,
+                        ..PageRequest::default()
+                    },
                 );
                 assert_eq!(paged, ids(&all.headers), "owner {owner:?} cwd {require_cwd} limit {limit}");
             }

@@ -51,7 +51,7 @@ fn check_backend(store: &PgStore, tag: &str) {
     listed.headers.retain(|stored| stored.header.id.as_str().starts_with(tag));
     assert_eq!(ids(&listed.headers), [child.as_str(), parent.as_str()]);
     assert_eq!(ids(&store.list_children(&parent, &cancel).unwrap().headers), [child.as_str(), parent.as_str()]);
-    let page = store.list_page(&PageRequest { after: None, limit: 100, owner: None, require_cwd: false }, &cancel);
+    let page = store.list_page(&PageRequest { after: None, limit: 100, ..PageRequest::default() }, &cancel);
     let page = page.unwrap();
     assert!(page.headers.iter().any(|stored| stored.header.id == parent), "{:?}", ids(&page.headers));
 }
