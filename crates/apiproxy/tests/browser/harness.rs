@@ -309,6 +309,9 @@ impl Gateway {
             Command::new(env!("CARGO_BIN_EXE_apiproxy"))
                 .args(["serve", "--demo", "--listen", &listen, "--store", store])
                 .args(flags)
+                // The demo's sessions take the gateway's cwd: a fixed one keeps the goldens
+                // independent of where the checkout is.
+                .current_dir("/")
                 .env_remove("APIPROXY_LOG")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
