@@ -25,10 +25,9 @@ async fn a11y(browser: &Browser, css: &str) -> String {
     let value = browser.js_with(script, vec![json!(css)]).await;
     // The demo's live child goes in and out of its turns: its activity is volatile.
     let dump = value.as_str().unwrap_or_default();
-    let dump = dump.replace("4 subagents, 1 running", "4 subagents").replace(
-        "watch the nightly rerun continuable · inactive",
-        "watch the nightly rerun continuable · running",
-    );
+    let dump = dump
+        .replace("4 subagents, 1 running", "4 subagents")
+        .replace("watch the nightly rerun continuable · inactive", "watch the nightly rerun continuable · running");
     dump + "\n"
 }
 
