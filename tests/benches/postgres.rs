@@ -255,7 +255,7 @@ fn catalog_at_scale(c: &mut Criterion) {
     children.finish();
     let mut group = c.benchmark_group(format!("postgres/session_page_100_of_{n_sessions}"));
     group.sample_size(10).measurement_time(Duration::from_secs(10));
-    let request = PageRequest { after: None, limit: 100, owner: None, require_cwd: true };
+    let request = PageRequest { limit: 100, require_cwd: true, ..PageRequest::default() };
     for (label, cold) in &pages {
         group.bench_function(*label, |b| {
             b.iter(|| {
