@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use session_core::{MAX_EVENT_BYTES, Oversized, SessionEvent, TooLarge};
+use session_persistence::WatchOptions;
 
 use crate::error::ProxyError;
 
@@ -68,6 +69,9 @@ pub struct ProxyConfig {
     pub max_event_bytes: usize,
     /// Bearer tokens, owners and extra trusted hosts (default: no token, loopback only).
     pub access: AccessConfig,
+    /// Following the sessions other writers of a shared store write (`docs/wire.md`, "Across
+    /// gateways"): on by default, where the store has a change signal.
+    pub follow: FollowConfig,
 }
 
 impl ProxyConfig {
@@ -117,6 +121,7 @@ impl Default for ProxyConfig {
             history_wait: Duration::from_secs(10),
             max_event_bytes: MAX_EVENT_BYTES,
             access: AccessConfig::default(),
+            follow: FollowConfig::default(),
         }
     }
 }
@@ -212,5 +217,23 @@ mod tests {
         for bad in ["", " ", " lead", "trail ", "tab\t", "caf\u{e9}", "nul\0"] {
             assert!(token_problem(bad).is_some(), "{bad:?}");
         }
+    }
+}
+
+/// How the follower runs (`ProxyConfig::follow`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowConfig {
+    /// Whether to follow the store at all (on by default; the store must have a change signal,
+    /// which JSONL and memory stores, written by this gateway alone, do not).
+    pub enabled: bool,
+    /// The safety poll: a sweep at this interval even when no signal came (1 s by default).
+    pub sweep_interval: Duration,
+    /// The store's change signal (SQLite's poll interval, the listener's reconnect back-off).
+    pub watch: WatchOptions,
+}
+
+impl Default for FollowConfig {
+    fn default() -> FollowConfig {
+        FollowConfig { enabled: true, sweep_interval: Duration::from_secs(1), watch: WatchOptions::default() }
     }
 }

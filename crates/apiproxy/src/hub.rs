@@ -10,7 +10,7 @@
 use std::{collections::HashMap, fmt, sync::Arc};
 
 use parking_lot::Mutex;
-use session_core::{ObserverError, SessionHeader, SessionId, SessionStore, StoreEvent, StoreObserver};
+use session_core::{ObserverError, SessionEvent, SessionHeader, SessionId, SessionStore, StoreEvent, StoreObserver};
 use session_projection::ProjectionChange;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -55,6 +55,18 @@ struct LiveSession {
     /// The last seq fanned out (or present at publication); `-1` for an empty log.
     last_seq: i64,
     running: bool,
+    /// Written elsewhere (another gateway, or a writer that fenced this gateway's copy): its
+    /// events come from the follower's tail reads (`crate::follow`), not from the store's feed.
+    remote: bool,
+}
+
+/// What [`Hub::deliver_remote`] did with a tail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Delivered {
+    /// Every event past the hub's last seq went out; this is the last seq now.
+    UpTo(i64),
+    /// The hub does not follow the session from the store (it is live here, or not tracked).
+    NotFollowed,
 }
 
 /// A registered connection: its queue and overflow signal. Dropping it unsubscribes.
@@ -106,6 +118,7 @@ impl Hub {
                 header: Arc::clone(session.header()),
                 last_seq: session.len() as i64 - 1,
                 running: session.has_open_turn(),
+                remote: false,
             });
         }
         id
@@ -157,6 +170,109 @@ impl Hub {
     }
 }
 
+impl Hub {
+    /// Whether `id` is live in this gateway's store (its events come from the store's feed).
+    pub(crate) fn is_local(&self, id: &SessionId) -> bool {
+        self.state.lock().live.get(id).is_some_and(|live| !live.remote)
+    }
+
+    /// The last seq fanned out of a session followed from the store, if it is one.
+    pub(crate) fn remote_last_seq(&self, id: &SessionId) -> Option<i64> {
+        self.state.lock().live.get(id).filter(|live| live.remote).map(|live| live.last_seq)
+    }
+
+    /// Starts following `header`'s session from the store at `last_seq` (what its stored log
+    /// held when the follower read its position): `host/session-added`, then the
+    /// `session/subscribed {lastSeq}` baseline. `false`, and nothing sent, when the hub already
+    /// has the session (live here, or followed).
+    pub(crate) fn follow_remote(&self, header: Arc<SessionHeader>, last_seq: i64, running: bool) -> bool {
+        let mut state = self.state.lock();
+        if state.live.contains_key(&header.id) {
+            return false;
+        }
+        state
+            .live
+            .insert(header.id.clone(), LiveSession { header: Arc::clone(&header), last_seq, running, remote: true });
+        let id = header.id.as_str();
+        fan_out(&mut state, StreamKind::Host, header.owner.as_deref(), || {
+            Frame::host_session_added(&header, !running && last_seq < 0)
+        });
+        fan_out(&mut state, StreamKind::Mux, header.owner.as_deref(), || Frame::session_subscribed(id, last_seq));
+        true
+    }
+
+    /// A session live here whose stored log another writer moved on (this copy is fenced): its
+    /// subscribers get a fresh baseline at `durable_last_seq`, what this gateway stored of it
+    /// ("drop what you hold past lastSeq"), and from then on the store's events, through the
+    /// follower. `false` when the session is not live here.
+    pub(crate) fn fence_local(&self, id: &SessionId, durable_last_seq: i64) -> bool {
+        let mut state = self.state.lock();
+        let Some(live) = state.live.get_mut(id).filter(|live| !live.remote) else { return false };
+        live.remote = true;
+        live.last_seq = durable_last_seq;
+        let owner = live.header.owner.clone();
+        fan_out(&mut state, StreamKind::Mux, owner.as_deref(), || {
+            Frame::session_subscribed(id.as_str(), durable_last_seq)
+        });
+        true
+    }
+
+    /// Fans out the events of a followed session's tail that continue what the hub sent, in seq
+    /// order: events at or before the last seq sent are skipped, and a gap ends the delivery (the
+    /// answer's last seq tells the follower where to read from again).
+    pub(crate) fn deliver_remote(&self, id: &SessionId, events: &[Arc<SessionEvent>]) -> Delivered {
+        let mut state = self.state.lock();
+        let Some(live) = state.live.get(id).filter(|live| live.remote) else { return Delivered::NotFollowed };
+        let owner = live.header.owner.clone();
+        let (mut last_seq, mut running) = (live.last_seq, live.running);
+        for event in events {
+            let seq = event.seq as i64;
+            if seq <= last_seq {
+                continue;
+            }
+            if seq != last_seq + 1 {
+                break;
+            }
+            last_seq = seq;
+            let status = match event.kind.as_str() {
+                "turn/start" if !running => Some(true),
+                "turn/end" if running => Some(false),
+                _ => None,
+            };
+            fan_out(&mut state, StreamKind::Mux, owner.as_deref(), || Frame::session_event(id.as_str(), event));
+            if let Some(now) = status {
+                running = now;
+                fan_out(&mut state, StreamKind::Host, owner.as_deref(), || {
+                    Frame::host_session_status(id.as_str(), now)
+                });
+            }
+        }
+        if let Some(live) = state.live.get_mut(id) {
+            live.last_seq = last_seq;
+            live.running = running;
+        }
+        Delivered::UpTo(last_seq)
+    }
+
+    /// Stops following a session from the store (its writer let go of it): `host/session-removed`.
+    pub(crate) fn unfollow_remote(&self, id: &SessionId) -> bool {
+        let mut state = self.state.lock();
+        if !state.live.get(id).is_some_and(|live| live.remote) {
+            return false;
+        }
+        let Some(live) = state.live.remove(id) else { return false };
+        fan_out(&mut state, StreamKind::Host, live.header.owner.as_deref(), || {
+            Frame::host_session_removed(id.as_str())
+        });
+        true
+    }
+
+    /// The sessions followed from the store.
+    pub(crate) fn remote_ids(&self) -> Vec<SessionId> {
+        self.state.lock().live.iter().filter(|(_, live)| live.remote).map(|(id, _)| id.clone()).collect()
+    }
+}
+
 /// Queues a frame (built once, only if someone sees it) for every visible connection of `kind`;
 /// a connection whose queue is full is dropped and told so through its overflow token.
 fn fan_out(state: &mut HubState, kind: StreamKind, session_owner: Option<&str>, frame: impl FnOnce() -> Frame) {
@@ -196,7 +312,12 @@ impl StoreObserver for Hub {
                 let header = Arc::clone(session.header());
                 let last_seq = session.len() as i64 - 1;
                 let running = session.has_open_turn();
-                state.live.insert(session.id().clone(), LiveSession { header: Arc::clone(&header), last_seq, running });
+                // A session followed from the store that becomes live here (resumed) is written
+                // here from now on: its subscribers get this baseline, then the store's feed.
+                state.live.insert(
+                    session.id().clone(),
+                    LiveSession { header: Arc::clone(&header), last_seq, running, remote: false },
+                );
                 let id = session.id().as_str();
                 fan_out(&mut state, StreamKind::Mux, header.owner.as_deref(), || {
                     Frame::session_subscribed(id, last_seq)
@@ -208,6 +329,10 @@ impl StoreObserver for Hub {
             }
             StoreEvent::Event(session, event) => {
                 let Some(live) = state.live.get_mut(session.id()) else { return Ok(()) };
+                // A fenced copy's own events are not the stored log's: the follower sends those.
+                if live.remote {
+                    return Ok(());
+                }
                 let seq = event.seq as i64;
                 // Already covered by a baseline taken between the commit and this notification.
                 if seq <= live.last_seq {
@@ -231,8 +356,11 @@ impl StoreObserver for Hub {
             }
             StoreEvent::Disposed(session) => {
                 // A newer instance of the same id may already be live; only this one leaves.
-                let current =
-                    state.live.get(session.id()).is_some_and(|live| Arc::ptr_eq(&live.header, session.header()));
+                // A fenced copy that leaves goes on being followed from the store.
+                let current = state
+                    .live
+                    .get(session.id())
+                    .is_some_and(|live| !live.remote && Arc::ptr_eq(&live.header, session.header()));
                 if current && let Some(live) = state.live.remove(session.id()) {
                     let id = session.id().as_str();
                     fan_out(&mut state, StreamKind::Host, live.header.owner.as_deref(), || {

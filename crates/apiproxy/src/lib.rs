@@ -110,6 +110,7 @@ mod date;
 mod download;
 mod error;
 pub mod export;
+mod follow;
 mod history;
 mod http;
 mod hub;
@@ -123,7 +124,7 @@ mod ws;
 
 pub use crate::{
     access::{OWNER_HEADER, is_loopback_listen},
-    config::{AccessConfig, OwnerToken, ProxyConfig, token_problem},
+    config::{AccessConfig, FollowConfig, OwnerToken, ProxyConfig, token_problem},
     error::ProxyError,
     proxy::{ApiProxy, ProxyParts},
     units::{LIST_METADATA_KEY, ListMetadata, SessionListMetadata},

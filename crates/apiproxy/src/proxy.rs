@@ -9,7 +9,7 @@ use session_projection_cache::ProjectionCache;
 use tokio::net::TcpListener;
 
 use crate::{
-    access::is_loopback_listen, config::ProxyConfig, connection::Connections, error::ProxyError,
+    access::is_loopback_listen, config::ProxyConfig, connection::Connections, error::ProxyError, follow::Follower,
     history::budget::InflightBudget, hub::Hub, state::Shared, units::SessionListMetadata,
 };
 
@@ -147,8 +147,16 @@ impl ApiProxy {
                 hub.on_projection(change);
             }
         });
+        let follower = match &persistence {
+            Some(persistence) => {
+                Follower::start(&config.follow, Arc::clone(&hub), Arc::clone(&store), Arc::clone(persistence))
+                    .map_err(|error| ProxyError::Config { message: format!("following the store: {error}") })?
+            }
+            None => None,
+        };
         Ok(ApiProxy {
             shared: Arc::new(Shared {
+                follower,
                 store,
                 persistence,
                 registry,

@@ -9,7 +9,9 @@ use session_persistence::SessionPersistence;
 use session_projection::{ChangeSubscription, ProjectionRegistry, Registration, StoreAttachment};
 use session_projection_cache::{CacheAttachment, ProjectionCache};
 
-use crate::{config::ProxyConfig, connection::Connections, history::budget::InflightBudget, hub::Hub};
+use crate::{
+    config::ProxyConfig, connection::Connections, follow::Follower, history::budget::InflightBudget, hub::Hub,
+};
 
 /// Everything a request handler reads.
 pub(crate) struct Shared {
@@ -41,6 +43,9 @@ pub(crate) struct Shared {
     pub(crate) _list_metadata: Registration,
     /// Held for the state's lifetime: the hub's subscription to the projection change feed.
     pub(crate) _projection_feed: ChangeSubscription,
+    /// Follows the store's other writers into the hub (`crate::follow`), while it lives; `None`
+    /// when the store has no change signal or following is off.
+    pub(crate) follower: Option<Follower>,
     /// The checkpoint cache, if mounted, with its write policy attached to the store.
     pub(crate) cache: Option<ProjectionCache>,
     /// Held for the state's lifetime: the cache's write policy on `store`.

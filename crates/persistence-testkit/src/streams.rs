@@ -402,6 +402,30 @@ impl SessionPersistence for Misbehaving {
     fn locate(&self, header: &SessionHeader) -> Option<PathBuf> {
         self.0.locate(header)
     }
+
+    fn watch(
+        &self,
+        options: &session_persistence::WatchOptions,
+        sink: session_persistence::SharedChangeSink,
+    ) -> session_persistence::Result<Option<session_persistence::Watch>> {
+        self.0.watch(options, sink)
+    }
+
+    async fn positions(
+        &self,
+        ids: &[SessionId],
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<Vec<session_persistence::SessionPosition>> {
+        self.0.positions(ids, cancel).await
+    }
+
+    async fn created_since(
+        &self,
+        since_ms: u64,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<session_persistence::Listing> {
+        self.0.created_since(since_ms, cancel).await
+    }
 }
 
 pub(crate) async fn a_persistence_breaking_the_stream_contract_gives_errors_not_panics(h: &Cx<'_>) {

@@ -9,7 +9,10 @@ use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{PersistenceError, Result};
+use crate::{
+    error::{PersistenceError, Result},
+    watch::{SessionPosition, SharedChangeSink, Watch, WatchOptions},
+};
 
 /// An opaque token that identifies exactly one stored state of a log. Compare only for equality.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -455,5 +458,54 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Where `header`'s log lives (or would live), for messages. `None` for backends without files.
     fn locate(&self, _header: &SessionHeader) -> Option<PathBuf> {
         None
+    }
+
+    /// Starts this store's change signal, if it has one: a store that other processes write
+    /// (PostgreSQL's notifications, a SQLite file's change counter) calls `sink` with a wake-up
+    /// whenever another writer may have changed a session, and with [`StoreChange::Sweep`] once
+    /// it is listening and after every reconnect ([`crate::watch`]). Returns at once (the signal
+    /// connects in the background); `Ok(None)`, the default, when only this handle writes the
+    /// store (JSONL under its store lock, memory), so there is nothing to follow.
+    ///
+    /// [`StoreChange::Sweep`]: crate::StoreChange::Sweep
+    fn watch(&self, _options: &WatchOptions, _sink: SharedChangeSink) -> Result<Option<Watch>> {
+        Ok(None)
+    }
+
+    /// Where each of `ids` stands: its next seq, and whether a writer holds it. Ids not stored
+    /// are left out. The default scans each log to count its events (a backend that follows
+    /// other writers overrides it with one query).
+    fn positions(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<SessionPosition>> {
+        /// Counts the events and drops them.
+        #[derive(Default)]
+        struct Count(u64);
+        impl ScanSink for Count {
+            fn event(&mut self, _event: Arc<SessionEvent>) -> Result<()> {
+                self.0 += 1;
+                Ok(())
+            }
+            fn restart(&mut self) -> bool {
+                self.0 = 0;
+                true
+            }
+        }
+        let mut positions = Vec::with_capacity(ids.len());
+        for id in ids {
+            let mut count = Count::default();
+            if self.scan(id, cancel, &mut count)?.is_some() {
+                positions.push(SessionPosition { id: id.clone(), next_seq: count.0, held: None });
+            }
+        }
+        Ok(positions)
+    }
+
+    /// The headers of the sessions whose `createdAt` is at or after `since_ms`, for a follower's
+    /// sweep to find sessions created elsewhere whose signal it missed. The default filters
+    /// [`list`](Self::list); an indexed backend answers from its index on `createdAt`.
+    fn created_since(&self, since_ms: u64, cancel: &CancellationToken) -> Result<Listing> {
+        let mut listing = self.list(cancel)?;
+        listing.headers.retain(|stored| stored.header.created_at >= since_ms);
+        listing.faults.clear();
+        Ok(listing)
     }
 }

@@ -129,6 +129,7 @@ pub mod lease;
 mod memory;
 mod persistence;
 mod validate;
+pub mod watch;
 
 pub use crate::{
     backend::{
@@ -152,6 +153,7 @@ pub use crate::{
         stream_each,
     },
     validate::ReadThreads,
+    watch::{ChangeKind, ChangeSink, SessionPosition, SharedChangeSink, StoreChange, Watch, WatchOptions},
 };
 /// The event types a read accepts without `ignorable: true` (owned by `session-core`, which
 /// runs the same storable check on every write).

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     backend::{HeaderPage, Listing, PageRequest, Revision, ScanSink, StoredHeader},
     error::{PersistenceError, Result},
+    watch::{SessionPosition, SharedChangeSink, Watch, WatchOptions},
 };
 
 /// An immutable view of one session's log.
@@ -244,6 +245,20 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
 
     /// Where `header`'s log lives, if the backend has files.
     fn locate(&self, header: &SessionHeader) -> Option<PathBuf>;
+
+    /// Starts the store's change signal ([`Backend::watch`](crate::Backend::watch)): wake-ups
+    /// when another writer may have changed a session. `Ok(None)` when only this persistence
+    /// writes its store.
+    fn watch(&self, options: &WatchOptions, sink: SharedChangeSink) -> Result<Option<Watch>>;
+
+    /// Where each of `ids` stands in the store ([`Backend::positions`](crate::Backend::positions)),
+    /// read from storage (a live session's unwritten events are not counted). Ids not stored are
+    /// left out.
+    async fn positions(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<SessionPosition>>;
+
+    /// The stored headers created at or after `since_ms`
+    /// ([`Backend::created_since`](crate::Backend::created_since)), sorted by id.
+    async fn created_since(&self, since_ms: u64, cancel: &CancellationToken) -> Result<Listing>;
 }
 
 /// [`SessionPersistence::inspect_streams`] as one

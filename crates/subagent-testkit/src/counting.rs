@@ -413,4 +413,28 @@ impl SessionPersistence for Counting {
     fn locate(&self, header: &SessionHeader) -> Option<PathBuf> {
         self.inner.locate(header)
     }
+
+    fn watch(
+        &self,
+        options: &session_persistence::WatchOptions,
+        sink: session_persistence::SharedChangeSink,
+    ) -> session_persistence::Result<Option<session_persistence::Watch>> {
+        self.inner.watch(options, sink)
+    }
+
+    async fn positions(
+        &self,
+        ids: &[SessionId],
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<Vec<session_persistence::SessionPosition>> {
+        self.inner.positions(ids, cancel).await
+    }
+
+    async fn created_since(
+        &self,
+        since_ms: u64,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<session_persistence::Listing> {
+        self.inner.created_since(since_ms, cancel).await
+    }
 }

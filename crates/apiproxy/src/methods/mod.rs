@@ -141,5 +141,6 @@ fn host_describe(shared: &Shared, caller: &Caller) -> Value {
         home,
         can_open_path: false,
         operator_eligible: caller.owner.is_none(),
+        follows_store: shared.follower.is_some(),
     })
 }

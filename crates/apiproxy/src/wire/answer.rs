@@ -22,6 +22,9 @@ pub struct HostDescription {
     pub can_open_path: bool,
     /// Whether the caller is on the operator tier (no owner).
     pub operator_eligible: bool,
+    /// Whether the gateway follows the sessions other writers of its store write
+    /// (`docs/wire.md`, "Across gateways").
+    pub follows_store: bool,
 }
 
 /// The value of `session.create`: the session's id, and its `agentPreset` when it has one.

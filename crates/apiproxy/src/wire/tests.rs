@@ -124,9 +124,10 @@ fn answers() {
             home: "/home/u".into(),
             can_open_path: false,
             operator_eligible: true,
+            follows_store: false,
         },
         expect![[
-            r#"{"version":"0.1.0","cwd":"/w","attachedSessions":2,"home":"/home/u","canOpenPath":false,"operatorEligible":true}"#
+            r#"{"version":"0.1.0","cwd":"/w","attachedSessions":2,"home":"/home/u","canOpenPath":false,"operatorEligible":true,"followsStore":false}"#
         ]],
     );
     let row = SessionSummary::from_header(&SessionHeader::new("s".into(), 5), 7, false, true);

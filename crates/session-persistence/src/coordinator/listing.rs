@@ -8,6 +8,7 @@ use super::state::{Inner, blocking, check_cancel};
 use crate::{
     backend::{HeaderPage, Listing, PageRequest, StoredHeader},
     error::Result,
+    watch::SessionPosition,
 };
 
 impl Inner {
@@ -48,5 +49,24 @@ impl Inner {
         check_cancel(cancel)?;
         let (probe, token) = (id.clone(), cancel.clone());
         blocking(&self.backend, move |backend| backend.header(&probe, &token)).await
+    }
+
+    pub(super) async fn positions(
+        &self,
+        ids: &[SessionId],
+        cancel: &CancellationToken,
+    ) -> Result<Vec<SessionPosition>> {
+        check_cancel(cancel)?;
+        let (ids, token) = (ids.to_vec(), cancel.clone());
+        blocking(&self.backend, move |backend| backend.positions(&ids, &token)).await
+    }
+
+    pub(super) async fn created_since(&self, since_ms: u64, cancel: &CancellationToken) -> Result<Listing> {
+        check_cancel(cancel)?;
+        let token = cancel.clone();
+        let mut listed = blocking(&self.backend, move |backend| backend.created_since(since_ms, &token)).await?;
+        check_cancel(cancel)?;
+        listed.sort();
+        Ok(listed)
     }
 }

@@ -36,6 +36,7 @@ use crate::{
     backend::{Backend, HeaderPage, Listing, PageRequest, StoredHeader},
     error::Result,
     persistence::{Inspection, SessionPersistence, StreamSink, StreamSummary},
+    watch::{SessionPosition, SharedChangeSink, Watch, WatchOptions},
 };
 
 /// Persists session logs through a [`Backend`]. Cheap to clone; clones share everything.
@@ -178,5 +179,17 @@ impl SessionPersistence for Coordinator {
 
     fn locate(&self, header: &SessionHeader) -> Option<PathBuf> {
         self.inner.backend.locate(header)
+    }
+
+    fn watch(&self, options: &WatchOptions, sink: SharedChangeSink) -> Result<Option<Watch>> {
+        self.inner.backend.watch(options, sink)
+    }
+
+    async fn positions(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<SessionPosition>> {
+        self.inner.positions(ids, cancel).await
+    }
+
+    async fn created_since(&self, since_ms: u64, cancel: &CancellationToken) -> Result<Listing> {
+        self.inner.created_since(since_ms, cancel).await
     }
 }

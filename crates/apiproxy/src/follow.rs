@@ -1,0 +1,310 @@
+//! Following the store: sessions that another gateway (or any other writer of a shared store)
+//! writes reach this gateway's WebSocket clients as the same frames as its own sessions
+//! (`docs/wire.md`, "Across gateways").
+//!
+//! The store's change signal ([`SessionPersistence::watch`]: PostgreSQL's notifications, a
+//! SQLite file's change counter) only wakes the follower; what it sends comes from storage. A
+//! wake-up for a session makes the follower read the session's position and then its tail from
+//! the last seq the hub sent (one seek read), and a sweep (after every reconnect of the signal,
+//! and on a safety poll) does that for every followed session, every session live here, and every
+//! session created since the last sweep, so a lost notification costs latency, never an event.
+//! Wake-ups that arrive while a round runs coalesce into the next round, and a round reads each
+//! session's tail at most once, so at most one tail read per session is ever in flight.
+//!
+//! A session live here whose stored log another writer moved on (this copy is fenced) is handed
+//! to the hub as followed: its subscribers get a fresh `session/subscribed` baseline at what this
+//! gateway stored, then the store's events.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use futures::StreamExt;
+use parking_lot::Mutex;
+use session_core::{SessionHeader, SessionId, SessionStore};
+use session_persistence::{
+    ChangeKind, ChangeSink, PersistenceError, SessionPersistence, SessionPosition, StoreChange, Watch,
+};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    config::FollowConfig,
+    hub::{Delivered, Hub},
+};
+
+/// How far back, in the store's clock, a sweep looks for sessions created elsewhere beyond the
+/// previous sweep's start: room for the clocks of other gateways to be behind this one's.
+const CREATED_SLACK_MS: u64 = 60_000;
+
+/// A session first seen through its creation is followed from its first event when its log is
+/// at most this long; a longer one (or one first seen later) from its current position.
+const REPLAY_CREATED_MAX: u64 = 1_000;
+
+/// How many sessions' tails one round reads at once.
+const TAIL_READS: usize = 8;
+
+/// The running follower: stops when dropped.
+pub(crate) struct Follower {
+    cancel: CancellationToken,
+    _watch: Watch,
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+impl std::fmt::Debug for Follower {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Follower").finish_non_exhaustive()
+    }
+}
+
+/// What the signal said since the last round.
+#[derive(Default)]
+struct Pending {
+    sweep: bool,
+    /// Each session woken, and whether one of its wake-ups was its creation.
+    sessions: HashMap<SessionId, bool>,
+}
+
+/// The signal's sink: queues wake-ups (coalescing them per session) and wakes the round loop.
+#[derive(Default)]
+struct Wakes {
+    pending: Mutex<Pending>,
+    notify: Notify,
+}
+
+/// A wake-up queue never holds more sessions than this; past it, the round is a sweep.
+const MAX_PENDING: usize = 100_000;
+
+impl ChangeSink for Wakes {
+    fn changed(&self, change: StoreChange) {
+        {
+            let mut pending = self.pending.lock();
+            match change {
+                StoreChange::Sweep => pending.sweep = true,
+                StoreChange::Session { id, kind, .. } => {
+                    if pending.sessions.len() >= MAX_PENDING {
+                        pending.sweep = true;
+                    } else {
+                        *pending.sessions.entry(id).or_default() |= kind == ChangeKind::Created;
+                    }
+                }
+            }
+        }
+        self.notify.notify_one();
+    }
+}
+
+/// What a round needs.
+struct Context {
+    hub: Arc<Hub>,
+    store: Arc<SessionStore>,
+    persistence: Arc<dyn SessionPersistence>,
+}
+
+impl Follower {
+    /// Starts following the store behind `persistence`, if it has a change signal; `Ok(None)`
+    /// when it has none (only this gateway writes it) or `config` turns following off.
+    pub(crate) fn start(
+        config: &FollowConfig,
+        hub: Arc<Hub>,
+        store: Arc<SessionStore>,
+        persistence: Arc<dyn SessionPersistence>,
+    ) -> Result<Option<Follower>, PersistenceError> {
+        if !config.enabled {
+            return Ok(None);
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("not following the store: the gateway was built outside a Tokio runtime");
+            return Ok(None);
+        };
+        let wakes = Arc::new(Wakes::default());
+        let Some(watch) = persistence.watch(&config.watch, Arc::clone(&wakes) as Arc<dyn ChangeSink>)? else {
+            return Ok(None);
+        };
+        let cancel = CancellationToken::new();
+        let context = Context { hub, store, persistence };
+        runtime.spawn(run(context, wakes, config.sweep_interval, cancel.clone()));
+        Ok(Some(Follower { cancel, _watch: watch }))
+    }
+}
+
+fn now_ms(store: &SessionStore) -> u64 {
+    u64::try_from(store.clock().now_ms()).unwrap_or(0)
+}
+
+async fn run(context: Context, wakes: Arc<Wakes>, sweep_interval: Duration, cancel: CancellationToken) {
+    let mut poll = tokio::time::interval(sweep_interval);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut created_from = now_ms(&context.store).saturating_sub(CREATED_SLACK_MS);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = wakes.notify.notified() => {}
+            _ = poll.tick() => wakes.pending.lock().sweep = true,
+        }
+        let round = std::mem::take(&mut *wakes.pending.lock());
+        let outcome = if round.sweep {
+            let started = now_ms(&context.store);
+            let swept = context.sweep(created_from, &cancel).await;
+            if swept.is_ok() {
+                created_from = started.saturating_sub(CREATED_SLACK_MS);
+            }
+            swept
+        } else {
+            context.reconcile(round.sessions, HashMap::new(), &cancel).await
+        };
+        match outcome {
+            Ok(()) => {}
+            Err(PersistenceError::Cancelled) if cancel.is_cancelled() => return,
+            Err(error) => {
+                // The store is unreachable or failing: the next sweep tries again.
+                tracing::warn!(%error, "following the store: a round failed; the next sweep retries");
+                wakes.pending.lock().sweep = true;
+            }
+        }
+    }
+}
+
+impl Context {
+    /// Every followed session, every session live here, and every session created since
+    /// `created_from`.
+    async fn sweep(&self, created_from: u64, cancel: &CancellationToken) -> Result<(), PersistenceError> {
+        let mut sessions: HashMap<SessionId, bool> = self.hub.remote_ids().into_iter().map(|id| (id, false)).collect();
+        for session in self.store.list() {
+            sessions.insert(session.id().clone(), false);
+        }
+        let created = self.persistence.created_since(created_from, cancel).await?;
+        let mut headers = HashMap::new();
+        for stored in created.headers {
+            let id = stored.header.id.clone();
+            sessions.entry(id.clone()).or_insert(true);
+            headers.insert(id, stored.header);
+        }
+        self.reconcile(sessions, headers, cancel).await
+    }
+
+    /// Reads where each session stands and brings the hub up to it.
+    async fn reconcile(
+        &self,
+        sessions: HashMap<SessionId, bool>,
+        mut headers: HashMap<SessionId, Arc<SessionHeader>>,
+        cancel: &CancellationToken,
+    ) -> Result<(), PersistenceError> {
+        if sessions.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<SessionId> = sessions.keys().cloned().collect();
+        let positions = self.persistence.positions(&ids, cancel).await?;
+        let mut seen = HashSet::with_capacity(positions.len());
+        let work: Vec<_> = positions
+            .into_iter()
+            .filter(|position| seen.insert(position.id.clone()))
+            .map(|position| {
+                let created = sessions.get(&position.id).copied().unwrap_or(false);
+                let header = headers.remove(&position.id);
+                (position, created, header)
+            })
+            .collect();
+        let mut rounds = futures::stream::iter(work)
+            .map(|(position, created, header)| self.bring_up(position, created, header, cancel))
+            .buffer_unordered(TAIL_READS);
+        let mut first_error = None;
+        while let Some(outcome) = rounds.next().await {
+            if let Err(error) = outcome {
+                tracing::debug!(%error, "following the store: one session's round failed");
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// One session: a fence check if it is live here, else its tail (following it first if the
+    /// hub does not yet), and letting go of it once no writer holds it.
+    async fn bring_up(
+        &self,
+        position: SessionPosition,
+        created: bool,
+        header: Option<Arc<SessionHeader>>,
+        cancel: &CancellationToken,
+    ) -> Result<(), PersistenceError> {
+        let id = &position.id;
+        if self.hub.is_local(id) {
+            return self.check_fence(&position, cancel).await;
+        }
+        let last_seq = match self.hub.remote_last_seq(id) {
+            Some(last_seq) => last_seq,
+            None => {
+                // Not live anywhere: nothing to follow (a cold write, a release we did not see).
+                if position.held == Some(false) {
+                    return Ok(());
+                }
+                let header = match header {
+                    Some(header) => header,
+                    None => match self.persistence.stored_header(id, cancel).await? {
+                        Some(stored) => stored.header,
+                        None => return Ok(()),
+                    },
+                };
+                let baseline =
+                    if created && position.next_seq <= REPLAY_CREATED_MAX { -1 } else { position.next_seq as i64 - 1 };
+                if !self.hub.follow_remote(header, baseline, false) {
+                    // It became live here, or another round follows it already.
+                    return Ok(());
+                }
+                baseline
+            }
+        };
+        if position.next_seq as i64 > last_seq + 1 {
+            self.read_tail(id, (last_seq + 1) as u64, cancel).await?;
+        }
+        if position.held == Some(false) {
+            self.hub.unfollow_remote(id);
+        }
+        Ok(())
+    }
+
+    /// Reads `id`'s stored events from `from_seq` and hands them to the hub.
+    async fn read_tail(
+        &self,
+        id: &SessionId,
+        from_seq: u64,
+        cancel: &CancellationToken,
+    ) -> Result<(), PersistenceError> {
+        let tail = self.persistence.read_from(id, from_seq, cancel).await?;
+        if let Delivered::UpTo(last_seq) = self.hub.deliver_remote(id, &tail.events)
+            && last_seq + 1 < from_seq as i64 + tail.events.len() as i64
+        {
+            tracing::debug!(session = %id, last_seq, "a followed session's tail had a gap; the next sweep reads it again");
+        }
+        Ok(())
+    }
+
+    /// A session live here is fenced once its write met another writer's, or once the store
+    /// holds more of it than this copy does (no write of this copy can explain that). Then its
+    /// subscribers get the baseline of what this gateway stored, and the store's events.
+    async fn check_fence(
+        &self,
+        position: &SessionPosition,
+        cancel: &CancellationToken,
+    ) -> Result<(), PersistenceError> {
+        let id = &position.id;
+        let Some(session) = self.store.get(id) else { return Ok(()) };
+        let fenced = self.persistence.fence(id).is_some() || position.next_seq > session.len() as u64;
+        if !fenced {
+            return Ok(());
+        }
+        let durable = self.persistence.durable_len(id).unwrap_or(0).min(position.next_seq);
+        if self.hub.fence_local(id, durable as i64 - 1) {
+            tracing::info!(session = %id, durable, "another writer moved this session on; following it from the store");
+            self.read_tail(id, durable, cancel).await?;
+        }
+        Ok(())
+    }
+}
