@@ -9,6 +9,7 @@ mod crash;
 mod create_race;
 mod damage;
 mod export;
+mod follow;
 mod history;
 mod isolation;
 mod limits;

@@ -18,7 +18,7 @@ use hyper::{Request, StatusCode, body::Bytes, header::HeaderMap};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use session_core::{Clock, ManualClock};
-use session_persistence::{Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore};
+use session_persistence::{Backend, Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore};
 use session_projection::ProjectionRegistry;
 use session_projection_cache::{CacheConfig, MemoryCheckpointStore, ProjectionCache};
 use tempfile::TempDir;
@@ -98,7 +98,23 @@ impl Server {
     ) -> Server {
         let backend = JsonlStore::open(JsonlConfig { root: root.to_owned(), compression, pack_chunks: true })
             .expect("the store opens");
-        let coordinator = Arc::new(Coordinator::new(Arc::new(backend), CoordinatorConfig::default()).unwrap());
+        Server::boot_on(dir, Arc::new(backend), config, cached, clock).await
+    }
+
+    /// A gateway over `backend` (shared with other gateways, for the tests of following a store).
+    pub(crate) async fn start_on_backend(backend: Arc<dyn Backend>, config: ProxyConfig) -> Server {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        Server::boot_on(dir, backend, config, false, Arc::new(ManualClock::new(1_700_000_000_000))).await
+    }
+
+    async fn boot_on(
+        dir: TempDir,
+        backend: Arc<dyn Backend>,
+        config: ProxyConfig,
+        cached: bool,
+        clock: Arc<dyn Clock>,
+    ) -> Server {
+        let coordinator = Arc::new(Coordinator::new(backend, CoordinatorConfig::default()).unwrap());
         let store = Arc::new(SessionStore::new(clock));
         coordinator.attach(&store).unwrap();
         let registry = ProjectionRegistry::new();

@@ -1,0 +1,362 @@
+//! Following a shared store: two gateways over one store, each with its own coordinator, and a
+//! client of one seeing what the other writes as live frames (`docs/wire.md`, "Across
+//! gateways"). The store here is one `MemoryStore` behind a backend per gateway that signals the
+//! other gateways' watches on every write, as PostgreSQL's notifications do, and that can lose
+//! its signals for a while, so only the sweep finds the writes.
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use apiproxy::{FollowConfig, ProxyConfig};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use session_core::{SessionEvent, SessionHeader, SessionId};
+use session_persistence::{
+    Backend, ChangeKind, FencedWrite, HeaderPage, Listing, MemoryStore, PageRequest, PersistenceError, Result,
+    Revision, ScanOutcome, ScanSink, SessionPosition, SharedChangeSink, StoreChange, StoredHeader, SurveyEntry,
+    TornTail, Watch, WatchOptions,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{Server, Ws, turn};
+
+/// What the gateways share: the logs, the writer leases, and the signal's subscribers.
+#[derive(Default)]
+struct Net {
+    logs: MemoryStore,
+    /// Serializes writes, so the writer fence below is one step with the write.
+    writes: Mutex<()>,
+    leases: Mutex<HashMap<SessionId, usize>>,
+    watchers: Mutex<Vec<(usize, usize, SharedChangeSink)>>,
+    next_watch: AtomicUsize,
+    /// While set, writes send no signal.
+    silent: AtomicBool,
+}
+
+impl std::fmt::Debug for Net {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Net").field("logs", &self.logs).finish_non_exhaustive()
+    }
+}
+
+impl Net {
+    fn signal(&self, from: usize, change: StoreChange) {
+        if self.silent.load(Ordering::SeqCst) {
+            return;
+        }
+        for (_, gateway, sink) in self.watchers.lock().iter() {
+            if *gateway != from {
+                sink.changed(change.clone());
+            }
+        }
+    }
+
+    fn next_seq(&self, id: &SessionId) -> Option<u64> {
+        let positions = self.logs.positions(std::slice::from_ref(id), &CancellationToken::new()).ok()?;
+        positions.first().map(|position| position.next_seq)
+    }
+}
+
+/// One gateway's handle on the shared store.
+#[derive(Debug)]
+struct Handle {
+    net: Arc<Net>,
+    me: usize,
+    held: Mutex<HashSet<SessionId>>,
+}
+
+impl Handle {
+    fn new(net: &Arc<Net>, me: usize) -> Arc<Handle> {
+        Arc::new(Handle { net: Arc::clone(net), me, held: Mutex::default() })
+    }
+}
+
+impl Backend for Handle {
+    fn name(&self) -> &'static str {
+        "shared-memory"
+    }
+
+    fn scan(&self, id: &SessionId, cancel: &CancellationToken, sink: &mut dyn ScanSink) -> Result<Option<ScanOutcome>> {
+        self.net.logs.scan(id, cancel, sink)
+    }
+
+    fn revision(&self, id: &SessionId) -> Result<Option<Revision>> {
+        self.net.logs.revision(id)
+    }
+
+    fn header(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<StoredHeader>> {
+        self.net.logs.header(id, cancel)
+    }
+
+    fn append_batch(&self, header: &SessionHeader, events: &[Arc<SessionEvent>], materialized: bool) -> Result<()> {
+        let next_seq = {
+            let _write = self.net.writes.lock();
+            let stored = self.net.next_seq(&header.id);
+            let first = events.first().map_or(0, |event| event.seq);
+            if let Some(stored) = stored
+                && stored != first
+            {
+                return Err(PersistenceError::fenced(&header.id, FencedWrite::Append, first, stored));
+            }
+            self.net.logs.append_batch(header, events, materialized)?;
+            first + events.len() as u64
+        };
+        let kind = if materialized { ChangeKind::Appended } else { ChangeKind::Created };
+        self.net.signal(self.me, StoreChange::Session { id: header.id.clone(), kind, next_seq: Some(next_seq) });
+        Ok(())
+    }
+
+    fn commit_repair(&self, header: &SessionHeader, torn: Option<&TornTail>, closers: &[SessionEvent]) -> Result<()> {
+        {
+            let _write = self.net.writes.lock();
+            self.net.logs.commit_repair(header, torn, closers)?;
+        }
+        self.net.signal(
+            self.me,
+            StoreChange::Session { id: header.id.clone(), kind: ChangeKind::Appended, next_seq: None },
+        );
+        Ok(())
+    }
+
+    fn lease(&self, id: &SessionId) -> Result<()> {
+        if self.held.lock().insert(id.clone()) {
+            *self.net.leases.lock().entry(id.clone()).or_default() += 1;
+        }
+        Ok(())
+    }
+
+    fn end_lease(&self, id: &SessionId) {
+        if !self.held.lock().remove(id) {
+            return;
+        }
+        {
+            let mut leases = self.net.leases.lock();
+            if let Some(count) = leases.get_mut(id) {
+                *count -= 1;
+                if *count == 0 {
+                    leases.remove(id);
+                }
+            }
+        }
+        self.net.signal(self.me, StoreChange::Session { id: id.clone(), kind: ChangeKind::Released, next_seq: None });
+    }
+
+    fn list(&self, cancel: &CancellationToken) -> Result<Listing> {
+        self.net.logs.list(cancel)
+    }
+
+    fn list_children(&self, parent: &SessionId, cancel: &CancellationToken) -> Result<Listing> {
+        self.net.logs.list_children(parent, cancel)
+    }
+
+    fn list_page(&self, request: &PageRequest, cancel: &CancellationToken) -> Result<HeaderPage> {
+        self.net.logs.list_page(request, cancel)
+    }
+
+    fn survey(&self, cancel: &CancellationToken) -> Result<Vec<SurveyEntry>> {
+        self.net.logs.survey(cancel)
+    }
+
+    fn locate(&self, _header: &SessionHeader) -> Option<PathBuf> {
+        None
+    }
+
+    fn watch(&self, _options: &WatchOptions, sink: SharedChangeSink) -> Result<Option<Watch>> {
+        let key = self.net.next_watch.fetch_add(1, Ordering::SeqCst);
+        sink.changed(StoreChange::Sweep);
+        self.net.watchers.lock().push((key, self.me, sink));
+        let net = Arc::clone(&self.net);
+        Ok(Some(Watch::new(move || net.watchers.lock().retain(|(watch, _, _)| *watch != key))))
+    }
+
+    fn positions(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<SessionPosition>> {
+        let mut positions = self.net.logs.positions(ids, cancel)?;
+        let leases = self.net.leases.lock();
+        for position in &mut positions {
+            position.held = Some(leases.contains_key(&position.id));
+        }
+        Ok(positions)
+    }
+}
+
+fn config() -> ProxyConfig {
+    ProxyConfig {
+        follow: FollowConfig { sweep_interval: Duration::from_millis(100), ..FollowConfig::default() },
+        ..ProxyConfig::default()
+    }
+}
+
+async fn pair() -> (Arc<Net>, Server, Server) {
+    let net = Arc::new(Net::default());
+    let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
+    let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
+    (net, a, b)
+}
+
+/// The stored events of `id`, as `(seq, type)`.
+fn stored(net: &Net, id: &str) -> Vec<(u64, String)> {
+    let mut sink = session_persistence::CollectSink::default();
+    net.logs.scan(&id.into(), &CancellationToken::new(), &mut sink).unwrap();
+    sink.events.iter().map(|event| (event.seq, event.kind.to_string())).collect()
+}
+
+/// What a client holds of `id` after applying every frame it got: each baseline drops what it
+/// held past `lastSeq`; each event must continue what it holds, exactly once.
+#[derive(Debug, Default)]
+struct Replica {
+    baselines: Vec<i64>,
+    events: Vec<(u64, String)>,
+}
+
+impl Replica {
+    fn apply(&mut self, id: &str, frame: &Value) {
+        if frame["sessionId"] != id {
+            return;
+        }
+        match frame["type"].as_str() {
+            Some("session/subscribed") => {
+                let last_seq = frame["lastSeq"].as_i64().unwrap();
+                self.baselines.push(last_seq);
+                self.events.retain(|(seq, _)| (*seq as i64) <= last_seq);
+            }
+            Some("session/event") => {
+                let seq = frame["event"]["seq"].as_u64().unwrap();
+                let kind = frame["event"]["type"].as_str().unwrap().to_owned();
+                let expected = self
+                    .events
+                    .last()
+                    .map_or(self.baselines.last().map_or(0, |base| base + 1), |(last, _)| *last as i64 + 1);
+                assert_eq!(seq as i64, expected, "a gap or a duplicate at seq {seq}: {frame}");
+                self.events.push((seq, kind));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Reads `ws` until the replica of `id` holds `want` past its latest baseline.
+async fn converge(ws: &mut Ws, id: &str, replica: &mut Replica, want: &[(u64, String)]) {
+    loop {
+        if let Some(base) = replica.baselines.last() {
+            let from = usize::try_from(base + 1).unwrap_or(0).min(want.len());
+            let held: Vec<_> = replica.events.iter().filter(|(seq, _)| *seq as usize >= from).cloned().collect();
+            if held.as_slice() == &want[from..] {
+                return;
+            }
+        }
+        let frame = ws.next().await.expect("the downlink stays open");
+        replica.apply(id, &frame);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_written_through_one_gateway_is_live_through_the_other() {
+    let (net, a, b) = pair().await;
+    let described = b.ok(None, "host.describe", json!({})).await;
+    assert_eq!(described["followsStore"], true, "{described}");
+    let mut mux = b.ws("/api/events.mux", None).await;
+    let mut host = b.ws("/api/events.host", None).await;
+
+    a.ok(None, "session.create", json!({"sessionId": "s", "cwd": "/w"})).await;
+    for n in 1..=5 {
+        a.ok(None, "session.append", json!({"sessionId": "s", "events": turn(n)})).await;
+    }
+    a.ok(None, "session.flush", json!({"sessionId": "s"})).await;
+    let want = stored(&net, "s");
+    assert_eq!(want.len(), 30, "five turns of six events");
+    let mut replica = Replica::default();
+    converge(&mut mux, "s", &mut replica, &want).await;
+    assert_eq!(replica.baselines, vec![-1], "first tracked at its creation: every event comes live");
+
+    let added = host.until(|frame| frame["type"] == "host/session-added").await;
+    assert_eq!(added.last().unwrap()["sessionId"], "s");
+
+    // A client that connects later gets the followed session's baseline, then what follows.
+    let mut late = b.ws("/api/events.mux", None).await;
+    a.ok(None, "session.append", json!({"sessionId": "s", "events": turn(6)})).await;
+    a.ok(None, "session.flush", json!({"sessionId": "s"})).await;
+    let want = stored(&net, "s");
+    let mut late_replica = Replica::default();
+    converge(&mut late, "s", &mut late_replica, &want).await;
+    assert!(late_replica.baselines[0] >= 29, "{late_replica:?}");
+    converge(&mut mux, "s", &mut replica, &want).await;
+
+    // The release elsewhere ends it here.
+    a.ok(None, "session.release", json!({"sessionId": "s"})).await;
+    let removed = host.until(|frame| frame["type"] == "host/session-removed").await;
+    assert_eq!(removed.last().unwrap()["sessionId"], "s");
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_signals_are_made_up_by_the_sweep() {
+    let (net, a, b) = pair().await;
+    let mut mux = b.ws("/api/events.mux", None).await;
+    net.silent.store(true, Ordering::SeqCst);
+    a.ok(None, "session.create", json!({"sessionId": "quiet", "cwd": "/w"})).await;
+    for n in 1..=3 {
+        a.ok(None, "session.append", json!({"sessionId": "quiet", "events": turn(n)})).await;
+        a.ok(None, "session.flush", json!({"sessionId": "quiet"})).await;
+    }
+    let want = stored(&net, "quiet");
+    let mut replica = Replica::default();
+    converge(&mut mux, "quiet", &mut replica, &want).await;
+    // Once signals come back, they carry on from where the sweep left off.
+    net.silent.store(false, Ordering::SeqCst);
+    a.ok(None, "session.append", json!({"sessionId": "quiet", "events": turn(4)})).await;
+    a.ok(None, "session.flush", json!({"sessionId": "quiet"})).await;
+    converge(&mut mux, "quiet", &mut replica, &stored(&net, "quiet")).await;
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_owners_session_written_elsewhere_stays_unseen() {
+    let (net, a, b) = pair().await;
+    let mut theirs = b.ws("/api/events.mux", Some("bob")).await;
+    let mut mine = b.ws("/api/events.mux", Some("alice")).await;
+    a.ok(Some("alice"), "session.create", json!({"sessionId": "private", "cwd": "/w"})).await;
+    a.ok(Some("alice"), "session.append", json!({"sessionId": "private", "events": turn(1)})).await;
+    a.ok(Some("alice"), "session.flush", json!({"sessionId": "private"})).await;
+    let mut replica = Replica::default();
+    converge(&mut mine, "private", &mut replica, &stored(&net, "private")).await;
+    // Bob's session, created after Alice's, is the first thing Bob's downlink shows.
+    a.ok(Some("bob"), "session.create", json!({"sessionId": "bobs", "cwd": "/w"})).await;
+    a.ok(Some("bob"), "session.append", json!({"sessionId": "bobs", "events": turn(1)})).await;
+    let first = theirs.next().await.unwrap();
+    assert_eq!(first["sessionId"], "bobs", "bob never sees alice's session: {first}");
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_copy_rebaselines_its_clients_and_follows_the_new_writer() {
+    let (net, a, b) = pair().await;
+    a.ok(None, "session.create", json!({"sessionId": "moved", "cwd": "/w"})).await;
+    a.ok(None, "session.append", json!({"sessionId": "moved", "events": turn(1)})).await;
+    a.ok(None, "session.flush", json!({"sessionId": "moved"})).await;
+    let mut watcher = a.ws("/api/events.mux", None).await;
+    let mut replica = Replica::default();
+    converge(&mut watcher, "moved", &mut replica, &stored(&net, "moved")).await;
+    let durable = stored(&net, "moved").len() as i64;
+
+    // B takes the session over (a resume writes its seed boundary) and writes on.
+    b.ok(None, "session.create", json!({"sessionId": "moved", "cwd": "/w"})).await;
+    b.ok(None, "session.append", json!({"sessionId": "moved", "events": turn(2)})).await;
+    b.ok(None, "session.flush", json!({"sessionId": "moved"})).await;
+    let want = stored(&net, "moved");
+    assert!(want.len() as i64 > durable, "B wrote on");
+    converge(&mut watcher, "moved", &mut replica, &want).await;
+    // Its subscriber's baseline at connect, then the fence's: what A stored, nothing past it.
+    assert_eq!(replica.baselines, vec![durable - 1, durable - 1], "{replica:?}");
+    a.stop().await;
+    b.stop().await;
+}
