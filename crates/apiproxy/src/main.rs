@@ -195,6 +195,18 @@ struct LimitArgs {
     /// then `agent-busy`).
     #[arg(long, default_value_t = ProxyConfig::default().history_inflight_bytes, value_parser = positive_usize)]
     history_inflight_bytes: usize,
+    /// Do not follow the sessions other gateways write to a shared store (PostgreSQL, or a SQLite
+    /// file several processes open): without it their events reach this gateway's WebSocket
+    /// clients live (`docs/wire.md`, "Across gateways").
+    #[arg(long)]
+    no_follow: bool,
+    /// How often, in milliseconds, the follower sweeps the store even when no change signal came
+    /// (what bounds the lag when notifications are lost).
+    #[arg(long, default_value_t = 1000, value_parser = positive_u64)]
+    follow_sweep_ms: u64,
+    /// How often, in milliseconds, a shared SQLite file's change counter is polled.
+    #[arg(long, default_value_t = 100, value_parser = positive_u64)]
+    follow_poll_ms: u64,
 }
 
 impl LimitArgs {
@@ -210,6 +222,14 @@ impl LimitArgs {
             max_owner_connections: self.max_owner_connections,
             history_page_bytes: self.history_page_bytes,
             history_inflight_bytes: self.history_inflight_bytes,
+            follow: apiproxy::FollowConfig {
+                enabled: !self.no_follow,
+                sweep_interval: Duration::from_millis(self.follow_sweep_ms),
+                watch: session_persistence::WatchOptions {
+                    poll_interval: Duration::from_millis(self.follow_poll_ms),
+                    ..config.follow.watch.clone()
+                },
+            },
             ..config
         }
     }

@@ -108,6 +108,11 @@ impl ApiProxy {
             config.body_read_timeout,
             config.idle_timeout,
             config.history_wait,
+            // `tokio::time::interval` panics on a zero period.
+            config.follow.sweep_interval,
+            config.follow.watch.poll_interval,
+            config.follow.watch.reconnect_min,
+            config.follow.watch.reconnect_max,
         ];
         if timeouts.contains(&std::time::Duration::ZERO) {
             return Err(ProxyError::Config { message: "every timeout must be positive".to_owned() });

@@ -209,6 +209,10 @@ fn empty_tokens_and_zero_limits_are_refused() {
         ProxyConfig { body_read_timeout: Duration::ZERO, ..ProxyConfig::default() },
         ProxyConfig { idle_timeout: Duration::ZERO, ..ProxyConfig::default() },
         ProxyConfig { push_close_timeout: Duration::ZERO, ..ProxyConfig::default() },
+        ProxyConfig {
+            follow: apiproxy::FollowConfig { sweep_interval: Duration::ZERO, ..Default::default() },
+            ..ProxyConfig::default()
+        },
     ] {
         check(zero, "every timeout must be positive");
     }
