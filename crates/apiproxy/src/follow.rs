@@ -27,6 +27,7 @@ use session_core::{SessionHeader, SessionId, SessionStore};
 use session_persistence::{
     ChangeKind, ChangeSink, PersistenceError, SessionPersistence, SessionPosition, StoreChange, Watch,
 };
+use session_projection::{ProjectionRegistry, RestoreFold};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -106,6 +107,16 @@ struct Context {
     hub: Arc<Hub>,
     store: Arc<SessionStore>,
     persistence: Arc<dyn SessionPersistence>,
+    registry: Arc<ProjectionRegistry>,
+    /// The projection fold of each followed session, so its client-visible units' changes go out
+    /// as `session/projection` frames as they would for a session live here.
+    folds: Mutex<HashMap<SessionId, Fold>>,
+}
+
+/// A followed session's fold and the client values its subscribers last got.
+struct Fold {
+    fold: RestoreFold,
+    values: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Follower {
@@ -116,6 +127,7 @@ impl Follower {
         hub: Arc<Hub>,
         store: Arc<SessionStore>,
         persistence: Arc<dyn SessionPersistence>,
+        registry: Arc<ProjectionRegistry>,
     ) -> Result<Option<Follower>, PersistenceError> {
         if !config.enabled {
             return Ok(None);
@@ -129,7 +141,7 @@ impl Follower {
             return Ok(None);
         };
         let cancel = CancellationToken::new();
-        let context = Context { hub, store, persistence };
+        let context = Context { hub, store, persistence, registry, folds: Mutex::default() };
         runtime.spawn(run(context, wakes, config.sweep_interval, cancel.clone()));
         Ok(Some(Follower { cancel, _watch: watch }))
     }
@@ -236,6 +248,8 @@ impl Context {
     ) -> Result<(), PersistenceError> {
         let id = &position.id;
         if self.hub.is_local(id) {
+            // Written here now (resumed here): a fold from when it was followed is stale.
+            self.folds.lock().remove(id);
             return self.check_fence(&position, cancel).await;
         }
         let last_seq = match self.hub.remote_last_seq(id) {
@@ -264,13 +278,14 @@ impl Context {
         if position.next_seq as i64 > last_seq + 1 {
             self.read_tail(id, (last_seq + 1) as u64, cancel).await?;
         }
-        if position.held == Some(false) {
-            self.hub.unfollow_remote(id);
+        if position.held == Some(false) && self.hub.unfollow_remote(id) {
+            self.folds.lock().remove(id);
         }
         Ok(())
     }
 
-    /// Reads `id`'s stored events from `from_seq` and hands them to the hub.
+    /// Reads `id`'s stored events from `from_seq` and hands them to the hub, then folds what went
+    /// out into the session's projections and sends the client values that changed.
     async fn read_tail(
         &self,
         id: &SessionId,
@@ -278,10 +293,51 @@ impl Context {
         cancel: &CancellationToken,
     ) -> Result<(), PersistenceError> {
         let tail = self.persistence.read_from(id, from_seq, cancel).await?;
-        if let Delivered::UpTo(last_seq) = self.hub.deliver_remote(id, &tail.events)
-            && last_seq + 1 < from_seq as i64 + tail.events.len() as i64
-        {
+        let Delivered::UpTo(last_seq) = self.hub.deliver_remote(id, &tail.events) else { return Ok(()) };
+        if last_seq + 1 < from_seq as i64 + tail.events.len() as i64 {
             tracing::debug!(session = %id, last_seq, "a followed session's tail had a gap; the next sweep reads it again");
+        }
+        let has_fold = self.folds.lock().contains_key(id);
+        if !has_fold {
+            // The values before the tail are the baseline's, not news: fold the prefix quietly.
+            let mut fold = Fold { fold: self.registry.begin_full_restore(), values: serde_json::Map::new() };
+            if from_seq > 0 {
+                let prefix = self.persistence.read_from(id, 0, cancel).await?;
+                for event in prefix.events.iter().take_while(|event| event.seq < from_seq) {
+                    if fold.fold.apply(event).is_err() {
+                        return Ok(());
+                    }
+                }
+                if let Ok(snapshot) = fold.fold.snapshot() {
+                    fold.values = snapshot.values;
+                }
+            }
+            self.folds.lock().insert(id.clone(), fold);
+        }
+        let changed = {
+            let mut folds = self.folds.lock();
+            let Some(fold) = folds.get_mut(id) else { return Ok(()) };
+            for event in tail.events.iter().filter(|event| event.seq as i64 <= last_seq) {
+                if event.seq == fold.fold.next_seq() && fold.fold.apply(event).is_err() {
+                    break;
+                }
+            }
+            match fold.fold.snapshot() {
+                Ok(snapshot) => {
+                    let changed: Vec<(String, serde_json::Value)> = snapshot
+                        .values
+                        .iter()
+                        .filter(|(key, value)| fold.values.get(*key) != Some(*value))
+                        .map(|(key, value)| (key.clone(), value.clone()))
+                        .collect();
+                    fold.values = snapshot.values;
+                    changed
+                }
+                Err(_) => Vec::new(),
+            }
+        };
+        if let Some(seq) = u64::try_from(last_seq).ok().filter(|_| !changed.is_empty()) {
+            self.hub.project_remote(id, &changed, seq);
         }
         Ok(())
     }
@@ -296,12 +352,13 @@ impl Context {
     ) -> Result<(), PersistenceError> {
         let id = &position.id;
         let Some(session) = self.store.get(id) else { return Ok(()) };
-        let fenced = self.persistence.fence(id).is_some() || position.next_seq > session.len() as u64;
+        let fenced = self.persistence.fence(id).is_some() || position.next_seq > session.len();
         if !fenced {
             return Ok(());
         }
         let durable = self.persistence.durable_len(id).unwrap_or(0).min(position.next_seq);
         if self.hub.fence_local(id, durable as i64 - 1) {
+            self.folds.lock().remove(id);
             tracing::info!(session = %id, durable, "another writer moved this session on; following it from the store");
             self.read_tail(id, durable, cancel).await?;
         }

@@ -162,6 +162,10 @@ impl Hub {
     /// Fans out the projection change feed (`session/projection`, with the causing seq).
     pub(crate) fn on_projection(&self, change: &ProjectionChange<'_>) {
         let mut state = self.state.lock();
+        // A fenced copy's values are not the stored log's: the follower folds and sends those.
+        if state.live.get(change.session.id()).is_some_and(|live| live.remote) {
+            return;
+        }
         let owner = change.session.header().owner.clone();
         let session_id = change.session.id().as_str();
         fan_out(&mut state, StreamKind::Mux, owner.as_deref(), || {
@@ -252,6 +256,19 @@ impl Hub {
             live.running = running;
         }
         Delivered::UpTo(last_seq)
+    }
+
+    /// `session/projection` frames of a followed session: each changed client value, caused by
+    /// the event at `seq`.
+    pub(crate) fn project_remote(&self, id: &SessionId, changed: &[(String, serde_json::Value)], seq: u64) {
+        let mut state = self.state.lock();
+        let Some(live) = state.live.get(id).filter(|live| live.remote) else { return };
+        let owner = live.header.owner.clone();
+        for (key, value) in changed {
+            fan_out(&mut state, StreamKind::Mux, owner.as_deref(), || {
+                Frame::session_projection(id.as_str(), key, value, seq)
+            });
+        }
     }
 
     /// Stops following a session from the store (its writer let go of it): `host/session-removed`.

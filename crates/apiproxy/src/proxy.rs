@@ -153,10 +153,14 @@ impl ApiProxy {
             }
         });
         let follower = match &persistence {
-            Some(persistence) => {
-                Follower::start(&config.follow, Arc::clone(&hub), Arc::clone(&store), Arc::clone(persistence))
-                    .map_err(|error| ProxyError::Config { message: format!("following the store: {error}") })?
-            }
+            Some(persistence) => Follower::start(
+                &config.follow,
+                Arc::clone(&hub),
+                Arc::clone(&store),
+                Arc::clone(persistence),
+                Arc::clone(&registry),
+            )
+            .map_err(|error| ProxyError::Config { message: format!("following the store: {error}") })?,
             None => None,
         };
         Ok(ApiProxy {

@@ -187,6 +187,15 @@ impl RestoreFold {
         Ok(Restored { snapshot, checkpoint })
     }
 
+    /// The client values at the end of the events folded so far, as
+    /// [`RestoreFold::finish`]'s snapshot would report them, without ending the fold: a follower
+    /// of a log written elsewhere folds each tail as it arrives and compares the values. Fails
+    /// as `finish` does.
+    pub fn snapshot(&mut self) -> Result<Snapshot, RestoreError> {
+        let end_seq = self.check_end()?;
+        Ok(snapshot_of(&self.plan, &mut self.cells, end_seq))
+    }
+
     /// Runs `read` on unit `key`'s client value at the end of the events folded so far, and
     /// whether any unit failed, exactly as [`RestoreFold::finish`]'s snapshot would report them
     /// (the cold twin of [`ProjectionRegistry::read_view`]). Nothing is copied and no row is

@@ -274,6 +274,13 @@ async fn a_session_written_through_one_gateway_is_live_through_the_other() {
     let mut replica = Replica::default();
     converge(&mut mux, "s", &mut replica, &want).await;
     assert_eq!(replica.baselines, vec![-1], "first tracked at its creation: every event comes live");
+    // The projections are folded from the store's events and pushed when they change, after
+    // the events that changed them.
+    let pushed =
+        mux.until(|frame| frame["type"] == "session/projection" && frame["key"] == "sessionListMetadata").await;
+    let metadata = pushed.last().unwrap();
+    assert_eq!(metadata["value"]["blank"], false, "{metadata}");
+    assert!(metadata["seq"].as_u64().unwrap() <= 29, "{metadata}");
 
     let added = host.until(|frame| frame["type"] == "host/session-added").await;
     assert_eq!(added.last().unwrap()["sessionId"], "s");
