@@ -17,8 +17,14 @@ impl Gateway {
     /// Starts `apiproxy serve --listen 127.0.0.1:0 --store <store>` and waits for the line that
     /// says where it listens (the gateway prints it once it does).
     pub fn serve(apiproxy: &Path, store: &str) -> Gateway {
+        Gateway::serve_with(apiproxy, store, &[])
+    }
+
+    /// [`Gateway::serve`] with more flags for `serve`.
+    pub fn serve_with(apiproxy: &Path, store: &str, flags: &[&str]) -> Gateway {
         let mut child = Command::new(apiproxy)
             .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
+            .args(flags)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

@@ -211,11 +211,18 @@ fn bench(args: &[OsString]) -> anyhow::Result<()> {
     cargo_step(&["run", "--release", "--package", "e2e", "--bin", "history_memory"])?;
     // Concurrent durable appends through the same binary, against the single-lock figure of the
     // same run; `--quick` (among the criterion arguments) makes it short too.
+    let quick = bench_args.iter().any(|arg| arg == "--quick");
     let mut append_throughput = vec!["run", "--release", "--package", "e2e", "--bin", "append_throughput"];
-    if bench_args.iter().any(|arg| arg == "--quick") {
+    if quick {
         append_throughput.extend(["--", "--quick"]);
     }
-    cargo_step(&append_throughput)
+    cargo_step(&append_throughput)?;
+    // Live across gateways on PostgreSQL (the server of SESSION_PG_URL, or the local default).
+    let mut follow_latency = vec!["run", "--release", "--package", "e2e", "--bin", "follow_latency"];
+    if quick {
+        follow_latency.extend(["--", "--quick"]);
+    }
+    cargo_step(&follow_latency)
 }
 
 /// Runs `cargo <args>` from the workspace root with inherited stdio, printing the command and how

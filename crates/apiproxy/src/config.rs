@@ -226,6 +226,10 @@ pub struct FollowConfig {
     /// Whether to follow the store at all (on by default; the store must have a change signal,
     /// which JSONL and memory stores, written by this gateway alone, do not).
     pub enabled: bool,
+    /// Whether to listen to the store's change signal (on by default). Off, the follower finds
+    /// changes by its sweeps alone: for networks that cut long-lived connections, and to measure
+    /// what a lost signal costs.
+    pub signal: bool,
     /// The safety poll: a sweep at this interval even when no signal came (1 s by default).
     pub sweep_interval: Duration,
     /// The store's change signal (SQLite's poll interval, the listener's reconnect back-off).
@@ -234,6 +238,11 @@ pub struct FollowConfig {
 
 impl Default for FollowConfig {
     fn default() -> FollowConfig {
-        FollowConfig { enabled: true, sweep_interval: Duration::from_secs(1), watch: WatchOptions::default() }
+        FollowConfig {
+            enabled: true,
+            signal: true,
+            sweep_interval: Duration::from_secs(1),
+            watch: WatchOptions::default(),
+        }
     }
 }

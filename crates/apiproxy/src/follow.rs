@@ -50,7 +50,8 @@ const TAIL_READS: usize = 8;
 /// The running follower: stops when dropped.
 pub(crate) struct Follower {
     cancel: CancellationToken,
-    _watch: Watch,
+    /// The store's change signal, unless following by sweeps alone.
+    _watch: Option<Watch>,
 }
 
 impl Drop for Follower {
@@ -137,8 +138,16 @@ impl Follower {
             return Ok(None);
         };
         let wakes = Arc::new(Wakes::default());
+        // The signal is what says the store is shared; without it (off by configuration) the
+        // sweeps still need one, so it is started and dropped at once.
         let Some(watch) = persistence.watch(&config.watch, Arc::clone(&wakes) as Arc<dyn ChangeSink>)? else {
             return Ok(None);
+        };
+        let watch = if config.signal {
+            Some(watch)
+        } else {
+            drop(watch);
+            None
         };
         let cancel = CancellationToken::new();
         let context = Context { hub, store, persistence, registry, folds: Mutex::default() };

@@ -200,6 +200,10 @@ struct LimitArgs {
     /// clients live (`docs/wire.md`, "Across gateways").
     #[arg(long)]
     no_follow: bool,
+    /// Follow by sweeps alone, without listening to the store's change signal (for networks that
+    /// cut long-lived connections; every change then waits for the next sweep).
+    #[arg(long, conflicts_with = "no_follow")]
+    follow_sweep_only: bool,
     /// How often, in milliseconds, the follower sweeps the store even when no change signal came
     /// (what bounds the lag when notifications are lost).
     #[arg(long, default_value_t = 1000, value_parser = positive_u64)]
@@ -224,6 +228,7 @@ impl LimitArgs {
             history_inflight_bytes: self.history_inflight_bytes,
             follow: apiproxy::FollowConfig {
                 enabled: !self.no_follow,
+                signal: !self.follow_sweep_only,
                 sweep_interval: Duration::from_millis(self.follow_sweep_ms),
                 watch: session_persistence::WatchOptions {
                     poll_interval: Duration::from_millis(self.follow_poll_ms),

@@ -194,9 +194,14 @@ fn config() -> ProxyConfig {
 }
 
 async fn pair() -> (Arc<Net>, Server, Server) {
+    pair_with(config()).await
+}
+
+/// Two gateways over one shared store, B with `b_config`.
+async fn pair_with(b_config: ProxyConfig) -> (Arc<Net>, Server, Server) {
     let net = Arc::new(Net::default());
     let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
-    let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
+    let b = Server::start_on_backend(Handle::new(&net, 1), b_config).await;
     (net, a, b)
 }
 
@@ -364,6 +369,26 @@ async fn a_fenced_copy_rebaselines_its_clients_and_follows_the_new_writer() {
     converge(&mut watcher, "moved", &mut replica, &want).await;
     // Its subscriber's baseline at connect, then the fence's: what A stored, nothing past it.
     assert_eq!(replica.baselines, vec![durable - 1, durable - 1], "{replica:?}");
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_that_follows_by_sweeps_alone_still_sees_everything() {
+    let mut sweep_only = config();
+    sweep_only.follow.signal = false;
+    let (net, a, b) = pair_with(sweep_only).await;
+    assert!(net.watchers.lock().iter().all(|(_, gateway, _)| *gateway != 1), "B does not listen");
+    let mut mux = b.ws("/api/events.mux", None).await;
+    a.ok(None, "session.create", json!({"sessionId": "polled", "cwd": "/w"})).await;
+    for n in 1..=2 {
+        a.ok(None, "session.append", json!({"sessionId": "polled", "events": turn(n)})).await;
+        a.ok(None, "session.flush", json!({"sessionId": "polled"})).await;
+    }
+    let mut replica = Replica::default();
+    converge(&mut mux, "polled", &mut replica, &stored(&net, "polled")).await;
+    let described = b.ok(None, "host.describe", json!({})).await;
+    assert_eq!(described["followsStore"], true, "{described}");
     a.stop().await;
     b.stop().await;
 }

@@ -213,13 +213,7 @@ impl Server {
 
     /// Opens a WebSocket downlink.
     pub(crate) async fn ws(&self, path: &str, owner: Option<&str>) -> Ws {
-        let mut request = format!("ws://{}{path}", self.addr).into_client_request().unwrap();
-        if let Some(owner) = owner {
-            request.headers_mut().insert("x-dsh-owner", owner.parse().unwrap());
-        }
-        let (socket, _) =
-            tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request)).await.expect("timely").unwrap();
-        Ws { socket }
+        Ws::connect(&self.addr.to_string(), path, owner).await
     }
 
     pub(crate) async fn stop(mut self) {
@@ -245,6 +239,17 @@ pub(crate) struct Ws {
 }
 
 impl Ws {
+    /// Opens a WebSocket downlink of the gateway at `addr` (`host:port`).
+    pub(crate) async fn connect(addr: &str, path: &str, owner: Option<&str>) -> Ws {
+        let mut request = format!("ws://{addr}{path}").into_client_request().unwrap();
+        if let Some(owner) = owner {
+            request.headers_mut().insert("x-dsh-owner", owner.parse().unwrap());
+        }
+        let (socket, _) =
+            tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request)).await.expect("timely").unwrap();
+        Ws { socket }
+    }
+
     /// The next frame's payload (`server-request` envelope checked), or `None` once the server
     /// closed the socket.
     pub(crate) async fn next(&mut self) -> Option<Value> {

@@ -1,0 +1,264 @@
+//! Live across gateways on PostgreSQL: how long after gateway A acknowledges a durable append a
+//! WebSocket client of gateway B has the event, through the notification and through the sweep
+//! alone (B started with `--follow-sweep-only`, which is what a lost notification costs); A's
+//! durable append throughput with 0, 1 and 4 other gateways following the store; and the cost of
+//! one sweep's position query over 10,000 tracked sessions.
+//!
+//! `follow_latency [--quick] [APIPROXY]` needs the PostgreSQL server of `SESSION_PG_URL`
+//! (default `postgres://postgres@127.0.0.1:5432/test`) and the `apiproxy` binary beside this one
+//! (build it with the same profile first). Each run works in schemas of its own, dropped at the
+//! end. Run by `cargo xtask bench`.
+
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use e2e::gateway::Gateway;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use session_core::{SessionEvent, SessionHeader, SessionId};
+use session_persistence::Backend;
+use session_persistence_postgres::{PgConfig, PgStore};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
+    net::TcpStream,
+};
+use tokio_util::sync::CancellationToken;
+
+/// One keep-alive HTTP/1.1 connection to a gateway.
+struct Client {
+    addr: String,
+    stream: BufReader<TcpStream>,
+}
+
+impl Client {
+    async fn connect(addr: &str) -> Client {
+        let stream = TcpStream::connect(addr).await.expect("connect to the gateway");
+        stream.set_nodelay(true).expect("TCP_NODELAY");
+        Client { addr: addr.to_owned(), stream: BufReader::new(stream) }
+    }
+
+    async fn call(&mut self, method: &str, payload: Value) -> Value {
+        let body = json!({"type": "client-request", "rpcId": "1", "method": method, "payload": payload}).to_string();
+        let request = format!(
+            "POST /api/{method} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        );
+        self.stream.get_mut().write_all(request.as_bytes()).await.expect("send the request");
+        let mut content_length = None;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self.stream.read_line(&mut line).await.expect("read the answer's head");
+            assert!(n > 0, "the gateway closed the connection");
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                content_length = value.trim().parse::<usize>().ok();
+            }
+        }
+        let mut body = vec![0; content_length.expect("an answer with a content-length")];
+        self.stream.read_exact(&mut body).await.expect("read the answer's body");
+        let envelope: Value = serde_json::from_slice(&body).expect("a JSON answer");
+        assert_eq!(envelope["result"]["ok"], true, "{method} failed: {envelope}");
+        envelope["result"]["value"].clone()
+    }
+}
+
+/// The `n`-th event (from 0) of a session made of complete turns.
+fn event(n: usize) -> Value {
+    let turn = (n / 6 + 1) as u64;
+    match n % 6 {
+        0 => json!({"type": "turn/start", "data": {"turn": turn}}),
+        1 => json!({"type": "user/message", "surfaceOp": "append", "data": {"id": format!("u{turn}"), "role": "user",
+            "source": {"kind": "user"}, "content": [{"type": "text", "text": format!("question {turn}")}]}}),
+        2 => json!({"type": "step/start", "data": {"turn": turn, "step": 1}}),
+        3 => json!({"type": "assistant/message", "surfaceOp": "append", "data": {"turn": turn, "step": 1,
+            "message": {"id": format!("a{turn}"), "role": "assistant", "source": {"kind": "model", "provider": "bench",
+            "model": "m"}, "content": [{"type": "text", "text": format!("answer {turn}")}]}}}),
+        4 => json!({"type": "step/end", "data": {"turn": turn, "step": 1}}),
+        _ => json!({"type": "turn/end", "data": {"turn": turn, "reason": {"kind": "completed"}}}),
+    }
+}
+
+fn apiproxy_binary() -> PathBuf {
+    if let Some(path) = std::env::args().skip(1).find(|arg| !arg.starts_with("--")) {
+        return PathBuf::from(path);
+    }
+    let me = std::env::current_exe().expect("the probe's own path");
+    me.with_file_name("apiproxy")
+}
+
+fn server_url() -> String {
+    std::env::var("SESSION_PG_URL")
+        .ok()
+        .filter(|url| !url.is_empty())
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// A fresh schema's store URL, set up; dropped by [`Schema::drop`].
+struct Schema {
+    url: String,
+    store: PgStore,
+}
+
+impl Schema {
+    fn new(tag: &str) -> Schema {
+        let name = format!("bench_follow_{tag}_{}", std::process::id());
+        let base = server_url();
+        let separator = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{separator}schema={name}");
+        let config = PgConfig::from_url(&url).expect("the bench's store URL");
+        let (store, _) = PgStore::setup(&config).expect("set up the bench's schema");
+        Schema { url, store }
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        if let Err(error) = self.store.drop_schema() {
+            eprintln!("could not drop the bench's schema: {error}");
+        }
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn ms(duration: Duration) -> String {
+    format!("{:.1} ms", duration.as_secs_f64() * 1000.0)
+}
+
+/// A durable append through A, then the time until B's client has that event: one sample per
+/// append, `n` appends, one at a time.
+async fn ack_to_frame(apiproxy: &std::path::Path, sweep_only: bool, n: usize) -> Vec<Duration> {
+    let schema = Schema::new(if sweep_only { "sweep" } else { "notify" });
+    let a = Gateway::serve(apiproxy, &schema.url);
+    let b = if sweep_only {
+        Gateway::serve_with(apiproxy, &schema.url, &["--follow-sweep-only"])
+    } else {
+        Gateway::serve(apiproxy, &schema.url)
+    };
+    let (mut socket, _) = tokio_tungstenite::connect_async(format!("ws://{}/api/events.mux", b.addr()))
+        .await
+        .expect("B's downlink opens");
+    let mut client = Client::connect(a.addr()).await;
+    client.call("session.create", json!({"sessionId": "lat", "cwd": "/bench"})).await;
+    let mut samples = Vec::with_capacity(n);
+    for k in 0..n {
+        client.call("session.append", json!({"sessionId": "lat", "events": [event(k)], "durable": true})).await;
+        let acked = Instant::now();
+        loop {
+            let message = tokio::time::timeout(Duration::from_secs(30), socket.next())
+                .await
+                .expect("B's frame within 30 s")
+                .expect("B's downlink stays open")
+                .expect("a WebSocket message");
+            let Ok(text) = message.to_text() else { continue };
+            let Ok(envelope) = serde_json::from_str::<Value>(text) else { continue };
+            let payload = &envelope["payload"];
+            if payload["type"] == "session/event" && payload["event"]["seq"].as_u64() == Some(k as u64) {
+                break;
+            }
+        }
+        samples.push(acked.elapsed());
+    }
+    samples.sort();
+    samples
+}
+
+/// Durable appends per second through A, one client per session, with `followers` more gateways
+/// following the store.
+async fn throughput(apiproxy: &std::path::Path, followers: usize, appends: usize) -> f64 {
+    const SESSIONS: usize = 8;
+    let schema = Schema::new(&format!("tp{followers}"));
+    let a = Gateway::serve(apiproxy, &schema.url);
+    let others: Vec<Gateway> = (0..followers).map(|_| Gateway::serve(apiproxy, &schema.url)).collect();
+    let mut clients = Vec::new();
+    for s in 0..SESSIONS {
+        let mut client = Client::connect(a.addr()).await;
+        client.call("session.create", json!({"sessionId": format!("tp-{s}"), "cwd": "/bench"})).await;
+        clients.push(client);
+    }
+    let started = Instant::now();
+    let runs = clients.into_iter().enumerate().map(|(s, mut client)| async move {
+        for k in 0..appends {
+            let payload = json!({"sessionId": format!("tp-{s}"), "events": [event(k)], "durable": true});
+            client.call("session.append", payload).await;
+        }
+    });
+    futures::future::join_all(runs).await;
+    let rate = (SESSIONS * appends) as f64 / started.elapsed().as_secs_f64();
+    drop(others);
+    rate
+}
+
+/// The position query of one sweep over `n` tracked sessions, each with one stored event.
+fn sweep_cost(n: usize) -> Vec<Duration> {
+    let schema = Schema::new("sweep_cost");
+    let mut ids = Vec::with_capacity(n);
+    for s in 0..n {
+        let id = SessionId::from(format!("tracked-{s}"));
+        let header = SessionHeader::new(id.clone(), 1_700_000_000_000);
+        let event =
+            SessionEvent::from_json_line(r#"{"type":"turn/start","seq":0,"time":1700000000000,"data":{"turn":1}}"#)
+                .expect("a stored event");
+        schema.store.append_batch(&header, &[std::sync::Arc::new(event)], false).expect("write a session");
+        ids.push(id);
+    }
+    let cancel = CancellationToken::new();
+    let mut samples: Vec<Duration> = (0..7)
+        .map(|_| {
+            let started = Instant::now();
+            let positions = schema.store.positions(&ids, &cancel).expect("the sweep's positions");
+            assert_eq!(positions.len(), n);
+            started.elapsed()
+        })
+        .collect();
+    samples.sort();
+    samples
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let quick = std::env::args().any(|arg| arg == "--quick");
+    let apiproxy = apiproxy_binary();
+    let (latency_samples, sweep_samples, appends, tracked) =
+        if quick { (50, 10, 20, 1_000) } else { (300, 40, 100, 10_000) };
+
+    println!("follow_latency: PostgreSQL at {}", session_persistence_postgres::redact_url(&server_url()));
+    for (name, sweep_only, n) in [("notification", false, latency_samples), ("sweep only (1 s)", true, sweep_samples)] {
+        let samples = ack_to_frame(&apiproxy, sweep_only, n).await;
+        println!(
+            "A's durable ack to B's frame, {name}: p50 {}, p95 {}, p99 {}, max {} ({n} appends)",
+            ms(percentile(&samples, 0.50)),
+            ms(percentile(&samples, 0.95)),
+            ms(percentile(&samples, 0.99)),
+            ms(*samples.last().expect("samples")),
+        );
+    }
+    let alone = throughput(&apiproxy, 0, appends).await;
+    println!("A's durable appends/s, no other gateway: {alone:.0}");
+    for followers in [1, 4] {
+        let rate = throughput(&apiproxy, followers, appends).await;
+        println!(
+            "A's durable appends/s, {followers} following gateway(s): {rate:.0} ({:+.1} % against none)",
+            (rate / alone - 1.0) * 100.0
+        );
+    }
+    let samples = tokio::task::spawn_blocking(move || sweep_cost(tracked)).await.expect("the sweep probe");
+    println!(
+        "one sweep's positions over {tracked} tracked sessions: median {}, min {}, max {}",
+        ms(percentile(&samples, 0.5)),
+        ms(samples[0]),
+        ms(*samples.last().expect("samples"))
+    );
+}
