@@ -620,6 +620,7 @@ impl Backend for SqliteStore {
         let mut leases = self.leases.lock();
         if !leases.contains_key(id) {
             leases.insert(id.clone(), Lease::take(file, id)?);
+            self.own_writes.leased(id);
         }
         Ok(())
     }

@@ -54,6 +54,9 @@ pub(crate) struct OwnWrites {
     commits: Mutex<HashMap<SessionId, OwnRevisions>>,
     /// The sessions whose lease this handle let go of since the last poll.
     released: Mutex<HashSet<SessionId>>,
+    /// The sessions whose lease this handle holds (kept whether or not a watch runs): held
+    /// without a probe.
+    leased: Mutex<HashSet<SessionId>>,
 }
 
 /// The revisions of one incarnation of a session's row that this handle's commits made.
@@ -83,11 +86,23 @@ impl OwnWrites {
         Ok(())
     }
 
+    /// This handle took `id`'s lease.
+    pub(crate) fn leased(&self, id: &SessionId) {
+        self.leased.lock().insert(id.clone());
+    }
+
     /// This handle let go of `id`'s lease.
     pub(crate) fn released(&self, id: &SessionId) {
+        self.leased.lock().remove(id);
         if self.watching.load(Ordering::Acquire) > 0 {
             self.released.lock().insert(id.clone());
         }
+    }
+
+    /// Of `ids`, those this handle does not hold itself: only they need a probe.
+    fn not_leased_here(&self, ids: impl Iterator<Item = SessionId>) -> Vec<SessionId> {
+        let leased = self.leased.lock();
+        ids.filter(|id| !leased.contains(id)).collect()
     }
 
     /// Leaves out of `changed` what this handle's own commits account for: every revision
@@ -385,8 +400,11 @@ impl Poller {
             self.emit(StoreChange::Sweep);
             return Ok(());
         };
+        let to_probe: HashSet<SessionId> =
+            self.own.0.not_leased_here(changed.iter().map(|(id, _)| id.clone())).into_iter().collect();
         for (id, kind) in changed {
-            if self.probe(&id) == Some(true) {
+            // A lease this handle holds is held without asking the file.
+            if !to_probe.contains(&id) || self.probe(&id) == Some(true) {
                 self.held.insert(id.clone());
             }
             let next_seq = positions.get(&id).copied();
@@ -422,23 +440,25 @@ impl Poller {
         if keys.is_empty() {
             return;
         }
-        let candidates: Vec<SessionId> =
+        let present: Vec<SessionId> =
             self.marks.keys().filter(|id| keys.contains(&lease_key_of(id))).cloned().collect();
-        for id in candidates {
-            if self.probe(&id) == Some(true) {
+        let to_probe: HashSet<SessionId> = self.own.0.not_leased_here(present.iter().cloned()).into_iter().collect();
+        for id in present {
+            if !to_probe.contains(&id) || self.probe(&id) == Some(true) {
                 self.held.insert(id);
             }
         }
     }
 
-    /// Probes every lease seen held; one let go is `Released`, unless this handle let go of it
-    /// itself (and nobody else holds it).
+    /// Probes every lease seen held (but this handle's own, which are held while it holds them);
+    /// one let go is `Released`, unless this handle let go of it itself (and nobody else holds it).
     fn probe_held(&mut self) {
         let released_here = mem::take(&mut *self.own.0.released.lock());
         if self.held.is_empty() {
             return;
         }
-        let mut ids: Vec<SessionId> = self.held.iter().cloned().collect();
+        // A lease this handle holds is not probed: it is held.
+        let mut ids = self.own.0.not_leased_here(self.held.iter().cloned());
         ids.sort();
         for id in ids {
             match self.probe(&id) {

@@ -1,7 +1,7 @@
 //! Following a shared database file (issue 24): a watch on one store handle sees another handle's
 //! (and another process's) creations, appends and lease releases, with the next seq; it skips its
 //! own handle's writes; positions and `held` match the file; `created_since` filters; a dropped
-//! watch calls its sink no more.
+//! watch calls its sink no more, even when the drop comes from inside the sink.
 
 use std::{
     io::{BufRead, BufReader, Write},
@@ -15,7 +15,7 @@ use std::{
 
 use serde_json::{Value, json};
 use session_core::{JsonData, SessionEvent, SessionHeader, SessionId};
-use session_persistence::{Backend, ChangeKind, SessionPosition, SharedChangeSink, StoreChange, WatchOptions};
+use session_persistence::{Backend, ChangeKind, SessionPosition, SharedChangeSink, StoreChange, Watch, WatchOptions};
 use session_persistence_sqlite::{Access, SqliteConfig, SqliteStore};
 use tokio_util::sync::CancellationToken;
 
@@ -140,6 +140,39 @@ fn a_watch_follows_another_handles_writes_and_releases_and_skips_its_own() {
     drop(held_sink);
     let left: Vec<StoreChange> = signals.iter().collect();
     assert!(left.is_empty(), "signals after the drop: {left:?}");
+}
+
+#[test]
+fn a_watch_dropped_from_inside_its_sink_stops_without_waiting_for_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let (watcher, writer) = (open(&path), open(&path));
+    let slot: Arc<parking_lot::Mutex<Option<Watch>>> = Arc::default();
+    let (send, receive) = mpsc::channel();
+    let send = parking_lot::Mutex::new(send);
+    let slot_in_sink = Arc::clone(&slot);
+    let sink: SharedChangeSink = Arc::new(move |change| {
+        // The first signal after the watch is in its slot drops it, here on the poller's thread.
+        let watch = slot_in_sink.lock().take();
+        let dropped_here = watch.is_some();
+        drop(watch);
+        let _ = send.lock().send((change, dropped_here));
+    });
+    *slot.lock() = watcher.watch(&options(), sink).unwrap();
+    writer.append_batch(&header("d", 1_000), &events(0, 1), false).unwrap();
+
+    // The channel closes when the poller ends and drops its sink: nothing comes after the drop.
+    let mut seen = Vec::new();
+    loop {
+        match receive.recv_timeout(SIGNAL_WAIT) {
+            Ok(signal) => seen.push(signal),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!("the poller did not stop: {seen:?}"),
+        }
+    }
+    let dropped: Vec<bool> = seen.iter().map(|(_, dropped_here)| *dropped_here).collect();
+    assert_eq!(dropped.last(), Some(&true), "the last signal is the one whose call dropped the watch: {seen:?}");
+    assert_eq!(dropped.iter().filter(|dropped_here| **dropped_here).count(), 1, "{seen:?}");
 }
 
 #[test]
