@@ -295,7 +295,12 @@ impl StoredRow {
     /// Reads and checks the columns of [`ROW_COLUMNS`]. A failure is the reference's message,
     /// fatal for the read whatever the row's place (§5.1).
     pub(crate) fn read(row: &rusqlite::Row<'_>) -> Result<StoredRow, RowError> {
-        let get = |idx: usize| row.get_ref(idx).map_err(RowError::Sqlite);
+        StoredRow::read_at(row, 0)
+    }
+
+    /// [`read`](Self::read) of the [`ROW_COLUMNS`] that start at column `first` of `row`.
+    pub(crate) fn read_at(row: &rusqlite::Row<'_>, first: usize) -> Result<StoredRow, RowError> {
+        let get = |idx: usize| row.get_ref(first + idx).map_err(RowError::Sqlite);
         let seq = safe_integer(get(0)?, "seq").map_err(RowError::Column)?;
         let seq = u64::try_from(seq).map_err(|_| RowError::Column("stored seq must be non-negative".to_owned()))?;
         let kind = text(get(1)?, "type").map_err(RowError::Column)?;

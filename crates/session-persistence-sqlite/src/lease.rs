@@ -13,6 +13,7 @@
 //! opens the new one.
 
 use std::{
+    collections::HashSet,
     fs::{self, DirBuilder, File, TryLockError},
     io::{self, Read},
     os::unix::fs::{DirBuilderExt, FileExt, MetadataExt},
@@ -40,9 +41,53 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The 64-bit key that names `id`'s lease file.
+pub(crate) fn lease_key_of(id: &SessionId) -> u64 {
+    lease::lease_key(&[id.as_str()])
+}
+
 /// The lease file of `id` in `dir`.
 fn lease_path(dir: &Path, id: &SessionId) -> PathBuf {
-    dir.join(format!("{:016x}", lease::lease_key(&[id.as_str()])))
+    dir.join(format!("{:016x}", lease_key_of(id)))
+}
+
+/// The keys of the lease files in `<database>.leases/` right now (held or left behind by a
+/// holder that died): one directory read. No directory is no lease. Names that are not a key are
+/// not this crate's and are skipped.
+pub(crate) fn lease_keys(database: &Path) -> Result<HashSet<u64>> {
+    let dir = leases_dir(database);
+    if !check_dir(&dir)? {
+        return Ok(HashSet::new());
+    }
+    let entries = fs::read_dir(&dir).map_err(|error| PersistenceError::io(&dir, error))?;
+    let mut keys = HashSet::new();
+    for entry in entries {
+        let entry = entry.map_err(|error| PersistenceError::io(&dir, error))?;
+        let name = entry.file_name();
+        if let Some(key) =
+            name.to_str().filter(|name| name.len() == 16).and_then(|name| u64::from_str_radix(name, 16).ok())
+        {
+            keys.insert(key);
+        }
+    }
+    Ok(keys)
+}
+
+/// Whether a writer (a process, or another store handle of this one) holds `id`'s lease right
+/// now: a non-blocking probe of the lease file's exclusive lock, released at once (as
+/// [`writer_lock_held`] probes the writer lock). No file is no holder. The probe holds the
+/// exclusive lock for the instant between the try and the close: a repair elsewhere that tries
+/// the same lock in that instant is refused as if a writer held the session.
+pub(crate) fn lease_held(database: &Path, id: &SessionId) -> Result<bool> {
+    let path = lease_path(&leases_dir(database), id);
+    let Some(file) = fsio::open_regular(&path).map_err(|error| PersistenceError::io(&path, error))? else {
+        return Ok(false);
+    };
+    match file.try_lock() {
+        Ok(()) => Ok(false),
+        Err(TryLockError::WouldBlock) => Ok(true),
+        Err(TryLockError::Error(error)) => Err(PersistenceError::io(&path, error)),
+    }
 }
 
 /// Takes the shared lock on `<database>.writer-lock` (created with mode 0600) that a writable

@@ -4,7 +4,8 @@
 //! - [`SqliteStore`]: a [`session_persistence::Backend`] over one database file (or `:memory:`):
 //!   the reference's identity (`application_id` 0x44534850, `user_version` 18), schema text,
 //!   scalar and packed rows, zstd `data` and varint `source_event_seqs`; atomic appends with the
-//!   stale-writer check, atomic repair and seek reads. The shared
+//!   stale-writer check, atomic repair and seek reads; a change signal for a file other handles
+//!   and processes write (`Backend::watch`: `PRAGMA data_version` polled on a thread of its own). The shared
 //!   [`Coordinator`](session_persistence::Coordinator) drives it, so everything above storage
 //!   (validation, crash closers, the live write path) is the same as for the JSONL store.
 //! - [`SqliteConfig`]: the [`Target`] (a file or `:memory:`), the [`Access`] (read-write,
@@ -24,7 +25,9 @@
 //! Modules: `config` (what to open and how), `rules` (the path and permission rules), `schema`
 //! (identity, schema text, the open sequence), `sessions` (the `sessions` row), `codec` (the
 //! `events` row encodings and packing), `scan` (committed, torn and corrupt rows, seek reads),
-//! `store` (the backend), `checkpoint` (the checkpoint store).
+//! `store` (the backend), `lease` (the writer lock and leases), `position` (where sessions stand:
+//! next seqs, held leases, change marks), `watch` (the change poller that follows a file other
+//! processes write), `checkpoint` (the checkpoint store).
 //!
 //! # Example
 //!
@@ -96,6 +99,7 @@ mod codec;
 mod config;
 mod error;
 mod lease;
+mod position;
 mod rules;
 mod scan;
 mod schema;
@@ -103,6 +107,7 @@ mod sessions;
 mod store;
 #[cfg(test)]
 mod tests;
+mod watch;
 
 pub use crate::{
     checkpoint::{CHECKPOINT_APPLICATION_ID, CHECKPOINT_USER_VERSION, SqliteCheckpointStore},

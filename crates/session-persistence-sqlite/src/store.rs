@@ -21,7 +21,7 @@ use rusqlite::{Connection, Transaction, TransactionBehavior};
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
     Backend, CorruptKind, FencedWrite, Listing, Location, LogFault, PersistenceError, Result, Revision, ScanOutcome,
-    ScanSink, StoredHeader, SurveyEntry, TornTail,
+    ScanSink, SessionPosition, SharedChangeSink, StoredHeader, SurveyEntry, TornTail, Watch, WatchOptions,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -30,10 +30,12 @@ use crate::{
     config::{Access, SqliteConfig, Target},
     error::sqlite_error,
     lease::{Lease, RepairHold, hold_writer_lock, writer_lock_held},
+    position::{ChangeMark, next_seqs, with_holds},
     rules::{self, SESSION_DATABASE},
     scan::{RowScan, ScanContext, next_seq, scan_rows, seek_base, to_sql_seq},
     schema::{OpenSpec, Role, check_before_mutation, open_connection},
     sessions::{SESSION_COLUMNS, StoredSession, read_session, row_label, upsert_session},
+    watch::{self, OwnWrites, WatchSpec},
 };
 
 /// The SQLite backend. See the module documentation.
@@ -55,6 +57,8 @@ pub struct SqliteStore {
     _writer_lock: Option<File>,
     /// The writer leases this store holds: one per session live in this process (file stores).
     leases: Mutex<HashMap<SessionId, Lease>>,
+    /// What this handle's commits and releases leave for its watches to skip.
+    own_writes: Arc<OwnWrites>,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -127,6 +131,7 @@ impl SqliteStore {
             poisoned: Mutex::new(None),
             _writer_lock: writer_lock,
             leases: Mutex::new(HashMap::new()),
+            own_writes: Arc::new(OwnWrites::default()),
         })
     }
 
@@ -171,6 +176,12 @@ impl SqliteStore {
     /// the database's `store_id`.
     pub fn store_identity(&self) -> &str {
         &self.store_identity
+    }
+
+    /// The record of this handle's own writes, for the poller's unit tests.
+    #[cfg(test)]
+    pub(crate) fn own_writes(&self) -> Arc<OwnWrites> {
+        Arc::clone(&self.own_writes)
     }
 
     fn ctx<'a>(&'a self, id: &'a SessionId) -> ScanContext<'a> {
@@ -225,7 +236,15 @@ impl SqliteStore {
     /// Runs `write` in one immediate transaction on the writing connection, after the identity
     /// and schema checks (§6 step 3); commits on success, rolls back on failure. A rollback that
     /// fails poisons the store.
-    fn write_transaction(&self, what: &str, write: impl FnOnce(&Transaction<'_>) -> Result<()>) -> Result<()> {
+    ///
+    /// `write` returns the change mark its revision bump left on `id`'s row, which a running
+    /// watch of this handle is told with the commit (see the `watch` module).
+    fn write_transaction(
+        &self,
+        what: &str,
+        id: &SessionId,
+        write: impl FnOnce(&Transaction<'_>) -> Result<ChangeMark>,
+    ) -> Result<()> {
         let Some(writer) = &self.writer else {
             return Err(PersistenceError::invalid_input(format!(
                 "session database \"{}\" is open read-only ({}); writes are refused: open it read-write to {what}",
@@ -241,7 +260,7 @@ impl SqliteStore {
             connection.transaction_with_behavior(TransactionBehavior::Immediate).map_err(self.sql_error())?;
         let written = check_before_mutation(&transaction, &self.shown).and_then(|()| write(&transaction));
         match written {
-            Ok(()) => transaction.commit().map_err(self.sql_error()),
+            Ok(mark) => self.own_writes.commit(id, mark, || transaction.commit().map_err(self.sql_error())),
             Err(error) => {
                 if let Err(rollback) = transaction.rollback() {
                     let message = format!(
@@ -343,15 +362,22 @@ impl SqliteStore {
         Ok(())
     }
 
-    fn bump_revision(&self, transaction: &Transaction<'_>, id: &SessionId) -> Result<()> {
-        let changed = transaction
-            .prepare_cached("UPDATE sessions SET revision = revision + 1 WHERE id = ?1")
-            .and_then(|mut statement| statement.execute([id.as_str()]))
+    /// Adds 1 to `id`'s revision and returns the row's change mark after it.
+    fn bump_revision(&self, transaction: &Transaction<'_>, id: &SessionId) -> Result<ChangeMark> {
+        let mut statement = transaction
+            .prepare_cached("UPDATE sessions SET revision = revision + 1 WHERE id = ?1 RETURNING incarnation, revision")
             .map_err(self.sql_error())?;
-        if changed != 1 {
-            return Err(metadata_missing(id));
+        let marks: Vec<ChangeMark> = statement
+            .query_map([id.as_str()], |row| {
+                Ok(ChangeMark { incarnation: row.get::<_, String>(0).unwrap_or_default(), revision: row.get(1)? })
+            })
+            .map_err(self.sql_error())?
+            .collect::<rusqlite::Result<_>>()
+            .map_err(self.sql_error())?;
+        match <[ChangeMark; 1]>::try_from(marks) {
+            Ok([mark]) => Ok(mark),
+            Err(_) => Err(metadata_missing(id)),
         }
-        Ok(())
     }
 }
 
@@ -513,7 +539,7 @@ impl Backend for SqliteStore {
         }
         let id = &header.id;
         let rows = pack_batch(events);
-        self.write_transaction("append", |transaction| {
+        self.write_transaction("append", id, |transaction| {
             let stored_next = next_seq(transaction, self.ctx(id))?;
             let first = events[0].seq;
             if first != stored_next {
@@ -543,7 +569,7 @@ impl Backend for SqliteStore {
             Some(file) if !self.leases.lock().contains_key(id) => Some(RepairHold::take(file, id)?),
             _ => None,
         };
-        self.write_transaction("repair", |transaction| {
+        self.write_transaction("repair", id, |transaction| {
             if read_session(transaction, id).map_err(self.sql_error())?.is_none() {
                 return Err(metadata_missing(id));
             }
@@ -594,6 +620,7 @@ impl Backend for SqliteStore {
         let mut leases = self.leases.lock();
         if !leases.contains_key(id) {
             leases.insert(id.clone(), Lease::take(file, id)?);
+            self.own_writes.leased(id);
         }
         Ok(())
     }
@@ -601,6 +628,7 @@ impl Backend for SqliteStore {
     fn end_lease(&self, id: &SessionId) {
         let lease = self.leases.lock().remove(id);
         if let Some(lease) = lease {
+            self.own_writes.released(id);
             lease.end();
         }
     }
@@ -650,14 +678,73 @@ impl Backend for SqliteStore {
     /// Every `sessions` row, in id order; a row that does not decode is its own fault (the
     /// reference fails the whole listing instead). Event rows are not read.
     fn list(&self, cancel: &CancellationToken) -> Result<Listing> {
+        self.listing("", [], cancel)
+    }
+
+    /// A follower of the database watches it by polling its change counter (see the `watch`
+    /// module): a `sqlite-watch` thread with a read connection of its own. `None` for
+    /// `:memory:` (no other connection can write it) and for an immutable open (SQLite takes the
+    /// file as unchanging, so no change would be seen).
+    fn watch(&self, options: &WatchOptions, sink: SharedChangeSink) -> Result<Option<Watch>> {
+        let Some(file) = &self.file else { return Ok(None) };
+        if self.config.access == Access::Immutable {
+            return Ok(None);
+        }
+        let spec = WatchSpec {
+            file: file.clone(),
+            shown: self.shown.clone(),
+            access: self.config.access,
+            journal_mode: self.config.journal_mode,
+            busy_timeout: self.config.busy_timeout,
+        };
+        watch::start(spec, options, sink, Arc::clone(&self.own_writes)).map(Some)
+    }
+
+    /// One read transaction: each session's next seq from its last row (a query per 500 ids, two
+    /// primary-key seeks per session, see the `position` module), then `held` from the lease
+    /// files (one directory read, and a non-blocking probe of each present file of an asked id;
+    /// `None` for a session whose probe failed, and for every session of `:memory:`, which keeps
+    /// no leases).
+    fn positions(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<SessionPosition>> {
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        let next = self.with_reader(|connection| {
+            let transaction = connection.transaction().map_err(self.sql_error())?;
+            let next = next_seqs(&transaction, &self.shown, ids)?;
+            transaction.commit().map_err(self.sql_error())?;
+            Ok(next)
+        })?;
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        with_holds(self.file.as_deref(), next)
+    }
+
+    /// The `sessions` rows with `created_at >= since_ms`. The reference's schema has no index on
+    /// `created_at` (and may not get one: the reference refuses a database with an extra index),
+    /// so this is one pass over the `sessions` table (its rows, never an event row), decoding
+    /// only the matching ones. As the default, rows that do not decode are left out.
+    fn created_since(&self, since_ms: u64, cancel: &CancellationToken) -> Result<Listing> {
+        let since = i64::try_from(since_ms).unwrap_or(i64::MAX);
+        let mut listing = self.listing(" WHERE created_at >= ?1", [since], cancel)?;
+        listing.faults.clear();
+        Ok(listing)
+    }
+}
+
+impl SqliteStore {
+    /// The `sessions` rows `filter` (a `WHERE` clause or nothing) selects, in id order; a row
+    /// that does not decode is its own fault.
+    fn listing<P: rusqlite::Params>(&self, filter: &str, params: P, cancel: &CancellationToken) -> Result<Listing> {
         if cancel.is_cancelled() {
             return Err(PersistenceError::Cancelled);
         }
         let mut listing = self.with_reader(|connection| {
             let mut statement = connection
-                .prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions"))
+                .prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions{filter}"))
                 .map_err(self.sql_error())?;
-            let mut rows = statement.query([]).map_err(self.sql_error())?;
+            let mut rows = statement.query(params).map_err(self.sql_error())?;
             let mut listing = Listing::default();
             while let Some(row) = rows.next().map_err(self.sql_error())? {
                 match StoredSession::read(row) {

@@ -1,6 +1,6 @@
 //! Integration tests of the SQLite store: the reference's database read back with its own
 //! answers, the backend test kit's contracts, torn and corrupt rows, racing writers, file rules,
-//! and the checkpoint store.
+//! following a shared file, and the checkpoint store.
 
 mod checkpoint;
 mod contract;
@@ -8,6 +8,7 @@ mod fixture;
 mod lease;
 mod rows;
 mod rules;
+mod watch;
 mod writes;
 
 use std::{
