@@ -44,6 +44,13 @@ const CREATED_SLACK_MS: u64 = 60_000;
 /// at most this long; a longer one (or one first seen later) from its current position.
 const REPLAY_CREATED_MAX: u64 = 1_000;
 
+/// A long tail goes to the hub in chunks of this many events, each once the clients' queues
+/// have room for it.
+const TAIL_CHUNK: usize = 256;
+
+/// How long a chunk waits for room in a client's queue.
+const ROOM_WAIT: Duration = Duration::from_secs(2);
+
 /// How many sessions' tails one round reads at once.
 const TAIL_READS: usize = 8;
 
@@ -302,7 +309,14 @@ impl Context {
         cancel: &CancellationToken,
     ) -> Result<(), PersistenceError> {
         let tail = self.persistence.read_from(id, from_seq, cancel).await?;
-        let Delivered::UpTo(last_seq) = self.hub.deliver_remote(id, &tail.events) else { return Ok(()) };
+        let mut last_seq = from_seq as i64 - 1;
+        for chunk in tail.events.chunks(TAIL_CHUNK) {
+            self.wait_for_room(id, chunk.len(), cancel).await;
+            match self.hub.deliver_remote(id, chunk) {
+                Delivered::UpTo(delivered) => last_seq = delivered,
+                Delivered::NotFollowed => return Ok(()),
+            }
+        }
         if last_seq + 1 < from_seq as i64 + tail.events.len() as i64 {
             tracing::debug!(session = %id, last_seq, "a followed session's tail had a gap; the next sweep reads it again");
         }
@@ -349,6 +363,21 @@ impl Context {
             self.hub.project_remote(id, &changed, seq);
         }
         Ok(())
+    }
+
+    /// Waits (up to [`ROOM_WAIT`]) until every mux queue that sees `id` has room for `n` more
+    /// frames. A client that stays behind that long is then cut by the hub's overflow rule, as
+    /// for a session live here; one that keeps up never is, however long the tail.
+    async fn wait_for_room(&self, id: &SessionId, n: usize, cancel: &CancellationToken) {
+        let queues = self.hub.mux_queues_of(id);
+        let deadline = tokio::time::Instant::now() + ROOM_WAIT;
+        for queue in queues {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                // The permits are dropped at once: this only waits for the room.
+                _ = tokio::time::timeout_at(deadline, queue.reserve_many(n.min(queue.max_capacity()))) => {}
+            }
+        }
     }
 
     /// A session live here is fenced once its write met another writer's, or once the store

@@ -284,6 +284,21 @@ impl Hub {
         true
     }
 
+    /// The queues of the mux connections that see a followed session `id`: the follower waits
+    /// for room in them before it hands the hub the next chunk of a long tail, so a burst read
+    /// from the store does not overflow a client that keeps up.
+    pub(crate) fn mux_queues_of(&self, id: &SessionId) -> Vec<mpsc::Sender<Arc<Frame>>> {
+        let state = self.state.lock();
+        let Some(live) = state.live.get(id) else { return Vec::new() };
+        let owner = live.header.owner.as_deref();
+        state
+            .subscribers
+            .iter()
+            .filter(|subscriber| subscriber.kind == StreamKind::Mux && sees(subscriber.owner.as_deref(), owner))
+            .map(|subscriber| subscriber.tx.clone())
+            .collect()
+    }
+
     /// The sessions followed from the store.
     pub(crate) fn remote_ids(&self) -> Vec<SessionId> {
         self.state.lock().live.iter().filter(|(_, live)| live.remote).map(|(id, _)| id.clone()).collect()

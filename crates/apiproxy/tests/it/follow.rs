@@ -25,7 +25,7 @@ use session_persistence::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{Server, Ws, turn};
+use crate::support::{Gateway, Server, Ws, turn};
 
 /// What the gateways share: the logs, the writer leases, and the signal's subscribers.
 #[derive(Default)]
@@ -391,4 +391,74 @@ async fn a_gateway_that_follows_by_sweeps_alone_still_sees_everything() {
     assert_eq!(described["followsStore"], true, "{described}");
     a.stop().await;
     b.stop().await;
+}
+
+/// Two gateway processes over one store: a client of B follows a session A writes, 10,000 events
+/// in batches, while `disturb` runs between batches (it may cut B's change signal); then A is
+/// flushed and B's client must converge on the stored log, baselines applied, with no gap and no
+/// duplicate. Returns the stored log.
+async fn follow_between_processes(
+    store: &str,
+    disturb: impl Fn(usize) + Send + 'static,
+    stored_log: impl Fn() -> Vec<(u64, String)>,
+) -> Vec<(u64, String)> {
+    const TURNS_PER_BATCH: u64 = 10;
+    const BATCHES: u64 = 167; // 167 × 10 turns × 6 events = 10,020 events
+    let (a, b) = (Gateway::start(store), Gateway::start(store));
+    let described = b.ok("host.describe", json!({}));
+    assert_eq!(described["followsStore"], true, "{described}");
+    let mut mux = Ws::connect(b.addr(), "/api/events.mux", None).await;
+    let writer = tokio::task::spawn_blocking(move || {
+        a.ok("session.create", json!({"sessionId": "far", "cwd": "/w"}));
+        for batch in 0..BATCHES {
+            let events: Vec<Value> = (1..=TURNS_PER_BATCH).flat_map(|n| turn(batch * TURNS_PER_BATCH + n)).collect();
+            a.ok("session.append", json!({"sessionId": "far", "events": events}));
+            disturb(batch as usize);
+        }
+        a.ok("session.flush", json!({"sessionId": "far"}));
+        a
+    });
+    let mut replica = Replica::default();
+    // Read while A writes, so B's queue never overflows; converge on what is stored once A is done.
+    let mut seen = 0usize;
+    while !writer.is_finished() {
+        if let Ok(Some(frame)) = tokio::time::timeout(Duration::from_millis(200), mux.next()).await {
+            replica.apply("far", &frame);
+            seen += 1;
+        }
+    }
+    let a = writer.await.unwrap();
+    let want = stored_log();
+    assert_eq!(want.len() as u64, BATCHES * TURNS_PER_BATCH * 6);
+    converge(&mut mux, "far", &mut replica, &want).await;
+    assert!(seen > 0, "frames came while A wrote");
+    assert_eq!(replica.baselines.first(), Some(&-1), "B saw the creation: {:?}", replica.baselines);
+    assert_eq!(replica.events, want, "every event once, in order, after the baselines");
+    drop(a);
+    drop(b);
+    want
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateway_processes_over_one_sqlite_file_follow_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let store = format!("sqlite:{}", path.display());
+    let read = path.clone();
+    follow_between_processes(
+        &store,
+        |_| {},
+        move || {
+            let store = session_persistence_sqlite::SqliteStore::open_for_reading(read.clone()).unwrap();
+            stored_in(&store, "far")
+        },
+    )
+    .await;
+}
+
+/// The stored events of `id` in `backend`, as `(seq, type)`.
+fn stored_in(backend: &dyn Backend, id: &str) -> Vec<(u64, String)> {
+    let mut sink = session_persistence::CollectSink::default();
+    backend.scan(&id.into(), &CancellationToken::new(), &mut sink).unwrap();
+    sink.events.iter().map(|event| (event.seq, event.kind.to_string())).collect()
 }

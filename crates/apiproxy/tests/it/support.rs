@@ -365,6 +365,11 @@ impl Gateway {
         Gateway { child, addr }
     }
 
+    /// Where it listens: `host:port`.
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
+    }
+
     /// The `result` of one call.
     pub(crate) fn call(&self, method: &str, payload: Value) -> Value {
         let body = json!({"type": "client-request", "rpcId": "1", "method": method, "payload": payload}).to_string();
