@@ -393,6 +393,28 @@ async fn a_gateway_that_follows_by_sweeps_alone_still_sees_everything() {
     b.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_released_here_and_taken_elsewhere_stays_live_here() {
+    let (net, a, b) = pair().await;
+    a.ok(None, "session.create", json!({"sessionId": "handed", "cwd": "/w"})).await;
+    a.ok(None, "session.append", json!({"sessionId": "handed", "events": turn(1)})).await;
+    a.ok(None, "session.release", json!({"sessionId": "handed"})).await;
+    let mut watcher = a.ws("/api/events.mux", None).await;
+    let mut host = a.ws("/api/events.host", None).await;
+
+    b.ok(None, "session.create", json!({"sessionId": "handed", "cwd": "/w"})).await;
+    b.ok(None, "session.append", json!({"sessionId": "handed", "events": turn(2)})).await;
+    b.ok(None, "session.flush", json!({"sessionId": "handed"})).await;
+    let want = stored(&net, "handed");
+    let mut replica = Replica::default();
+    converge(&mut watcher, "handed", &mut replica, &want).await;
+    assert!(replica.baselines[0] >= 5, "first seen after its creation: {replica:?}");
+    let added = host.until(|frame| frame["type"] == "host/session-added").await;
+    assert_eq!(added.last().unwrap()["sessionId"], "handed");
+    a.stop().await;
+    b.stop().await;
+}
+
 /// Two gateway processes over one store: a client of B follows a session A writes, 10,000 events
 /// in batches, while `disturb` runs between batches (it may cut B's change signal); then A is
 /// flushed and B's client must converge on the stored log, baselines applied, with no gap and no
