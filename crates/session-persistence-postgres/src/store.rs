@@ -402,7 +402,7 @@ impl PgStore {
         // Sent by the transaction, so only on commit; a session's first batch is its creation.
         let notification = self.notifier.enabled().then(|| {
             let kind = if materialize { ChangeKind::Created } else { ChangeKind::Appended };
-            self.notifier.payload(kind, id, events[events.len() - 1].seq + 1)
+            self.notifier.payload(kind, id, events[events.len() - 1].seq.saturating_add(1))
         });
         let db = &self.db;
         db.run(async |client: &mut Client| {
