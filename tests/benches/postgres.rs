@@ -2,7 +2,8 @@
 //! durable append throughput (one commit per batch against one fsync per batch), the cold listing
 //! of 100 children × 10,000 events (against JSONL zstd), the catalog of a store of 100,000
 //! sessions (a parent's 100 children with checkpoints, and one page of 100 of the newest-first
-//! listing), and a checkpoint's tail read.
+//! listing), a checkpoint's tail read, and what following costs (issue 24): a sweep's queries over
+//! 10,000 sessions and an append's notification with 0, 1 and 4 watches listening.
 //!
 //! Needs `SESSION_PG_URL` (for example `postgres://postgres@127.0.0.1:5432/test`); without it
 //! every benchmark here says it was skipped. Each run works in a schema of its own and drops it.
@@ -331,5 +332,78 @@ fn checkpoint_tail(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, append_throughput, cold_listing, catalog_at_scale, checkpoint_tail);
+/// What a follower's sweep costs the store: `positions` over 10,000 tracked sessions (one query:
+/// their `next_seq` and, from `pg_locks`, whether a lease holds them; 1,000 are leased by
+/// another handle) and `created_since` answering 100 of them. And what notifying costs an append:
+/// one 5-event batch per iteration with the handle's notifications suppressed, then notifying
+/// with 0, 1 and 4 watches listening.
+fn follower_queries(c: &mut Criterion) {
+    const N_SESSIONS: usize = 10_000;
+    const N_LEASED: usize = 1_000;
+    let Some(schema) = BenchSchema::new("follower") else { return };
+    schema.sql(&format!(
+        "INSERT INTO {{s}}.sessions (id, header, created_at, cwd, incarnation, revision, next_seq, n_bytes) \
+         SELECT 'tracked-' || lpad(g::text, 5, '0'), \
+                format('{{\"type\":\"session\",\"version\":0,\"id\":\"tracked-%s\",\"createdAt\":%s,\"delegationDepth\":0}}', \
+                       lpad(g::text, 5, '0'), g), \
+                g, NULL, gen_random_uuid()::text, 1, g % 100, 0 \
+         FROM generate_series(1, {N_SESSIONS}) g; ANALYZE {{s}}.sessions;"
+    ));
+    let ids: Vec<SessionId> = (1..=N_SESSIONS).map(|idx| SessionId::from(format!("tracked-{idx:05}"))).collect();
+    let holder = schema.open();
+    for id in ids.iter().step_by(N_SESSIONS / N_LEASED) {
+        holder.lease(id).unwrap();
+    }
+    let follower = schema.open();
+    let cancel = CancellationToken::new();
+    let held = follower.positions(&ids, &cancel).unwrap().iter().filter(|position| position.held == Some(true)).count();
+    assert_eq!(held, N_LEASED);
+    let mut group = c.benchmark_group("postgres/follower");
+    group.sample_size(20).measurement_time(Duration::from_secs(10));
+    group.bench_function("positions_10k", |b| {
+        b.iter(|| assert_eq!(follower.positions(&ids, &cancel).unwrap().len(), N_SESSIONS));
+    });
+    let since = (N_SESSIONS - 99) as u64;
+    group.bench_function("created_since_100_of_10k", |b| {
+        b.iter(|| assert_eq!(follower.created_since(since, &cancel).unwrap().headers.len(), 100));
+    });
+    group.finish();
+
+    let writer = schema.open();
+    let next_seq = AtomicU64::new(0);
+    let append = || {
+        let first = next_seq.fetch_add(5, Ordering::Relaxed);
+        let events: Vec<Arc<SessionEvent>> = (first..first + 5)
+            .map(|seq| {
+                let data = session_core::JsonData::from_text(r#"{"text":"a line of output"}"#).unwrap();
+                Arc::new(SessionEvent::new("test/output", seq, 1, data))
+            })
+            .collect();
+        writer.append_batch(&header("s-notify"), &events, first > 0).unwrap();
+    };
+    append();
+    let mut group = c.benchmark_group("postgres/append_notify");
+    group.sample_size(20).measurement_time(Duration::from_secs(10)).throughput(Throughput::Elements(5));
+    writer.suppress_notifications(true);
+    group.bench_function("suppressed", |b| b.iter(append));
+    writer.suppress_notifications(false);
+    let mut watches = Vec::new();
+    for n_watches in [0, 1, 4] {
+        while watches.len() < n_watches {
+            let (sender, receiver) = std::sync::mpsc::channel::<()>();
+            let sink: session_persistence::SharedChangeSink = Arc::new(move |_change| {
+                let _ = sender.send(());
+            });
+            let watch = follower.watch(&session_persistence::WatchOptions::default(), sink).unwrap().unwrap();
+            // Listening (its first sweep) before it counts.
+            receiver.recv_timeout(Duration::from_secs(30)).unwrap();
+            // Drained by nobody: a channel of unit values costs the sink nothing worth measuring.
+            watches.push((watch, receiver));
+        }
+        group.bench_function(format!("notify_{n_watches}_listening"), |b| b.iter(append));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, append_throughput, cold_listing, catalog_at_scale, checkpoint_tail, follower_queries);
 criterion_main!(benches);

@@ -18,7 +18,16 @@ use session_persistence::{DatabaseFault, PersistenceError, Result};
 use tokio::runtime::RuntimeFlavor;
 use tokio_postgres::{Row, error::SqlState, types::FromSql};
 
-use crate::config::{PgConfig, scrub_all};
+use crate::{
+    config::{PgConfig, scrub_all},
+    tls::Connector,
+};
+
+/// The `application_name` of the store's connections when the URL names none.
+const APPLICATION: &str = "session-persistence-postgres";
+
+/// What a store's listening connection appends to the store's `application_name`.
+pub(crate) const LISTENER_SUFFIX: &str = "-listener";
 
 /// The pool and the runtime its connections run on.
 pub(crate) struct Db {
@@ -30,6 +39,54 @@ pub(crate) struct Db {
     secrets: Vec<String>,
     pub(crate) query_timeout: Duration,
     connect_timeout: Duration,
+    /// How to open a connection of its own outside the pool (a watch's listening connection).
+    dialer: Dialer,
+}
+
+/// Opens connections outside the pool with the pool's settings (TLS, timeouts, keepalives,
+/// `statement_timeout`), named `<application_name>-listener`. Cheap to clone, so a task that
+/// outlives a call can keep one.
+#[derive(Clone)]
+pub(crate) struct Dialer {
+    connection: tokio_postgres::Config,
+    tls: Connector,
+    pub(crate) shown: String,
+    secrets: Vec<String>,
+    pub(crate) query_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+/// A connection of a [`Dialer`]'s: the caller polls it (for its notifications, among others).
+pub(crate) type DialedConnection = tokio_postgres::Connection<
+    tokio_postgres::Socket,
+    <Connector as tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>>::Stream,
+>;
+
+impl Dialer {
+    /// A new connection, bounded by the connect timeout.
+    pub(crate) async fn connect(&self) -> Result<(tokio_postgres::Client, DialedConnection)> {
+        match tokio::time::timeout(self.connect_timeout, self.connection.connect(self.tls.clone())).await {
+            Ok(connected) => connected.map_err(|error| self.error(error)),
+            Err(_) => Err(took_longer(&self.shown, "connecting", self.connect_timeout)),
+        }
+    }
+
+    /// A driver or server error, as [`Db::error`] maps it.
+    pub(crate) fn error(&self, error: tokio_postgres::Error) -> PersistenceError {
+        map_error(&self.shown, &self.secrets, error)
+    }
+
+    /// A step of a query on a dialed connection, bounded by the query timeout.
+    pub(crate) async fn timed<T>(
+        &self,
+        what: &str,
+        step: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.query_timeout, step).await {
+            Ok(result) => result.map_err(|error| self.error(error)),
+            Err(_) => Err(took_longer(&self.shown, what, self.query_timeout)),
+        }
+    }
 }
 
 impl fmt::Debug for Db {
@@ -78,12 +135,23 @@ impl Db {
             .keepalives_idle(Duration::from_secs(30))
             .tcp_user_timeout(config.query_timeout);
         if connection.get_application_name().is_none() {
-            connection.application_name("session-persistence-postgres");
+            connection.application_name(APPLICATION);
         }
         let tls = config
             .tls
             .connector()
             .map_err(|message| PersistenceError::database(&shown, DatabaseFault::Other, message))?;
+        let mut listener = connection.clone();
+        let name = connection.get_application_name().unwrap_or(APPLICATION);
+        listener.application_name(format!("{name}{LISTENER_SUFFIX}"));
+        let dialer = Dialer {
+            connection: listener,
+            tls: tls.clone(),
+            shown: shown.clone(),
+            secrets: config.secrets().to_vec(),
+            query_timeout: config.query_timeout,
+            connect_timeout: config.connect_timeout,
+        };
         let manager = Manager::from_config(connection, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = {
             let _entered = runtime.enter();
@@ -103,7 +171,20 @@ impl Db {
             secrets: config.secrets().to_vec(),
             query_timeout: config.query_timeout,
             connect_timeout: config.connect_timeout,
+            dialer,
         })
+    }
+
+    /// How to open connections of their own outside the pool.
+    pub(crate) fn dialer(&self) -> &Dialer {
+        &self.dialer
+    }
+
+    /// Starts `task` on the store's runtime (it ends when the runtime does: with the store).
+    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        // Invariant: the runtime lives until drop.
+        let runtime = self.runtime.as_ref().expect("the runtime lives as long as the pool");
+        drop(runtime.spawn(task));
     }
 
     /// Runs `work` with a pooled connection, blocking the calling thread until it is done. Works
@@ -204,46 +285,13 @@ impl Db {
 
     /// A [`DatabaseFault::Timeout`] naming the bound that was passed.
     fn took_longer(&self, what: &str, bound: Duration) -> PersistenceError {
-        PersistenceError::database(&self.shown, DatabaseFault::Timeout, format!("{what} took longer than {bound:?}"))
+        took_longer(&self.shown, what, bound)
     }
 
     /// A driver or server error: [`PersistenceError::Database`] carrying the server's message
     /// (its SQLSTATE first), a lost connection as [`DatabaseFault::Connection`].
     pub(crate) fn error(&self, error: tokio_postgres::Error) -> PersistenceError {
-        let lost = error.code().is_some_and(|code| {
-            let code = code.code();
-            // Class 08 (connection exception) and the server's shutdowns (57P01..57P03).
-            code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
-        });
-        let kind = if error.is_closed() || lost {
-            DatabaseFault::Connection
-        } else if error.code() == Some(&SqlState::QUERY_CANCELED) {
-            DatabaseFault::Timeout
-        } else if error.as_db_error().is_some() {
-            DatabaseFault::Server
-        } else {
-            // The driver's own failures: a connection it could not make (TCP, TLS, auth
-            // exchange) among them.
-            DatabaseFault::Connection
-        };
-        let message = match error.as_db_error() {
-            Some(db) => format!("{}: {}", db.code().code(), db.message()),
-            // The driver's message and its causes: "error performing TLS handshake: invalid peer
-            // certificate: UnknownIssuer", not just the first part.
-            None => {
-                let mut message = error.to_string();
-                let mut cause = std::error::Error::source(&error);
-                while let Some(inner) = cause {
-                    let text = inner.to_string();
-                    if !message.ends_with(&text) {
-                        message = format!("{message}: {text}");
-                    }
-                    cause = inner.source();
-                }
-                message
-            }
-        };
-        PersistenceError::database(&self.shown, kind, self.scrub(&message))
+        map_error(&self.shown, &self.secrets, error)
     }
 
     fn pool_error(&self, error: PoolError) -> PersistenceError {
@@ -273,6 +321,50 @@ impl Db {
             PersistenceError::database(&self.shown, DatabaseFault::Other, self.scrub(&message))
         })
     }
+}
+
+/// A [`DatabaseFault::Timeout`] naming the bound that was passed.
+fn took_longer(shown: &str, what: &str, bound: Duration) -> PersistenceError {
+    PersistenceError::database(shown, DatabaseFault::Timeout, format!("{what} took longer than {bound:?}"))
+}
+
+/// A driver or server error: [`PersistenceError::Database`] carrying the server's message (its
+/// SQLSTATE first), a lost connection as [`DatabaseFault::Connection`], scrubbed of `secrets`.
+fn map_error(shown: &str, secrets: &[String], error: tokio_postgres::Error) -> PersistenceError {
+    let lost = error.code().is_some_and(|code| {
+        let code = code.code();
+        // Class 08 (connection exception) and the server's shutdowns (57P01..57P03).
+        code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
+    });
+    let kind = if error.is_closed() || lost {
+        DatabaseFault::Connection
+    } else if error.code() == Some(&SqlState::QUERY_CANCELED) {
+        DatabaseFault::Timeout
+    } else if error.as_db_error().is_some() {
+        DatabaseFault::Server
+    } else {
+        // The driver's own failures: a connection it could not make (TCP, TLS, auth
+        // exchange) among them.
+        DatabaseFault::Connection
+    };
+    let message = match error.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        // The driver's message and its causes: "error performing TLS handshake: invalid peer
+        // certificate: UnknownIssuer", not just the first part.
+        None => {
+            let mut message = error.to_string();
+            let mut cause = std::error::Error::source(&error);
+            while let Some(inner) = cause {
+                let text = inner.to_string();
+                if !message.ends_with(&text) {
+                    message = format!("{message}: {text}");
+                }
+                cause = inner.source();
+            }
+            message
+        }
+    };
+    PersistenceError::database(shown, kind, scrub_all(&message, secrets))
 }
 
 /// Polls `future` to its end on the calling thread, parking the thread between polls (what a

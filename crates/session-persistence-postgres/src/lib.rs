@@ -20,8 +20,14 @@
 //! message carries the URL's password. Connections use TLS (`rustls`) as libpq's `sslmode` and
 //! `sslrootcert` say ([`TlsMode`]; `prefer` by default, `verify-full` to check the server).
 //!
+//! Every append, repair and release also notifies the schema's channel in its own transaction,
+//! and [`Backend::watch`](session_persistence::Backend::watch) listens on it over a connection of
+//! its own, so a gateway follows what other gateways write (`docs/storage-format.md`, "Change
+//! notifications").
+//!
 //! Modules: `config` (URL, schema, bounds), `db` (runtime, pool, errors), `schema` (tables,
-//! version, setup), `codec` (an event's row), `store` (the backend), `checkpoint`, and, with the `testing`
+//! version, setup), `codec` (an event's row), `store` (the backend), `notify` (the channel and
+//! the payload), `listen` (the watch's listening connection), `checkpoint`, and, with the `testing`
 //! feature, `testing` (the test server from `SESSION_PG_URL` and scratch schemas, for a host's
 //! own tests against PostgreSQL: enable it from `[dev-dependencies]`).
 
@@ -29,6 +35,8 @@ mod checkpoint;
 mod codec;
 mod config;
 mod db;
+mod listen;
+mod notify;
 mod schema;
 mod store;
 #[cfg(feature = "testing")]

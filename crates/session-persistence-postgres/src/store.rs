@@ -2,14 +2,17 @@
 //! each, fenced on the session row (`SELECT … FOR UPDATE`, then the batch must start at the
 //! stored `next_seq`); reads run in one repeatable-read snapshot and page through the events by
 //! `(session_id, seq)`, so a suffix costs the suffix; listings of one parent's family and pages
-//! of the newest-first order are index scans.
+//! of the newest-first order are index scans. Each append, repair and release notifies the
+//! schema's channel in the same transaction (`notify`); a follower's positions are one query
+//! over the ids and `pg_locks`.
 
 use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
 
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
-    Backend, CorruptKind, FencedWrite, HeaderPage, Listing, Location, LogFault, PageKey, PageRequest, PersistenceError,
-    Result, Revision, ScanOutcome, ScanSink, StoredHeader, TornTail, decode_header_line, encode_header_line,
+    Backend, ChangeKind, CorruptKind, FencedWrite, HeaderPage, Listing, Location, LogFault, PageKey, PageRequest,
+    PersistenceError, Result, Revision, ScanOutcome, ScanSink, SessionPosition, SharedChangeSink, StoredHeader,
+    TornTail, Watch, WatchOptions, decode_header_line, encode_header_line,
 };
 use tokio_postgres::{IsolationLevel, Row, types::ToSql};
 use tokio_util::sync::CancellationToken;
@@ -18,6 +21,8 @@ use crate::{
     codec::{self, EncodedEvent},
     config::PgConfig,
     db::{Client, Db, is_unique_violation, plain},
+    listen,
+    notify::Notifier,
     schema::{self, SetupOutcome, qualify},
 };
 
@@ -26,6 +31,9 @@ const LEASE_APPLICATION: &str = "session lease: ";
 
 /// How many event rows one query of a read fetches.
 const PAGE_ROWS: i64 = 1024;
+
+/// How many ids one query of [`PgStore::positions`] looks up (a longer list takes several).
+const POSITIONS_CHUNK: usize = 10_000;
 
 /// The PostgreSQL backend. See the module documentation.
 pub struct PgStore {
@@ -36,6 +44,8 @@ pub struct PgStore {
     sql: Sql,
     /// The writer leases this store holds (see [`Leases`]).
     leases: parking_lot::Mutex<Leases>,
+    /// The schema's notification channel and this handle's tag.
+    notifier: Notifier,
 }
 
 /// The writer leases of one store: a shared session-level advisory lock per session live in
@@ -54,6 +64,13 @@ fn lease_key(schema: &str, id: &SessionId) -> i64 {
     i64::from_ne_bytes(session_persistence::lease::lease_key(&[schema, id.as_str()]).to_ne_bytes())
 }
 
+/// Where `pg_locks` shows the advisory lock `key` (taken as `pg_advisory_lock(bigint)`): its
+/// high 32 bits as `classid`, its low 32 bits as `objid` (and `objsubid` 1).
+fn lock_columns(key: i64) -> (i64, i64) {
+    let bits = u64::from_ne_bytes(key.to_ne_bytes());
+    ((bits >> 32) as i64, (bits & 0xffff_ffff) as i64)
+}
+
 impl fmt::Debug for PgStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PgStore").field("url", &self.db.shown).field("store_id", &self.store_id).finish_non_exhaustive()
@@ -68,12 +85,26 @@ struct Sql {
     insert_session: String,
     insert_events: String,
     bump: String,
+    /// `bump`, and the append's notification in the same statement.
+    bump_notify: String,
     revision: String,
     list: String,
     family: String,
+    /// A release's notification, its next seq read from the row (`$1` channel, `$2` and `$4`
+    /// the payload's parts around the seq, `$3` the id).
+    notify_release: String,
+    /// The lease's unlock (`$5`) and the release's notification, in one statement.
+    unlock_notify_release: String,
+    positions: String,
+    created_since: String,
 }
 
 const HEADER_COLUMNS: &str = "id, header, incarnation, revision, n_bytes";
+
+/// A release's notification: the payload's parts around the next seq that the session's row
+/// holds (no seq when there is no row).
+const RELEASE_NOTIFY: &str = "pg_notify($1::text, $2::text || coalesce((SELECT ',\"s\":' || next_seq \
+     FROM {s}.sessions WHERE id = $3::text), '') || $4::text)";
 
 impl Sql {
     fn new(schema: &str) -> Sql {
@@ -90,6 +121,8 @@ impl Sql {
                  SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::bytea[])"),
             bump: q("UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1, n_bytes = n_bytes + $3 \
                  WHERE id = $1"),
+            bump_notify: q("WITH bumped AS (UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1, \
+                 n_bytes = n_bytes + $3 WHERE id = $1 RETURNING id) SELECT pg_notify($4::text, $5::text) FROM bumped"),
             revision: q("SELECT incarnation, revision FROM {s}.sessions WHERE id = $1"),
             list: q(&format!("SELECT {HEADER_COLUMNS} FROM {{s}}.sessions ORDER BY id")),
             family: q(&format!(
@@ -98,6 +131,19 @@ impl Sql {
                  (SELECT DISTINCT ON (g.parent_session, g.owner) g.id, g.header, g.incarnation, g.revision, g.n_bytes \
                   FROM {{s}}.sessions c JOIN {{s}}.sessions g ON g.parent_session = c.id AND g.origin = 'subagent' \
                   WHERE c.parent_session = $1 ORDER BY g.parent_session, g.owner, g.id)"
+            )),
+            notify_release: q(&format!("SELECT {RELEASE_NOTIFY}")),
+            unlock_notify_release: q(&format!("SELECT pg_advisory_unlock_shared($5), {RELEASE_NOTIFY}")),
+            positions: q(
+                "WITH wanted AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS w (id, high, low)), \
+                 held AS MATERIALIZED (SELECT DISTINCT classid::bigint AS high, objid::bigint AS low FROM pg_locks \
+                   WHERE locktype = 'advisory' AND granted AND mode = 'ShareLock' AND objsubid = 1 \
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) \
+                 SELECT s.id, s.next_seq, h.high IS NOT NULL FROM wanted w JOIN {s}.sessions s ON s.id = w.id \
+                 LEFT JOIN held h ON h.high = w.high AND h.low = w.low",
+            ),
+            created_since: q(&format!(
+                "SELECT {HEADER_COLUMNS} FROM {{s}}.sessions WHERE created_at >= $1 ORDER BY created_at DESC, id"
             )),
         }
     }
@@ -140,7 +186,8 @@ impl PgStore {
 
     fn with(db: Db, schema: String, store_id: String) -> PgStore {
         let sql = Sql::new(&schema);
-        PgStore { db, schema, store_id, sql, leases: parking_lot::Mutex::new(Leases::default()) }
+        let notifier = Notifier::new(&schema);
+        PgStore { db, schema, store_id, sql, leases: parking_lot::Mutex::new(Leases::default()), notifier }
     }
 
     /// The store as messages name it (no password).
@@ -156,6 +203,20 @@ impl PgStore {
     /// The store's identity, written once at setup: one value per store, whatever process opens it.
     pub fn store_id(&self) -> &str {
         &self.store_id
+    }
+
+    /// The channel this store's writes notify on (`LISTEN` on it sees them): `dsh_` and 16 hex
+    /// digits of a hash of the schema name (`docs/storage-format.md`, "Change notifications").
+    pub fn notification_channel(&self) -> &str {
+        &self.notifier.channel
+    }
+
+    /// Stops (`true`) or restarts (`false`) this handle's change notifications, as if each were
+    /// lost on the way: its writes commit as ever, and another gateway's follower finds them by
+    /// its sweep alone. A fault hook for tests (the `testing` feature).
+    #[cfg(feature = "testing")]
+    pub fn suppress_notifications(&self, suppressed: bool) {
+        self.notifier.suppress(suppressed);
     }
 
     /// Runs `work` with a pooled connection (for this crate's checkpoint store).
@@ -338,6 +399,11 @@ impl PgStore {
         // exclusively: refused while a live writer anywhere holds it, and no writer leases it
         // until the repair commits.
         let fence_repair = repair && !self.leases.lock().held.contains(id);
+        // Sent by the transaction, so only on commit; a session's first batch is its creation.
+        let notification = self.notifier.enabled().then(|| {
+            let kind = if materialize { ChangeKind::Created } else { ChangeKind::Appended };
+            self.notifier.payload(kind, id, events[events.len() - 1].seq.saturating_add(1))
+        });
         let db = &self.db;
         db.run(async |client: &mut Client| {
             let transaction = db.timed("starting an append", client.transaction()).await?;
@@ -409,11 +475,16 @@ impl PgStore {
                 }
                 Err(error) => return Err(db.error(error)),
             }
-            db.timed(
-                "moving the fence",
-                transaction.execute(&self.sql.bump, &[&id.as_str(), &(last_seq + 1), &n_bytes]),
-            )
-            .await?;
+            let (next_seq, name) = (last_seq + 1, id.as_str());
+            let mut params: Vec<&(dyn ToSql + Sync)> = vec![&name, &next_seq, &n_bytes];
+            let bump = match &notification {
+                Some(payload) => {
+                    params.extend([&self.notifier.channel as &(dyn ToSql + Sync), payload]);
+                    &self.sql.bump_notify
+                }
+                None => &self.sql.bump,
+            };
+            db.timed("moving the fence", transaction.execute(bump, &params)).await?;
             db.timed("committing an append", transaction.commit()).await?;
             Ok(())
         })
@@ -422,8 +493,7 @@ impl PgStore {
     /// Who holds the lease `key`, as far as the server shows it: the holder's
     /// `application_name` (host and pid), its server pid and its address.
     async fn lease_holder(&self, transaction: &tokio_postgres::Transaction<'_>, key: i64) -> Result<String> {
-        let bits = u64::from_ne_bytes(key.to_ne_bytes());
-        let (high, low) = ((bits >> 32) as i64, (bits & 0xffff_ffff) as i64);
+        let (high, low) = lock_columns(key);
         let row = self
             .db
             .timed(
@@ -600,18 +670,40 @@ impl Backend for PgStore {
         Ok(())
     }
 
+    /// Unlocks the lease (if held) and notifies the release, in one statement on the leases'
+    /// connection; without a lease there, the notification goes through the pool.
     fn end_lease(&self, id: &SessionId) {
         let mut leases = self.leases.lock();
-        if !leases.held.remove(id) || leases.connection.is_none() {
+        let held = leases.held.remove(id) && leases.connection.is_some();
+        let notify = self.notifier.enabled();
+        let (head, tail) = self.notifier.parts(ChangeKind::Released, id);
+        let channel = self.notifier.channel.as_str();
+        let db = &self.db;
+        if held {
+            let key = lease_key(&self.schema, id);
+            let ended = self.on_lease_connection(&mut leases, async |client| {
+                let name = id.as_str();
+                let (sql, params): (&str, Vec<&(dyn ToSql + Sync)>) = if notify {
+                    (&self.sql.unlock_notify_release, vec![&channel, &head, &name, &tail, &key])
+                } else {
+                    ("SELECT pg_advisory_unlock_shared($1)", vec![&key])
+                };
+                db.timed("ending a writer lease", client.execute(sql, &params)).await
+            });
+            if let Err(error) = ended {
+                tracing::warn!(session = %id, %error, "cannot end the session's writer lease; it ends with the connection");
+            }
             return;
         }
-        let key = lease_key(&self.schema, id);
-        let db = &self.db;
-        let ended = self.on_lease_connection(&mut leases, async |client| {
-            db.timed("ending a writer lease", client.execute("SELECT pg_advisory_unlock_shared($1)", &[&key])).await
-        });
-        if let Err(error) = ended {
-            tracing::warn!(session = %id, %error, "cannot end the session's writer lease; it ends with the connection");
+        drop(leases);
+        if notify {
+            let notified = db.run(async |client| {
+                let params: [&(dyn ToSql + Sync); 4] = [&channel, &head, &id.as_str(), &tail];
+                db.timed("notifying a release", plain(client).execute(&self.sql.notify_release, &params)).await
+            });
+            if let Err(error) = notified {
+                tracing::warn!(session = %id, %error, "cannot notify the session's release; followers find it by their sweep");
+            }
         }
     }
 
@@ -706,5 +798,53 @@ impl Backend for PgStore {
         page.next = if more { last } else { None };
         page.children = self.page_children(&page, request)?;
         Ok(page)
+    }
+
+    /// One listening connection of its own (`listen`): see `docs/storage-format.md`, "Change
+    /// notifications".
+    fn watch(&self, options: &WatchOptions, sink: SharedChangeSink) -> Result<Option<Watch>> {
+        Ok(Some(listen::start(&self.db, &self.notifier, options, sink)))
+    }
+
+    /// One query per [`POSITIONS_CHUNK`] ids: each stored session's `next_seq` by the primary
+    /// key, and whether any connection holds its lease key as `pg_locks` shows it.
+    fn positions(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<SessionPosition>> {
+        let db = &self.db;
+        let mut positions = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(POSITIONS_CHUNK) {
+            if cancel.is_cancelled() {
+                return Err(PersistenceError::Cancelled);
+            }
+            let names: Vec<&str> = chunk.iter().map(SessionId::as_str).collect();
+            let (highs, lows): (Vec<i64>, Vec<i64>) =
+                chunk.iter().map(|id| lock_columns(lease_key(&self.schema, id))).unzip();
+            let rows = db.run(async |client| {
+                db.timed("reading positions", plain(client).query(&self.sql.positions, &[&names, &highs, &lows])).await
+            })?;
+            for row in &rows {
+                let next_seq: i64 = db.column(row, 1)?;
+                positions.push(SessionPosition {
+                    id: SessionId::from(db.column::<String>(row, 0)?),
+                    next_seq: u64::try_from(next_seq).unwrap_or(0),
+                    held: Some(db.column(row, 2)?),
+                });
+            }
+        }
+        Ok(positions)
+    }
+
+    /// Through the `sessions_by_created` index; a header that does not decode is its own fault.
+    fn created_since(&self, since_ms: u64, cancel: &CancellationToken) -> Result<Listing> {
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        let db = &self.db;
+        let since = to_sql_seq(since_ms);
+        let rows = db.run(async |client| {
+            db.timed("listing new sessions", plain(client).query(&self.sql.created_since, &[&since])).await
+        })?;
+        let mut listing = self.listing(rows)?;
+        listing.sort();
+        Ok(listing)
     }
 }
