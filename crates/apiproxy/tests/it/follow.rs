@@ -462,6 +462,69 @@ async fn follow_between_processes(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateway_processes_over_postgres_follow_through_listener_kills() {
+    use session_persistence_postgres::testing::ScratchSchema;
+    let Some(schema) = ScratchSchema::new() else { return };
+    let schema = Arc::new(schema);
+    // The gateways' connections carry a name of this test's own, so the listeners it cuts are
+    // its gateways' only (the listening connection is `<application_name>-listener`).
+    let name = format!("follow-test-{}", schema.name());
+    let store = format!("{}&application_name={name}", schema.url());
+    let killer = Arc::clone(&schema);
+    let reader = Arc::clone(&schema);
+    let kills = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&kills);
+    let listener = format!("{name}-listener");
+    follow_between_processes(
+        &store,
+        move |batch| {
+            // Every 16th batch (10 times), every listening connection of this schema is cut.
+            if batch % 16 == 8 {
+                let killed = killer.sql(&format!(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{listener}'"
+                ));
+                counted.fetch_add(killed.len(), Ordering::SeqCst);
+            }
+        },
+        move || {
+            let table = format!("\"{}\".events", reader.name());
+            reader
+                .sql(&format!("SELECT seq::text AS s, type FROM {table} WHERE session_id = 'far' ORDER BY seq"))
+                .into_iter()
+                .map(|row| (row[0].as_deref().unwrap().parse().unwrap(), row[1].clone().unwrap()))
+                .collect()
+        },
+    )
+    .await;
+    assert!(kills.load(Ordering::SeqCst) >= 10, "the listeners were cut at least 10 times");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_suppressed_for_a_stretch_are_made_up_by_the_sweep_on_postgres() {
+    use session_persistence_postgres::testing::ScratchSchema;
+    let Some(schema) = ScratchSchema::new() else { return };
+    let a_store = Arc::new(schema.open());
+    let a = Server::start_on_backend(Arc::clone(&a_store) as Arc<dyn Backend>, config()).await;
+    let b = Server::start_on_backend(Arc::new(schema.open()), config()).await;
+    let mut mux = b.ws("/api/events.mux", None).await;
+    a.ok(None, "session.create", json!({"sessionId": "hushed", "cwd": "/w"})).await;
+    let mut replica = Replica::default();
+    for n in 1..=30u64 {
+        // Turns 11 to 20 send no notification: B finds them by its sweep (every 100 ms here).
+        a_store.suppress_notifications((11..=20).contains(&n));
+        a.ok(None, "session.append", json!({"sessionId": "hushed", "events": turn(n), "durable": true})).await;
+        if n % 10 == 0 {
+            let want = stored_in(a_store.as_ref(), "hushed");
+            converge(&mut mux, "hushed", &mut replica, &want).await;
+        }
+    }
+    assert_eq!(replica.baselines, vec![-1], "{replica:?}");
+    assert_eq!(replica.events, stored_in(a_store.as_ref(), "hushed"));
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gateway_processes_over_one_sqlite_file_follow_each_other() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sessions.db");
