@@ -6,7 +6,7 @@ use expect_test::{ExpectFile, expect_file};
 use serde_json::json;
 use session_persistence_postgres::testing::ScratchSchema;
 
-use crate::harness::{Browser, Gateway, browser_available, keys, turn};
+use crate::harness::{Browser, Gateway, Viewer, browser_available, keys, turn};
 
 /// A gateway with the demo on a fresh JSONL store, and a browser; `None` when skipped.
 async fn demo_jsonl(flags: &[&str]) -> Option<(tempfile::TempDir, Gateway, Browser)> {
