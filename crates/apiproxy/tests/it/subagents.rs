@@ -39,7 +39,7 @@ async fn catalog_rows_activity_and_history() {
     assert_eq!(
         catalog,
         json!({"entries": [{"kind": "child", "id": "c-cont", "mode": "continuable", "label": "c-cont label",
-            "activity": "inactive", "hasChildren": false}], "parentAvailable": true})
+            "activity": "inactive", "hasChildren": false, "activeMs": 0}], "parentAvailable": true})
     );
 
     // The fence: a generic append or release of a child must name its parent.
@@ -65,7 +65,8 @@ async fn catalog_rows_activity_and_history() {
     assert_eq!(entries.len(), 2);
     assert_eq!(
         entries[1],
-        json!({"kind": "child", "id": "c-one", "mode": "one-shot", "activity": "running", "hasChildren": false})
+        json!({"kind": "child", "id": "c-one", "mode": "one-shot", "activity": "running", "hasChildren": false,
+            "activeMs": 0})
     );
 
     // Live child history: in-memory events, watermark block at the last event.
@@ -92,8 +93,10 @@ async fn catalog_rows_activity_and_history() {
     assert_eq!(
         catalog["entries"],
         json!([
-            {"kind": "child", "id": "c-cont", "mode": "continuable", "label": "c-cont label", "activity": "inactive", "hasChildren": false},
-            {"kind": "child", "id": "c-one", "mode": "one-shot", "activity": "inactive", "hasChildren": false},
+            {"kind": "child", "id": "c-cont", "mode": "continuable", "label": "c-cont label", "activity": "inactive",
+                "hasChildren": false, "activeMs": 0},
+            {"kind": "child", "id": "c-one", "mode": "one-shot", "activity": "inactive", "hasChildren": false,
+                "activeMs": 0},
         ])
     );
     // c-dead stored nothing (no event was ever appended), so it is simply gone; a child that ran
@@ -242,4 +245,53 @@ async fn session_list_filters_and_counts_children() {
         assert!(error["message"].as_str().unwrap().contains("session.list"), "{bad}: {error}");
     }
     server.stop().await;
+}
+
+/// `activeMs` on a child row: the `subagentTiming` projection's settled time plus the open turn
+/// seen so far, the same on the live rung, the checkpoint rung and the cold fold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_rows_carry_the_active_duration() {
+    for cached in [false, true] {
+        let clock = std::sync::Arc::new(session_core::ManualClock::new(1_700_000_000_000));
+        let server = Server::start_with_clock(apiproxy::ProxyConfig::default(), cached, clock.clone()).await;
+        session_with_turns(&server, None, "p", 1).await;
+        spawn(&server, "p", "timed", "continuable").await;
+        let active_ms = |catalog: &Value| catalog["entries"][0]["activeMs"].clone();
+        let list = || server.ok(None, "subagent.list", json!({"parentSessionId": "p"}));
+        // No turn yet: nothing settled, nothing open.
+        assert_eq!(active_ms(&list().await), json!(0), "cached={cached}");
+
+        // A turn of 1.5 s: turn/start, then everything else 1,500 ms later.
+        let events = turn(1);
+        server.ok(None, "session.append", append_as_child("timed", "p", events[..1].to_vec())).await;
+        clock.advance(1_500);
+        server.ok(None, "session.append", append_as_child("timed", "p", events[1..].to_vec())).await;
+        assert_eq!(active_ms(&list().await), json!(1_500), "cached={cached}");
+
+        // An open turn counts up to its latest event: 700 ms in.
+        let open = turn(2);
+        server.ok(None, "session.append", append_as_child("timed", "p", open[..1].to_vec())).await;
+        clock.advance(700);
+        server.ok(None, "session.append", append_as_child("timed", "p", open[1..2].to_vec())).await;
+        let catalog = list().await;
+        assert_eq!(catalog["entries"][0]["activity"], "running", "{catalog}");
+        assert_eq!(active_ms(&catalog), json!(2_200), "cached={cached}: {catalog}");
+        // Time passing without an event adds nothing: the projection is a fold of the log.
+        clock.advance(10_000);
+        assert_eq!(active_ms(&list().await), json!(2_200), "cached={cached}");
+
+        // The turn ends 300 ms later: it counts from its start to its end, 11,000 ms, idle spell
+        // included. Once released, the cold rows (the checkpoint's snapshot with a cache, the
+        // cold fold without) give the same figure.
+        clock.advance(300);
+        server.ok(None, "session.append", append_as_child("timed", "p", open[2..].to_vec())).await;
+        let live = list().await;
+        assert_eq!(active_ms(&live), json!(12_500), "cached={cached}: {live}");
+        server.ok(None, "session.release", json!({"sessionId": "timed", "parentSessionId": "p"})).await;
+        assert!(server.store().get(&"timed".into()).is_none(), "the child is cold now");
+        let cold = list().await;
+        assert_eq!(cold["entries"][0]["activity"], "inactive", "{cold}");
+        assert_eq!(active_ms(&cold), json!(12_500), "cached={cached}: {cold}");
+        server.stop().await;
+    }
 }
