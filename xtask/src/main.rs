@@ -44,7 +44,10 @@ Commands:
                               (`cargo run --release -p e2e --bin history_memory`, against the
                               release `apiproxy` binary), and the throughput of 32 clients'
                               concurrent durable appends through that binary against an
-                              emulated single lock (`--bin append_throughput`)
+                              emulated single lock (`--bin append_throughput`), and the web
+                              viewer's paint times and JS heap in headless Chromium against
+                              that binary on 100,000-session stores (`--bin viewer_speed`;
+                              needs chromium and chromium-driver, PostgreSQL with SESSION_PG_URL)
   help                        print this message
 ";
 
@@ -201,7 +204,14 @@ fn bench(args: &[OsString]) -> anyhow::Result<()> {
     }
     cmd.extend(bench_args.iter().cloned());
     cargo_step(&cmd)?;
-    if list || selects_package {
+    if list {
+        // The probes below are binaries, not criterion benches: list them by name too.
+        for probe in PROBES {
+            println!("{probe}: probe (cargo run --release -p e2e --bin {probe})");
+        }
+        return Ok(());
+    }
+    if selects_package {
         return Ok(());
     }
     // Peak memory needs a fresh process per measurement, so it is a binary, not a criterion bench.
@@ -222,8 +232,17 @@ fn bench(args: &[OsString]) -> anyhow::Result<()> {
     if quick {
         follow_latency.extend(["--", "--quick"]);
     }
-    cargo_step(&follow_latency)
+    cargo_step(&follow_latency)?;
+    // The viewer in headless Chromium against the same binary; `--quick` makes it short too.
+    let mut viewer_speed = vec!["run", "--release", "--package", "e2e", "--bin", "viewer_speed"];
+    if quick {
+        viewer_speed.extend(["--", "--quick"]);
+    }
+    cargo_step(&viewer_speed)
 }
+
+/// The e2e probe binaries a full `bench` runs after the criterion benches, in order.
+const PROBES: &[&str] = &["listing_memory", "history_memory", "append_throughput", "follow_latency", "viewer_speed"];
 
 /// Runs `cargo <args>` from the workspace root with inherited stdio, printing the command and how
 /// long it took; a non-zero exit becomes an error that names the step.

@@ -199,8 +199,9 @@ impl RestoreFold {
     /// Runs `read` on unit `key`'s client value at the end of the events folded so far, and
     /// whether any unit failed, exactly as [`RestoreFold::finish`]'s snapshot would report them
     /// (the cold twin of [`ProjectionRegistry::read_view`]). Nothing is copied and no row is
-    /// encoded: the fold is consumed. Fails as `finish` does.
-    pub fn read_view<R>(mut self, key: &str, read: impl FnOnce(Option<&Value>, bool) -> R) -> Result<R, RestoreError> {
+    /// encoded; a view computed once is kept, so reading several keys at the same end computes
+    /// each unit's view once. Fails as `finish` does.
+    pub fn read_view<R>(&mut self, key: &str, read: impl FnOnce(Option<&Value>, bool) -> R) -> Result<R, RestoreError> {
         self.check_end()?;
         Ok(read_view(&self.plan, &mut self.cells, key, read))
     }

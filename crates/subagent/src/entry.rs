@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use session_core::SessionId;
 
-use crate::{identity::ChildMode, list_agents::AgentStatus};
+use crate::{identity::ChildMode, list_agents::AgentStatus, timing::TimingView};
 
 /// Where a listed child lives right now. It encodes neither outcome nor resumability.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -63,6 +63,12 @@ pub struct ChildEntry {
     pub status: AgentStatus,
     /// Some subagent-origin session names this child as its parent (header facts only, one level).
     pub has_children: bool,
+    /// The child's `subagentTiming` value, read on the same rung as its identity (the live
+    /// cells, the checkpoint's snapshot or the cold fold), so it costs no read of its own;
+    /// `None` when that rung holds no usable timing value. Not part of the row's JSON; a host's
+    /// wire may show it (the gateway's `activeMs`).
+    #[serde(skip)]
+    pub timing: Option<TimingView>,
 }
 
 /// A child that could not be shown with an identity. Never exposes descriptor content.

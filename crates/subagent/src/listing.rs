@@ -27,6 +27,7 @@ use crate::{
     identity::{SUBAGENT_IDENTITY_KEY, SubagentIdentity},
     list_agents::AgentStatus,
     runtime::SubagentServices,
+    timing::{SUBAGENT_TIMING_KEY, TimingView},
 };
 
 /// How many cold children are read at once. It bounds a read-only scan of local media; promote
@@ -269,9 +270,9 @@ impl<'a> Listing<'a> {
         let mut misses = Vec::new();
         for ((idx, has_children), identity) in cold.into_iter().zip(identities) {
             match identity {
-                Some(identity) => {
+                Some((identity, timing)) => {
                     let id = &candidates[idx].header.id;
-                    rows[idx] = Some(child_row(id, identity, Activity::Inactive, has_children));
+                    rows[idx] = Some(child_row(id, identity, timing, Activity::Inactive, has_children));
                 }
                 None => misses.push((idx, has_children)),
             }
@@ -316,7 +317,7 @@ impl<'a> Listing<'a> {
         &self,
         headers: Vec<Arc<SessionHeader>>,
         cancel: &CancellationToken,
-    ) -> Result<Vec<Option<SubagentIdentity>>, SubagentError> {
+    ) -> Result<Vec<Option<(SubagentIdentity, Option<TimingView>)>>, SubagentError> {
         let n_headers = headers.len();
         let misses = || std::iter::repeat_with(|| None).take(n_headers).collect();
         let Some(cache) = self.cache.filter(|_| n_headers > 0) else { return Ok(misses()) };
@@ -345,7 +346,10 @@ impl<'a> Listing<'a> {
             Verdict::Failed => Some(SubagentListEntry::diagnostic(session.id(), DiagnosticReason::Corrupt)),
             // The creation window: the descriptor is not appended yet.
             Verdict::Absent => None,
-            Verdict::Identity(identity) => Some(live_row(session, identity, has_children)),
+            Verdict::Identity(identity) => {
+                let timing = self.registry.read_view(session, SUBAGENT_TIMING_KEY, |timing, _| timing_of(timing));
+                Some(live_row(session, identity, timing, has_children))
+            }
         }
     }
 }
@@ -376,10 +380,10 @@ fn cold_row(
         }
     };
     match verdict {
-        Verdict::Identity(identity) => child_row(id, identity, Activity::Inactive, has_children),
+        (Verdict::Identity(identity), timing) => child_row(id, identity, timing, Activity::Inactive, has_children),
         // Settled debris, or bad data: missing, malformed or foreign-version descriptor, or a
         // unit that fails on this log.
-        Verdict::Absent | Verdict::Failed => SubagentListEntry::diagnostic(id, DiagnosticReason::Corrupt),
+        (Verdict::Absent | Verdict::Failed, _) => SubagentListEntry::diagnostic(id, DiagnosticReason::Corrupt),
     }
 }
 
@@ -407,31 +411,52 @@ fn verdict(any_failure: bool, identity: Option<&serde_json::Value>) -> Verdict {
     }
 }
 
-fn child_row(id: &SessionId, identity: SubagentIdentity, activity: Activity, has_children: bool) -> SubagentListEntry {
+/// The timing value of a cut, if it reads as one.
+fn timing_of(value: Option<&serde_json::Value>) -> Option<TimingView> {
+    value.and_then(TimingView::from_value)
+}
+
+fn child_row(
+    id: &SessionId,
+    identity: SubagentIdentity,
+    timing: Option<TimingView>,
+    activity: Activity,
+    has_children: bool,
+) -> SubagentListEntry {
     SubagentListEntry::Child(ChildEntry {
         id: id.clone(),
         mode: identity.mode,
         activity,
         status: AgentStatus::Ready,
         has_children,
+        timing,
     })
 }
 
 /// A live child's row, with the agent status of the session it was resolved from.
-fn live_row(session: &Session, identity: SubagentIdentity, has_children: bool) -> SubagentListEntry {
+fn live_row(
+    session: &Session,
+    identity: SubagentIdentity,
+    timing: Option<TimingView>,
+    has_children: bool,
+) -> SubagentListEntry {
     SubagentListEntry::Child(ChildEntry {
         id: session.id().clone(),
         mode: identity.mode,
         activity: Activity::Running,
         status: AgentStatus::of_session(Some(session)),
         has_children,
+        timing,
     })
 }
 
 /// Rung 2: an identity from the checkpoint source, used only if it is non-null, passes the seq
 /// gate (`seq >= seedLength`, so it was folded from the child's own descriptor), and the stored
 /// snapshot reports no unit failure. Anything else, a panic included, is a miss.
-fn cached_identity(cache: &dyn CheckpointSource, header: &SessionHeader) -> Option<SubagentIdentity> {
+fn cached_identity(
+    cache: &dyn CheckpointSource,
+    header: &SessionHeader,
+) -> Option<(SubagentIdentity, Option<TimingView>)> {
     let snapshot = match catch_unwind(AssertUnwindSafe(|| cache.cached_snapshot(header))) {
         Ok(snapshot) => snapshot?,
         Err(_) => {
@@ -440,7 +465,9 @@ fn cached_identity(cache: &dyn CheckpointSource, header: &SessionHeader) -> Opti
         }
     };
     match identity_of(&snapshot) {
-        Verdict::Identity(identity) if identity.seq >= header.own_suffix_start() => Some(identity),
+        Verdict::Identity(identity) if identity.seq >= header.own_suffix_start() => {
+            Some((identity, timing_of(snapshot.values.get(SUBAGENT_TIMING_KEY))))
+        }
         _ => None,
     }
 }
@@ -468,7 +495,7 @@ pub(crate) struct ColdFold {
 
 enum ColdState {
     Folding(RestoreFold),
-    Finished(Result<Verdict, RestoreError>),
+    Finished(Result<(Verdict, Option<TimingView>), RestoreError>),
 }
 
 impl ColdFold {
@@ -480,9 +507,9 @@ impl ColdFold {
         }
     }
 
-    /// The identity value and the failure verdict only, as on the live rung: no unit's value is
-    /// copied and no checkpoint row is encoded.
-    pub(crate) fn verdict(self) -> Result<Verdict, RestoreError> {
+    /// The identity value and the failure verdict, with the timing value, as on the live rung:
+    /// no other unit's value is copied and no checkpoint row is encoded.
+    pub(crate) fn verdict(self) -> Result<(Verdict, Option<TimingView>), RestoreError> {
         match self.state {
             ColdState::Folding(fold) => fold_verdict(fold),
             ColdState::Finished(verdict) => verdict,
@@ -490,8 +517,10 @@ impl ColdFold {
     }
 }
 
-fn fold_verdict(fold: RestoreFold) -> Result<Verdict, RestoreError> {
-    fold.read_view(SUBAGENT_IDENTITY_KEY, |identity, any_failure| verdict(any_failure, identity))
+fn fold_verdict(mut fold: RestoreFold) -> Result<(Verdict, Option<TimingView>), RestoreError> {
+    let verdict = fold.read_view(SUBAGENT_IDENTITY_KEY, |identity, any_failure| verdict(any_failure, identity))?;
+    let timing = fold.read_view(SUBAGENT_TIMING_KEY, |timing, _| timing_of(timing))?;
+    Ok((verdict, timing))
 }
 
 impl ScanSink for ColdFold {
@@ -510,7 +539,7 @@ impl ScanSink for ColdFold {
     }
 
     fn finish(&mut self) {
-        let placeholder = ColdState::Finished(Ok(Verdict::Absent));
+        let placeholder = ColdState::Finished(Ok((Verdict::Absent, None)));
         if let ColdState::Folding(fold) = std::mem::replace(&mut self.state, placeholder) {
             self.state = ColdState::Finished(fold_verdict(fold));
         }

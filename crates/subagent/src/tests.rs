@@ -41,9 +41,9 @@ fn a_restarted_cold_fold_forgets_the_abandoned_pass() {
 
 fn identity(sink: ColdFold) -> SubagentIdentity {
     match sink.verdict() {
-        Ok(Verdict::Identity(identity)) => identity,
-        Ok(Verdict::Absent) => panic!("no identity"),
-        Ok(Verdict::Failed) => panic!("a unit failed"),
+        Ok((Verdict::Identity(identity), _)) => identity,
+        Ok((Verdict::Absent, _)) => panic!("no identity"),
+        Ok((Verdict::Failed, _)) => panic!("a unit failed"),
         Err(error) => panic!("{error}"),
     }
 }

@@ -75,6 +75,29 @@ impl Serialize for TimingView {
     }
 }
 
+impl TimingView {
+    /// Reads the client value `{settledMs, active?}` back; `None` for anything else.
+    pub fn from_value(value: &serde_json::Value) -> Option<TimingView> {
+        let settled_ms = value.get("settledMs")?.as_u64()?;
+        let active = match value.get("active") {
+            None => None,
+            Some(active) => Some(ActiveInterval {
+                since: active.get("since")?.as_i64()?,
+                through: active.get("through")?.as_i64()?,
+            }),
+        };
+        Some(TimingView { settled_ms, active })
+    }
+
+    /// The child's active duration in milliseconds: its settled time plus the part of the turn
+    /// in progress seen so far (`through - since`, never negative), saturating.
+    pub fn active_ms(&self) -> u64 {
+        let open =
+            self.active.map_or(0, |active| u64::try_from(active.through.saturating_sub(active.since)).unwrap_or(0));
+        self.settled_ms.saturating_add(open)
+    }
+}
+
 /// The `subagentTiming` unit. Pure and total: it never fails on any log (only its view can
 /// refuse negative times). "Unchanged" is reported as `Ok(None)`.
 #[derive(Debug, Clone, Copy, Default)]

@@ -63,7 +63,8 @@ fn wire_mode(mode: SubagentMode) -> subagent::SubagentMode {
 }
 
 /// The wire row of a catalog entry, with the gateway's `activity`: `running` iff the catalog
-/// found the child's agent running (live and inside an open turn, `subagent::AgentStatus`).
+/// found the child's agent running (live and inside an open turn, `subagent::AgentStatus`), and
+/// its `activeMs` from the timing value the catalog read on the same rung.
 pub(crate) fn wire_entry(entry: &subagent::SubagentListEntry) -> SubagentListEntry {
     match entry {
         subagent::SubagentListEntry::Child(child) => {
@@ -74,6 +75,7 @@ pub(crate) fn wire_entry(entry: &subagent::SubagentListEntry) -> SubagentListEnt
                 label: child.mode.label().map(str::to_owned),
                 activity: if running { "running" } else { "inactive" },
                 has_children: child.has_children,
+                active_ms: child.timing.map(|timing| timing.active_ms()),
             }
         }
         subagent::SubagentListEntry::Diagnostic(diagnostic) => {

@@ -328,6 +328,11 @@ pub enum SubagentListEntry {
         activity: &'static str,
         /// Whether the child has subagent children of its own.
         has_children: bool,
+        /// Its active duration in milliseconds, from the `subagentTiming` projection: the settled
+        /// time of its closed turns plus the part of an open turn seen so far. Omitted when the
+        /// catalog's rung held no timing value.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        active_ms: Option<u64>,
     },
     /// `kind: "diagnostic"`: a child the catalog cannot classify.
     Diagnostic {

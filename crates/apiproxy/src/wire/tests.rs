@@ -105,8 +105,22 @@ fn frames_and_rows() {
             label: None,
             activity: "inactive",
             has_children: false,
+            active_ms: None,
         },
         expect![[r#"{"kind":"child","id":"c","mode":"one-shot","activity":"inactive","hasChildren":false}"#]],
+    );
+    check(
+        &SubagentListEntry::Child {
+            id: "c".into(),
+            mode: "continuable",
+            label: Some("l".into()),
+            activity: "running",
+            has_children: true,
+            active_ms: Some(1_500),
+        },
+        expect![[
+            r#"{"kind":"child","id":"c","mode":"continuable","label":"l","activity":"running","hasChildren":true,"activeMs":1500}"#
+        ]],
     );
     check(
         &SubagentListEntry::Diagnostic { id: "d".into(), reason: DiagnosticReason::Corrupt },

@@ -1,20 +1,18 @@
-//! The browser tests' harness: a chromedriver child, a headless Chromium session through a small
-//! W3C WebDriver client of its own (plain HTTP to chromedriver on loopback), an `apiproxy serve --demo` child on a temporary store, plain HTTP calls to it, and
-//! waits on the page's own state (`document.body.dataset.state`).
+//! The browser tests' harness: a headless Chromium through the workspace's small WebDriver client
+//! (the `webdriver` crate), an `apiproxy serve --demo` child on a temporary store, plain HTTP
+//! calls to it, and waits on the page's own state (`document.body.dataset.state`).
 
 use std::{
     io::{BufRead, BufReader, Read, Write},
-    net::{TcpListener, TcpStream},
+    net::TcpStream,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    process::{Command, Stdio},
+    time::Duration,
 };
 
 use serde_json::{Value, json};
-
-/// Where Chromium and chromedriver are installed (Debian's `chromium`, `chromium-driver`).
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+pub(crate) use webdriver::{Browser, keys};
+use webdriver::{KillOnDrop, free_port};
 
 /// Whether this runs under CI (`CI` set to anything but empty, `false` or `0`).
 fn under_ci() -> bool {
@@ -24,7 +22,7 @@ fn under_ci() -> bool {
 /// Whether the browser is installed; when it is not, fails under CI and otherwise says loudly
 /// that the test was skipped.
 pub(crate) fn browser_available() -> bool {
-    let missing: Vec<_> = [CHROMIUM, CHROMEDRIVER].into_iter().filter(|path| !Path::new(path).exists()).collect();
+    let missing = webdriver::missing();
     if missing.is_empty() {
         return true;
     }
@@ -39,22 +37,6 @@ pub(crate) fn browser_available() -> bool {
     false
 }
 
-/// A free TCP port on loopback (bound, then released).
-pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|listener| listener.local_addr()).map(|addr| addr.port()).unwrap()
-}
-
-/// A child process killed and reaped when dropped, whatever happens in the test.
-#[derive(Debug)]
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Where the screenshots go: `target/viewer-screens/`.
 pub(crate) fn screens_dir() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -65,226 +47,29 @@ pub(crate) fn screens_dir() -> PathBuf {
     dir
 }
 
-/// The WebDriver key of an element reference.
-const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
-
-/// WebDriver key codes for `send_keys`.
-pub(crate) mod keys {
-    /// Enter.
-    pub(crate) const ENTER: &str = "\u{E007}";
-    /// Arrow left.
-    pub(crate) const LEFT: &str = "\u{E012}";
-    /// Arrow right.
-    pub(crate) const RIGHT: &str = "\u{E014}";
-}
-
-/// One W3C WebDriver command to chromedriver on `port`: its `value`, or a panic with the error.
-fn webdriver(port: u16, method: &str, path: &str, body: Option<&Value>) -> Value {
-    let body = body.map(Value::to_string).unwrap_or_default();
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    // chromedriver may keep the connection open: read the head, then exactly the body it announces.
-    let mut reader = BufReader::new(stream);
-    let mut head = String::new();
-    let mut length = None;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
-            break;
-        }
-        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-            length = value.trim().parse::<usize>().ok();
-        }
-        head.push_str(&line);
-    }
-    let mut bytes = vec![0; length.unwrap_or_else(|| panic!("{method} {path}: no content-length in {head}"))];
-    reader.read_exact(&mut bytes).unwrap();
-    let body = String::from_utf8_lossy(&bytes).into_owned();
-    let answer: Value = serde_json::from_str(&body).unwrap_or_else(|error| panic!("{method} {path}: {error}: {body}"));
-    assert!(head.starts_with("HTTP/1.1 200"), "{method} {path}: {answer}");
-    answer["value"].clone()
-}
-
-/// A headless Chromium driven through its own chromedriver, with a fresh profile, over the W3C
-/// WebDriver protocol.
-pub(crate) struct Browser {
-    port: u16,
-    session: Option<String>,
-    _driver: KillOnDrop,
-    _profile: tempfile::TempDir,
-}
-
-/// An element of the page.
-pub(crate) struct Element<'a> {
-    browser: &'a Browser,
-    id: String,
-}
-
-impl Element<'_> {
-    fn command(&self, method: &str, what: &str, body: Option<&Value>) -> Value {
-        self.browser.command(method, &format!("/element/{}/{what}", self.id), body)
-    }
-
-    /// Clicks it.
-    pub(crate) async fn click(&self) {
-        self.command("POST", "click", Some(&json!({})));
-    }
-
-    /// Types `text` into it (see [`keys`]).
-    pub(crate) async fn send_keys(&self, text: &str) {
-        self.command("POST", "value", Some(&json!({"text": text})));
-    }
-
-    /// Clears an input.
-    pub(crate) async fn clear(&self) {
-        self.command("POST", "clear", Some(&json!({})));
-    }
-}
-
-impl Browser {
-    /// Starts chromedriver on a free port and a headless Chromium session through it.
-    pub(crate) async fn start() -> Browser {
-        let port = free_port();
-        let driver = KillOnDrop(
-            Command::new(CHROMEDRIVER)
-                .arg(format!("--port={port}"))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|error| panic!("start {CHROMEDRIVER}: {error}")),
-        );
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "chromedriver did not listen on {port}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let profile = tempfile::tempdir().unwrap();
-        let args = json!([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--window-size=1280,900",
-            format!("--user-data-dir={}", profile.path().display()),
-        ]);
-        let capabilities =
-            json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {"binary": CHROMIUM, "args": args}}}});
-        let session = webdriver(port, "POST", "/session", Some(&capabilities));
-        let session = session["sessionId"].as_str().unwrap_or_else(|| panic!("no session in {session}")).to_owned();
-        Browser { port, session: Some(session), _driver: driver, _profile: profile }
-    }
-
-    fn command(&self, method: &str, path: &str, body: Option<&Value>) -> Value {
-        let session = self.session.as_deref().unwrap_or_default();
-        webdriver(self.port, method, &format!("/session/{session}{path}"), body)
-    }
-
-    /// Navigates to `url`.
-    pub(crate) async fn goto(&self, url: &str) {
-        self.command("POST", "/url", Some(&json!({"url": url})));
-    }
-
-    /// Reloads the page.
-    pub(crate) async fn refresh(&self) {
-        self.command("POST", "/refresh", Some(&json!({})));
-    }
-
-    /// The page's address.
-    pub(crate) async fn current_url(&self) -> String {
-        self.command("GET", "/url", None).as_str().unwrap_or_default().to_owned()
-    }
-
+/// What the scenarios do with the viewer's page beyond plain WebDriver commands.
+pub(crate) trait Viewer {
     /// Opens `url` and waits until the page says its view is painted.
-    pub(crate) async fn open(&self, url: &str) {
+    async fn open(&self, url: &str);
+    /// Waits until `document.body.dataset.state` is `ready`.
+    async fn wait_ready(&self);
+    /// Writes a PNG of the screen to `target/viewer-screens/<name>.png`.
+    async fn screenshot(&self, name: &str);
+}
+
+impl Viewer for Browser {
+    async fn open(&self, url: &str) {
         self.goto(url).await;
         self.wait_ready().await;
     }
 
-    /// Waits until `document.body.dataset.state` is `ready`.
-    pub(crate) async fn wait_ready(&self) {
+    async fn wait_ready(&self) {
         self.wait_for("document.body && document.body.dataset.state === 'ready'", Duration::from_secs(10)).await;
     }
 
-    /// Runs `body` (a function body that `return`s) in the page.
-    pub(crate) async fn js(&self, body: &str) -> Value {
-        self.js_with(body, Vec::new()).await
-    }
-
-    /// Runs `body` with `arguments` in the page.
-    pub(crate) async fn js_with(&self, body: &str, arguments: Vec<Value>) -> Value {
-        self.command("POST", "/execute/sync", Some(&json!({"script": body, "args": arguments})))
-    }
-
-    /// Waits until the JS expression `condition` is truthy, or panics after `timeout` with the
-    /// page's text.
-    pub(crate) async fn wait_for(&self, condition: &str, timeout: Duration) {
-        let script = format!("try {{ return !!({condition}); }} catch (e) {{ return false; }}");
-        let deadline = Instant::now() + timeout;
-        loop {
-            if self.js(&script).await == Value::Bool(true) {
-                return;
-            }
-            if Instant::now() >= deadline {
-                let text = self.js("return document.body ? document.body.innerText : '(no body)';").await;
-                panic!("waited {timeout:?} for {condition}; the page reads:\n{}", text.as_str().unwrap_or(""));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// The element `css` finds (waiting up to 5 s for it).
-    pub(crate) async fn find(&self, css: &str) -> Element<'_> {
-        self.wait_for(&format!("document.querySelector({})", json!(css)), Duration::from_secs(5)).await;
-        let found = self.command("POST", "/element", Some(&json!({"using": "css selector", "value": css})));
-        let id = found[ELEMENT_KEY].as_str().unwrap_or_else(|| panic!("{css}: {found}")).to_owned();
-        Element { browser: self, id }
-    }
-
-    /// An attribute of the element `css` finds.
-    pub(crate) async fn attr(&self, css: &str, name: &str) -> Option<String> {
-        self.find(css).await.command("GET", &format!("attribute/{name}"), None).as_str().map(str::to_owned)
-    }
-
-    /// The visible text of the element `css` finds.
-    pub(crate) async fn text(&self, css: &str) -> String {
-        self.find(css).await.command("GET", "text", None).as_str().unwrap_or_default().to_owned()
-    }
-
-    /// The page's source as the browser holds it now.
-    pub(crate) async fn source(&self) -> String {
-        self.command("GET", "/source", None).as_str().unwrap_or_default().to_owned()
-    }
-
-    /// Writes a PNG of the screen to `target/viewer-screens/<name>.png`.
-    pub(crate) async fn screenshot(&self, name: &str) {
-        use base64::Engine as _;
-        let encoded = self.command("GET", "/screenshot", None);
-        let png = base64::engine::general_purpose::STANDARD.decode(encoded.as_str().unwrap_or_default()).unwrap();
+    async fn screenshot(&self, name: &str) {
+        let png = self.screenshot_png().await;
         std::fs::write(screens_dir().join(format!("{name}.png")), png).unwrap();
-    }
-
-    /// Ends the WebDriver session (Chromium exits; chromedriver is killed on drop).
-    pub(crate) async fn close(self) {}
-}
-
-impl Drop for Browser {
-    /// Ends the session through chromedriver (so Chromium exits with it), also after a panic,
-    /// before chromedriver itself is killed.
-    fn drop(&mut self) {
-        if let Some(session) = self.session.take() {
-            let _ = std::panic::catch_unwind(|| webdriver(self.port, "DELETE", &format!("/session/{session}"), None));
-        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! The web viewer end to end in a real headless Chromium: the page `apiproxy serve --demo` serves,
-//! driven through chromedriver (fantoccini), checked against the DOM and ARIA contract of issue
+//! driven through chromedriver (the `webdriver` crate), checked against the DOM and ARIA contract of issue
 //! #23 (`crates/apiproxy/web/`): the list, a session, its subagent tree and diagnostics, a child's
 //! history, deep links, live appends, reconnects without gaps or duplicates, owner isolation and
 //! tokens, on JSONL, SQLite and PostgreSQL stores; accessibility goldens; screenshots of each

@@ -6,7 +6,7 @@ use expect_test::{ExpectFile, expect_file};
 use serde_json::json;
 use session_persistence_postgres::testing::ScratchSchema;
 
-use crate::harness::{Browser, Gateway, browser_available, keys, turn};
+use crate::harness::{Browser, Gateway, Viewer, browser_available, keys, turn};
 
 /// A gateway with the demo on a fresh JSONL store, and a browser; `None` when skipped.
 async fn demo_jsonl(flags: &[&str]) -> Option<(tempfile::TempDir, Gateway, Browser)> {
@@ -313,5 +313,154 @@ async fn accessibility_goldens() {
     browser.open(&format!("{}#/s/demo-child-continuable", gateway.url())).await;
     browser.wait_for("document.querySelectorAll('#history li.event').length > 0", Duration::from_secs(5)).await;
     assert_golden(&browser, "#history", expect_file!["goldens/history.txt"]).await;
+    browser.close().await;
+}
+
+/// A child created while its parent's branch is open appears in that branch (the page refreshes
+/// an open branch, debounced, on the host downlink's `host/session-added`), and so does a new
+/// child of the open session itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_created_under_an_open_branch_appears_in_it() {
+    let Some((_dir, gateway, browser)) = demo_jsonl(&[]).await else { return };
+    gateway.ok("session.create", json!({"sessionId": "tree-root"}));
+    let spawn = |parent: &str, child: &str| {
+        gateway.ok(
+            "subagent.spawn",
+            json!({"parentSessionId": parent, "childSessionId": child, "mode": "continuable", "label": child}),
+        )
+    };
+    spawn("tree-root", "tree-child");
+    spawn("tree-child", "tree-grandchild");
+    browser.open(&format!("{}#/s/tree-root", gateway.url())).await;
+    browser.wait_for("document.querySelector('#conn').textContent === 'live'", Duration::from_secs(5)).await;
+    let branch = r#"#subagent-tree [role=treeitem][data-session-id="tree-child"]"#;
+    browser.find(branch).await.send_keys(keys::RIGHT).await;
+    let group = format!("{branch} > [role=group]");
+    browser.wait_for(&format!("document.querySelector({:?})", group), Duration::from_secs(5)).await;
+    let in_group = |id: &str| format!("document.querySelector({:?})", format!(r#"{group} [data-session-id="{id}"]"#));
+    assert_eq!(browser.js(&format!("return !!{};", in_group("tree-grandchild-2"))).await, json!(false));
+
+    // A second grandchild, spawned over HTTP while the branch is open.
+    spawn("tree-child", "tree-grandchild-2");
+    browser.wait_for(&in_group("tree-grandchild-2"), Duration::from_secs(5)).await;
+    let level = browser.attr(&format!(r#"{group} [data-session-id="tree-grandchild-2"]"#), "aria-level").await;
+    assert_eq!(level.as_deref(), Some("2"));
+    // The branch stayed open and still holds the first grandchild.
+    assert_eq!(browser.attr(branch, "aria-expanded").await.as_deref(), Some("true"));
+    browser.wait_for(&in_group("tree-grandchild"), Duration::from_secs(1)).await;
+
+    // A new direct child of the open session joins the top level.
+    spawn("tree-root", "tree-child-2");
+    browser
+        .wait_for(
+            r#"document.querySelector('#subagent-tree > [role=treeitem][data-session-id="tree-child-2"]')"#,
+            Duration::from_secs(5),
+        )
+        .await;
+    browser.screenshot("tree-live-child").await;
+    browser.close().await;
+}
+
+/// Counts the page's WebSocket attempts per path (`window.__sockets`) and the `visibilitychange`
+/// listeners it adds (`window.__visibilityWaits`), and lets the test say whether the tab is
+/// hidden (`window.__setHidden(bool)`: `document.hidden` and `visibilityState` follow, and a
+/// `visibilitychange` event is dispatched).
+const VISIBILITY_PROBE: &str = r#"
+    window.__sockets = {};
+    const Native = window.WebSocket;
+    window.WebSocket = function (url, protocols) {
+        const path = new URL(url).pathname;
+        window.__sockets[path] = (window.__sockets[path] || 0) + 1;
+        return new Native(url, protocols);
+    };
+    window.WebSocket.prototype = Native.prototype;
+    window.__visibilityWaits = 0;
+    const add = document.addEventListener.bind(document);
+    document.addEventListener = (type, listener, options) => {
+        if (type === 'visibilitychange') window.__visibilityWaits += 1;
+        return add(type, listener, options);
+    };
+    let hidden = false;
+    Object.defineProperty(document, 'hidden', { configurable: true, get: () => hidden });
+    Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => (hidden ? 'hidden' : 'visible') });
+    window.__setHidden = (value) => {
+        hidden = value;
+        document.dispatchEvent(new Event('visibilitychange'));
+    };
+    return true;
+"#;
+
+/// While the tab is hidden the page does not reconnect: once the backoff's delay is over it
+/// waits for `visibilitychange` instead of opening a socket, and connects as soon as the tab is
+/// shown again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reconnect_waits_while_the_tab_is_hidden() {
+    let Some((dir, gateway, browser)) = demo_jsonl(&[]).await else { return };
+    let store = dir.path().join("store");
+    let store = store.to_str().unwrap();
+    browser.open(&gateway.url()).await;
+    browser.wait_for("document.querySelector('#conn').textContent === 'live'", Duration::from_secs(5)).await;
+    browser.js(VISIBILITY_PROBE).await;
+    browser.js("window.__setHidden(true); return true;").await;
+    let port = gateway.port();
+    gateway.kill();
+    // Both downlinks close; after the backoff delay each reaches the hidden tab and waits.
+    browser.wait_for("window.__visibilityWaits === 2", Duration::from_secs(10)).await;
+    let _gateway = Gateway::start_on(store, port, &[]);
+    let sockets = browser.js("return window.__sockets;").await;
+    assert_eq!(sockets, json!({}), "no socket is opened while the tab is hidden");
+    assert_ne!(browser.text("#conn").await, "live");
+    browser.screenshot("reconnect-hidden").await;
+    // Shown again: one attempt per downlink, and the page is live.
+    browser.js("window.__setHidden(false); return true;").await;
+    browser.wait_for("document.querySelector('#conn').textContent === 'live'", Duration::from_secs(5)).await;
+    browser.wait_for("window.__sockets['/api/events.host'] === 1", Duration::from_secs(5)).await;
+    let sockets = browser.js("return window.__sockets;").await;
+    assert_eq!(sockets, json!({"/api/events.mux": 1, "/api/events.host": 1}));
+    browser.close().await;
+}
+
+/// Paging back through a long session keeps at most 2,000 event rows in the DOM: the oldest
+/// page pushes the newest rows out, and the rows shown are exactly the window's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paging_back_keeps_at_most_two_thousand_rows_in_the_dom() {
+    let Some((_dir, gateway, browser)) = demo_jsonl(&[]).await else { return };
+    let id = "long-one";
+    gateway.ok("session.create", json!({"sessionId": id}));
+    // 600 turns of 6 events: 3,600 events, appended 100 turns at a time.
+    for batch in 0..6 {
+        let events: Vec<_> = (1..=100).flat_map(|n| turn(batch * 100 + n)).collect();
+        gateway.ok("session.append", json!({"sessionId": id, "events": events}));
+    }
+    browser.open(&format!("{}#/s/{id}", gateway.url())).await;
+    browser.wait_for("document.querySelectorAll('#history li.event').length > 0", Duration::from_secs(5)).await;
+    let first_seq = "window.__dsh.seqs('long-one')[0]";
+    let dom_rows = "document.querySelectorAll('#history li.event').length";
+    let tail_first = browser.js(&format!("return {first_seq};")).await.as_u64().unwrap();
+    assert!(tail_first > 3_000, "the history opens at the tail: {tail_first}");
+    let mut max_rows = 0;
+    let mut before = tail_first;
+    let mut pages = 0;
+    while before > 0 {
+        browser.js("document.getElementById('history-older').click(); return true;").await;
+        browser.wait_for(&format!("{first_seq} < {before}"), Duration::from_secs(5)).await;
+        before = browser.js(&format!("return {first_seq};")).await.as_u64().unwrap();
+        let rows = browser.js(&format!("return {dom_rows};")).await.as_u64().unwrap();
+        assert!(rows <= 2_000, "{rows} event rows in the DOM at seq {before}");
+        max_rows = max_rows.max(rows);
+        pages += 1;
+        assert!(pages < 100, "paging back never reached seq 0");
+    }
+    assert_eq!(max_rows, 2_000, "the window filled up to its cap");
+    // The DOM shows exactly the window: seqs 0..1999, in order.
+    let shown = browser
+        .js("return [...document.querySelectorAll('#history li.event')].map(li => Number(li.dataset.seq));")
+        .await;
+    let expected: Vec<u64> = (0..2_000).collect();
+    assert_eq!(shown, json!(expected));
+    assert_eq!(browser.js("return window.__dsh.seqs('long-one');").await, json!(expected));
+    // Nothing is older than seq 0.
+    assert_eq!(browser.js("return document.querySelector('#history-older').hidden;").await, json!(true));
+    browser.screenshot("history-capped").await;
     browser.close().await;
 }

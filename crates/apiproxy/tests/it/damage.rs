@@ -332,7 +332,14 @@ async fn gateway_checks(root: &Path, compression: Compression, expect: Expected,
     ids.sort_unstable();
     let want: Vec<&str> = SESSIONS.iter().copied().filter(|id| expect.listed || *id != VICTIM).collect();
     assert_eq!(ids, want);
-    let catalog = server.ok(None, "subagent.list", json!({"parentSessionId": "p"})).await;
+    let mut catalog = server.ok(None, "subagent.list", json!({"parentSessionId": "p"})).await;
+    // The gateway's rows add `activeMs` to the catalog's (the CLI's `subagents list --json`).
+    for entry in catalog["entries"].as_array_mut().unwrap() {
+        if entry["kind"] == "child" {
+            let active_ms = entry.as_object_mut().unwrap().remove("activeMs");
+            assert!(active_ms.as_ref().is_some_and(Value::is_u64), "{entry}: activeMs {active_ms:?}");
+        }
+    }
     assert_eq!(catalog["entries"], Value::Array(expected_rows(baseline, expect)));
     let history = server.ok(None, "session.history", json!({"sessionId": "solo"})).await;
     let served: Vec<&Value> = history["events"].as_array().unwrap().iter().map(|entry| &entry["event"]).collect();

@@ -6,6 +6,9 @@ use serde_json::{Value, json};
 
 use crate::support::{Server, assistant_message, session_with_turns, turn};
 
+const ALICE: Option<&str> = Some("alice");
+const BOB: Option<&str> = Some("bob");
+
 async fn spawn(server: &Server, parent: &str, child: &str, mode: &str) -> Value {
     let mut payload = json!({"parentSessionId": parent, "childSessionId": child, "mode": mode});
     if mode == "continuable" {
@@ -39,7 +42,7 @@ async fn catalog_rows_activity_and_history() {
     assert_eq!(
         catalog,
         json!({"entries": [{"kind": "child", "id": "c-cont", "mode": "continuable", "label": "c-cont label",
-            "activity": "inactive", "hasChildren": false}], "parentAvailable": true})
+            "activity": "inactive", "hasChildren": false, "activeMs": 0}], "parentAvailable": true})
     );
 
     // The fence: a generic append or release of a child must name its parent.
@@ -65,7 +68,8 @@ async fn catalog_rows_activity_and_history() {
     assert_eq!(entries.len(), 2);
     assert_eq!(
         entries[1],
-        json!({"kind": "child", "id": "c-one", "mode": "one-shot", "activity": "running", "hasChildren": false})
+        json!({"kind": "child", "id": "c-one", "mode": "one-shot", "activity": "running", "hasChildren": false,
+            "activeMs": 0})
     );
 
     // Live child history: in-memory events, watermark block at the last event.
@@ -92,8 +96,10 @@ async fn catalog_rows_activity_and_history() {
     assert_eq!(
         catalog["entries"],
         json!([
-            {"kind": "child", "id": "c-cont", "mode": "continuable", "label": "c-cont label", "activity": "inactive", "hasChildren": false},
-            {"kind": "child", "id": "c-one", "mode": "one-shot", "activity": "inactive", "hasChildren": false},
+            {"kind": "child", "id": "c-cont", "mode": "continuable", "label": "c-cont label", "activity": "inactive",
+                "hasChildren": false, "activeMs": 0},
+            {"kind": "child", "id": "c-one", "mode": "one-shot", "activity": "inactive", "hasChildren": false,
+                "activeMs": 0},
         ])
     );
     // c-dead stored nothing (no event was ever appended), so it is simply gone; a child that ran
@@ -241,5 +247,134 @@ async fn session_list_filters_and_counts_children() {
         let error = server.err(None, "session.list", bad.clone(), "bad-request").await;
         assert!(error["message"].as_str().unwrap().contains("session.list"), "{bad}: {error}");
     }
+    server.stop().await;
+}
+
+/// `activeMs` on a child row: the `subagentTiming` projection's settled time plus the open turn
+/// seen so far, the same on the live rung, the checkpoint rung and the cold fold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_rows_carry_the_active_duration() {
+    for cached in [false, true] {
+        let clock = std::sync::Arc::new(session_core::ManualClock::new(1_700_000_000_000));
+        let server = Server::start_with_clock(apiproxy::ProxyConfig::default(), cached, clock.clone()).await;
+        session_with_turns(&server, None, "p", 1).await;
+        spawn(&server, "p", "timed", "continuable").await;
+        let active_ms = |catalog: &Value| catalog["entries"][0]["activeMs"].clone();
+        let list = || server.ok(None, "subagent.list", json!({"parentSessionId": "p"}));
+        // No turn yet: nothing settled, nothing open.
+        assert_eq!(active_ms(&list().await), json!(0), "cached={cached}");
+
+        // A turn of 1.5 s: turn/start, then everything else 1,500 ms later.
+        let events = turn(1);
+        server.ok(None, "session.append", append_as_child("timed", "p", events[..1].to_vec())).await;
+        clock.advance(1_500);
+        server.ok(None, "session.append", append_as_child("timed", "p", events[1..].to_vec())).await;
+        assert_eq!(active_ms(&list().await), json!(1_500), "cached={cached}");
+
+        // An open turn counts up to its latest event: 700 ms in.
+        let open = turn(2);
+        server.ok(None, "session.append", append_as_child("timed", "p", open[..1].to_vec())).await;
+        clock.advance(700);
+        server.ok(None, "session.append", append_as_child("timed", "p", open[1..2].to_vec())).await;
+        let catalog = list().await;
+        assert_eq!(catalog["entries"][0]["activity"], "running", "{catalog}");
+        assert_eq!(active_ms(&catalog), json!(2_200), "cached={cached}: {catalog}");
+        // Time passing without an event adds nothing: the projection is a fold of the log.
+        clock.advance(10_000);
+        assert_eq!(active_ms(&list().await), json!(2_200), "cached={cached}");
+
+        // The turn ends 300 ms later: it counts from its start to its end, 11,000 ms, idle spell
+        // included. Once released, the cold rows (the checkpoint's snapshot with a cache, the
+        // cold fold without) give the same figure.
+        clock.advance(300);
+        server.ok(None, "session.append", append_as_child("timed", "p", open[2..].to_vec())).await;
+        let live = list().await;
+        assert_eq!(active_ms(&live), json!(12_500), "cached={cached}: {live}");
+        server.ok(None, "session.release", json!({"sessionId": "timed", "parentSessionId": "p"})).await;
+        assert!(server.store().get(&"timed".into()).is_none(), "the child is cold now");
+        let cold = list().await;
+        assert_eq!(cold["entries"][0]["activity"], "inactive", "{cold}");
+        assert_eq!(active_ms(&cold), json!(12_500), "cached={cached}: {cold}");
+        server.stop().await;
+    }
+}
+
+/// `session.list`'s child counts (`subagents: {count, running}`) count only the children the
+/// caller sees: a child of another owner that names the caller's session as its parent (a host
+/// of that owner wrote it to the shared store, or holds it live) is never counted, neither in
+/// the whole listing nor in a page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_list_child_counts_never_count_another_owners_children() {
+    use session_core::{CreateOptions, HeaderMeta, Origin, SessionEvent, SessionHeader, SessionId};
+    use session_persistence::{Backend, Compression, JsonlConfig, JsonlStore};
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    let header = |id: &str, owner: &str, parent: Option<&str>| {
+        let mut header = SessionHeader::new(SessionId::from(id), 1_700_000_000_000);
+        header.cwd = Some("/work".into());
+        header.owner = Some(owner.into());
+        if let Some(parent) = parent {
+            header.parent_session = Some(SessionId::from(parent));
+            header.origin = Some(Origin::Subagent);
+            header.delegation_depth = 1;
+        }
+        header
+    };
+    {
+        let store =
+            JsonlStore::open(JsonlConfig { root: root.clone(), compression: Compression::None, pack_chunks: true })
+                .unwrap();
+        let start = || {
+            let data = session_core::JsonData::from_value(&json!({"turn": 1})).unwrap();
+            vec![std::sync::Arc::new(SessionEvent::new("turn/start", 0, 1_700_000_000_001, data))]
+        };
+        for header in [
+            header("a-par", "alice", None),
+            header("a-kid-cold", "alice", Some("a-par")),
+            header("b-kid-cold", "bob", Some("a-par")),
+            header("b-kid-cold-2", "bob", Some("a-par")),
+        ] {
+            store.append_batch(&header, &start(), false).unwrap();
+        }
+    }
+    let server = Server::start_on_store(&root, Compression::None).await;
+    // A live child of Bob's under Alice's session, inside a turn, and a live one of Alice's.
+    let live_child = |id: &str, owner: &str| {
+        let meta = HeaderMeta {
+            cwd: Some("/work".into()),
+            parent_session: Some(SessionId::from("a-par")),
+            origin: Some(Origin::Subagent),
+            delegation_depth: 1,
+            owner: Some(owner.into()),
+            ..HeaderMeta::default()
+        };
+        let session = server.store().create(Some(SessionId::from(id)), CreateOptions { seed: None, meta }).unwrap();
+        session.append("turn/start", &json!({"turn": 1}), None).unwrap();
+    };
+    live_child("b-kid-live", "bob");
+    live_child("a-kid-live", "alice");
+
+    let alice_counts = json!({"count": 2, "running": 1});
+    let row =
+        |list: &Value, id: &str| list["items"].as_array().unwrap().iter().find(|row| row["sessionId"] == id).cloned();
+    let whole = server.ok(ALICE, "session.list", json!({"subagents": false})).await;
+    assert_eq!(row(&whole, "a-par").expect("Alice's parent")["subagents"], alice_counts, "{whole}");
+    let page = server.ok(ALICE, "session.list", json!({"limit": 10, "subagents": false})).await;
+    assert_eq!(row(&page, "a-par").expect("Alice's parent")["subagents"], alice_counts, "{page}");
+    // Alice's listing with the children shown lists only hers.
+    let mut ids =
+        listed(&server.ok(ALICE, "session.list", json!({})).await).into_iter().map(str::to_owned).collect::<Vec<_>>();
+    ids.sort();
+    assert_eq!(ids, ["a-kid-cold", "a-kid-live", "a-par"]);
+    // Bob sees his children, not Alice's parent, and nothing counts them under a row of his.
+    let bob = server.ok(BOB, "session.list", json!({})).await;
+    let mut ids = listed(&bob).into_iter().map(str::to_owned).collect::<Vec<_>>();
+    ids.sort();
+    assert_eq!(ids, ["b-kid-cold", "b-kid-cold-2", "b-kid-live"], "{bob}");
+    assert!(bob["items"].as_array().unwrap().iter().all(|row| row.get("subagents").is_none()), "{bob}");
+    // The operator tier counts everyone's.
+    let all = server.ok(None, "session.list", json!({"limit": 10, "subagents": false})).await;
+    assert_eq!(row(&all, "a-par").unwrap()["subagents"], json!({"count": 5, "running": 2}), "{all}");
     server.stop().await;
 }

@@ -169,7 +169,7 @@ fn a_row_beyond_the_supplied_end_needs_a_full_read() {
         "{error:?}"
     );
     // A fold read through `read_view` refuses the same cut.
-    let fold = registry.begin_restore(&stored, 9).unwrap();
+    let mut fold = registry.begin_restore(&stored, 9).unwrap();
     let error = fold.read_view("test/count", |_, _| ()).unwrap_err();
     assert!(matches!(error, RestoreError::NeedsFullRead { problem: RowProblem::BeyondEnd { .. }, .. }), "{error:?}");
 

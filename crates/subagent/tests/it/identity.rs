@@ -131,6 +131,8 @@ fn list_rows_have_the_reference_wire_shape() {
         // Not part of the JSON: a row read back is `Ready`.
         status: subagent::AgentStatus::Ready,
         has_children: true,
+        // Not part of the JSON either.
+        timing: None,
     });
     let continuable = SubagentListEntry::Child(ChildEntry {
         id: id("b"),
@@ -138,6 +140,7 @@ fn list_rows_have_the_reference_wire_shape() {
         activity: Activity::Inactive,
         status: subagent::AgentStatus::Ready,
         has_children: false,
+        timing: None,
     });
     let diagnostic = SubagentListEntry::Diagnostic(subagent::DiagnosticEntry {
         id: id("c"),
