@@ -3,8 +3,8 @@
 //!
 //! A signal is only a wake-up. It may be late, coalesced, duplicated or lost (a listening
 //! connection that drops loses what was sent meanwhile), so a follower never trusts one for data:
-//! it reads [`Backend::positions`] and then each session's tail from the last seq it delivered
-//! ([`Backend::scan_from`]). What it must be told is that something may have changed; a
+//! it reads [`Backend::positions`](crate::Backend::positions) and then each session's tail from the last seq it delivered
+//! ([`Backend::scan_from`](crate::Backend::scan_from)). What it must be told is that something may have changed; a
 //! [`StoreChange::Sweep`] says "something may have changed, look at everything you follow", and a
 //! backend raises one after every (re)connect of its signal, since signals sent while it was away
 //! are gone.
@@ -20,7 +20,7 @@ pub enum ChangeKind {
     Created,
     /// Events were appended (or a repair committed) to the session's log.
     Appended,
-    /// The writer that held the session live let go of it ([`Backend::end_lease`]).
+    /// The writer that held the session live let go of it ([`Backend::end_lease`](crate::Backend::end_lease)).
     Released,
 }
 

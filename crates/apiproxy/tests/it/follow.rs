@@ -500,26 +500,57 @@ async fn two_gateway_processes_over_postgres_follow_through_listener_kills() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn notifications_suppressed_for_a_stretch_are_made_up_by_the_sweep_on_postgres() {
-    use session_persistence_postgres::testing::ScratchSchema;
+async fn ten_thousand_events_followed_through_listener_kills_and_a_stretch_without_notifications_on_postgres() {
+    use session_persistence_postgres::{PgConfig, PgStore, testing::ScratchSchema};
+    const TURNS_PER_BATCH: u64 = 10;
+    const BATCHES: u64 = 167; // 10,020 events
     let Some(schema) = ScratchSchema::new() else { return };
+    let schema = Arc::new(schema);
     let a_store = Arc::new(schema.open());
+    // B's connections carry a name of this test's own, so only its listener is cut.
+    let name = format!("follow-b-{}", schema.name());
+    let b_config = PgConfig::from_url(&format!("{}&application_name={name}", schema.url())).unwrap();
+    let b_store = Arc::new(PgStore::open(&b_config).unwrap());
     let a = Server::start_on_backend(Arc::clone(&a_store) as Arc<dyn Backend>, config()).await;
-    let b = Server::start_on_backend(Arc::new(schema.open()), config()).await;
+    let b = Server::start_on_backend(b_store, config()).await;
     let mut mux = b.ws("/api/events.mux", None).await;
-    a.ok(None, "session.create", json!({"sessionId": "hushed", "cwd": "/w"})).await;
+    let kills = Arc::new(AtomicUsize::new(0));
+    let (killer, counted, hush) = (Arc::clone(&schema), Arc::clone(&kills), Arc::clone(&a_store));
+    let writer = tokio::spawn(async move {
+        a.ok(None, "session.create", json!({"sessionId": "far", "cwd": "/w"})).await;
+        for batch in 0..BATCHES {
+            // Batches 40 to 79 send no notification: B finds them by its sweep (every 100 ms).
+            hush.suppress_notifications((40..80).contains(&batch));
+            let events: Vec<Value> =
+                (1..=TURNS_PER_BATCH).flat_map(|n| turn(batch * TURNS_PER_BATCH + n)).collect();
+            a.ok(None, "session.append", json!({"sessionId": "far", "events": events, "durable": true})).await;
+            if batch % 16 == 8 {
+                let (killer, listener) = (Arc::clone(&killer), format!("{name}-listener"));
+                let killed = tokio::task::spawn_blocking(move || {
+                    killer.sql(&format!(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{listener}'"
+                    ))
+                })
+                .await
+                .unwrap();
+                counted.fetch_add(killed.len(), Ordering::SeqCst);
+            }
+        }
+        a
+    });
     let mut replica = Replica::default();
-    for n in 1..=30u64 {
-        // Turns 11 to 20 send no notification: B finds them by its sweep (every 100 ms here).
-        a_store.suppress_notifications((11..=20).contains(&n));
-        a.ok(None, "session.append", json!({"sessionId": "hushed", "events": turn(n), "durable": true})).await;
-        if n % 10 == 0 {
-            let want = stored_in(a_store.as_ref(), "hushed");
-            converge(&mut mux, "hushed", &mut replica, &want).await;
+    while !writer.is_finished() {
+        if let Ok(Some(frame)) = tokio::time::timeout(Duration::from_millis(200), mux.next()).await {
+            replica.apply("far", &frame);
         }
     }
-    assert_eq!(replica.baselines, vec![-1], "{replica:?}");
-    assert_eq!(replica.events, stored_in(a_store.as_ref(), "hushed"));
+    let a = writer.await.unwrap();
+    let want = stored_in(a_store.as_ref(), "far");
+    assert_eq!(want.len() as u64, BATCHES * TURNS_PER_BATCH * 6);
+    converge(&mut mux, "far", &mut replica, &want).await;
+    assert_eq!(replica.baselines, vec![-1], "{:?}", replica.baselines);
+    assert_eq!(replica.events, want, "every event once, in order");
+    assert!(kills.load(Ordering::SeqCst) >= 10, "B's listener was cut at least 10 times");
     a.stop().await;
     b.stop().await;
 }
