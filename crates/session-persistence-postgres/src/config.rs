@@ -79,6 +79,18 @@ pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// A URL's timeout parameter: whole seconds, at least 1 (every bound is a bound: libpq's 0, "wait
+/// forever", is refused); `default` when the URL names none.
+fn whole_seconds(text: Option<String>, default: Duration, refusal: &str) -> Result<Duration> {
+    match text {
+        None => Ok(default),
+        Some(text) => match text.trim().parse::<u64>() {
+            Ok(seconds) if seconds >= 1 => Ok(Duration::from_secs(seconds)),
+            _ => Err(PersistenceError::invalid_input(refusal)),
+        },
+    }
+}
+
 fn invalid_schema(schema: &str) -> PersistenceError {
     PersistenceError::invalid_input(format!(
         "schema {schema:?} is not a valid schema name: use lowercase letters, digits and _, starting with a letter \
@@ -199,7 +211,11 @@ impl PgConfig {
     /// `sslmode` (`disable`, `prefer` (the default), `require`, `verify-ca`, `verify-full`) and
     /// `sslrootcert=PATH` mean what they mean to libpq (see [`TlsMode`]); `connect_timeout`
     /// (whole seconds, at least 1: every connection attempt is bounded) sets
-    /// [`connect_timeout`](PgConfig::connect_timeout); `passfile` names the password file;
+    /// [`connect_timeout`](PgConfig::connect_timeout); `query_timeout` (this crate's: whole
+    /// seconds, at least 1; 60 by default) sets [`query_timeout`](PgConfig::query_timeout), the
+    /// bound of every query, of a wait for a pooled connection and of unacknowledged data on a
+    /// connection (TCP's user timeout), so a store behind a network fault fails within it;
+    /// `passfile` names the password file;
     /// `host`, `hostaddr`, `port`, `user`, `password`, `dbname`, `options`, `application_name`,
     /// `tcp_user_timeout`, `keepalives*`, `target_session_attrs`, `channel_binding` and
     /// `load_balance_hosts` are libpq's, as `tokio-postgres` reads them; any other is refused. A
@@ -251,18 +267,17 @@ impl PgConfig {
             })?;
         }
         tls.root_cert = settings.remove("sslrootcert").map(PathBuf::from);
-        let connect_timeout = match settings.remove("connect_timeout") {
-            None => Duration::from_secs(10),
-            Some(text) => match text.trim().parse::<u64>() {
-                Ok(seconds) if seconds >= 1 => Duration::from_secs(seconds),
-                _ => {
-                    return Err(PersistenceError::invalid_input(
-                        "connect_timeout is not a whole number of seconds of at least 1 (this store bounds every \
-                         connection attempt, so 0, libpq's \"wait forever\", is refused too)",
-                    ));
-                }
-            },
-        };
+        let connect_timeout = whole_seconds(
+            settings.remove("connect_timeout"),
+            Duration::from_secs(10),
+            "connect_timeout is not a whole number of seconds of at least 1 (this store bounds every connection \
+             attempt, so 0, libpq's \"wait forever\", is refused too)",
+        )?;
+        let query_timeout = whole_seconds(
+            settings.remove("query_timeout"),
+            Duration::from_secs(60),
+            "query_timeout is not a whole number of seconds of at least 1 (this store bounds every query)",
+        )?;
         settings.remove("passfile");
         for key in settings.keys() {
             if matches!(key.as_str(), "sslcert" | "sslkey" | "sslpassword") {
@@ -309,7 +324,7 @@ impl PgConfig {
             schema,
             pool_size: 8,
             connect_timeout,
-            query_timeout: Duration::from_secs(60),
+            query_timeout,
             secrets,
             shown: String::new(),
         };

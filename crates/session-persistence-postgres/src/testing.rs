@@ -16,7 +16,7 @@
 
 use std::{
     hash::{BuildHasher, Hasher},
-    net::TcpListener,
+    net::{IpAddr, Ipv4Addr, TcpListener},
     os::unix::fs::MetadataExt,
     path::PathBuf,
     process::Command,
@@ -195,7 +195,9 @@ fn unique_name() -> String {
 
 /// A PostgreSQL cluster of one test's own, in a temp directory and on a port of its own, that the
 /// test can stop as a crash stops a server and start again (the shared test server is never
-/// touched). Stopped (immediately) and removed on drop. Needs the server binaries (`initdb`,
+/// touched). It listens on `127.0.0.1`, and on the addresses given to
+/// [`start_listening`](PrivateCluster::start_listening) (for clients in network namespaces of
+/// the test's own). Stopped (immediately) and removed on drop. Needs the server binaries (`initdb`,
 /// `pg_ctl`, found through `pg_config --bindir` or the `PATH`); as root, the tools run as the
 /// `postgres` user through `runuser`.
 #[derive(Debug)]
@@ -203,6 +205,8 @@ pub struct PrivateCluster {
     dir: tempfile::TempDir,
     bin: PathBuf,
     port: u16,
+    /// The addresses it listens on (`listen_addresses`), `127.0.0.1` first.
+    listen: Vec<IpAddr>,
     /// Run the server tools as this user (`initdb` refuses to run as root).
     as_user: Option<String>,
 }
@@ -215,6 +219,18 @@ impl PrivateCluster {
     ///
     /// Under CI when they are not, and when a tool fails.
     pub fn start() -> Option<PrivateCluster> {
+        PrivateCluster::start_listening(&[], None)
+    }
+
+    /// Creates and starts a cluster that also listens on `addresses` (each must be an address of
+    /// this host already) and trusts clients from `trusted` too (a CIDR subnet, such as
+    /// `10.7.0.0/16`: a `pg_hba.conf` line `host all all <trusted> trust`); `None` as for
+    /// [`start`](PrivateCluster::start).
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](PrivateCluster::start).
+    pub fn start_listening(addresses: &[IpAddr], trusted: Option<&str>) -> Option<PrivateCluster> {
         let Some(bin) = server_bin_dir() else {
             assert!(
                 !on_ci(),
@@ -242,8 +258,20 @@ impl PrivateCluster {
             std::os::unix::fs::chown(dir.path(), Some(uid), None).unwrap();
         }
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let server = PrivateCluster { dir, bin, port, as_user };
+        let mut listen = vec![IpAddr::V4(Ipv4Addr::LOCALHOST)];
+        for address in addresses {
+            if !listen.contains(address) {
+                listen.push(*address);
+            }
+        }
+        let server = PrivateCluster { dir, bin, port, listen, as_user };
         server.tool("initdb", &["-D", &server.data(), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"]);
+        if let Some(subnet) = trusted {
+            let hba = std::path::Path::new(&server.data()).join("pg_hba.conf");
+            let mut lines = std::fs::read_to_string(&hba).unwrap();
+            lines.push_str(&format!("host all all {subnet} trust\n"));
+            std::fs::write(&hba, lines).unwrap();
+        }
         server.up();
         Some(server)
     }
@@ -255,7 +283,29 @@ impl PrivateCluster {
 
     /// The URL of a store in `schema` of the cluster's `postgres` database (trust authentication).
     pub fn url(&self, schema: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres?schema={schema}", self.port)
+        self.url_at(IpAddr::V4(Ipv4Addr::LOCALHOST), schema)
+    }
+
+    /// The URL of a store in `schema`, reached at `address` (one it listens on).
+    pub fn url_at(&self, address: IpAddr, schema: &str) -> String {
+        let host = match address {
+            IpAddr::V4(address) => address.to_string(),
+            IpAddr::V6(address) => format!("[{address}]"),
+        };
+        format!("postgres://postgres@{host}:{}/postgres?schema={schema}", self.port)
+    }
+
+    /// Runs `statements` on the cluster's `postgres` database over `127.0.0.1` (simple-query
+    /// protocol, `{s}` standing for `schema`, quoted) and answers the rows, each column as text;
+    /// for looking at what a store holds, and at the server's own views, in tests.
+    ///
+    /// # Panics
+    ///
+    /// When the server cannot be reached or a statement fails.
+    pub fn sql(&self, schema: &str, statements: &str) -> Vec<Vec<Option<String>>> {
+        let config = PgConfig::from_url(&self.url(schema)).expect("a private cluster's URL is a PostgreSQL URL");
+        let statements = crate::schema::qualify(statements, schema);
+        off_async(move || run_sql(&config, &statements)).expect("the statements run on the private cluster")
     }
 
     /// Starts the server and waits until it accepts connections.
@@ -264,10 +314,12 @@ impl PrivateCluster {
     ///
     /// When `pg_ctl` fails.
     pub fn up(&self) {
+        let listen: Vec<String> = self.listen.iter().map(IpAddr::to_string).collect();
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c shared_buffers=16MB",
+            "-p {} -k {} -c listen_addresses={} -c fsync=off -c shared_buffers=16MB",
             self.port,
-            self.dir.path().display()
+            self.dir.path().display(),
+            listen.join(",")
         );
         let log = self.dir.path().join("server.log");
         self.tool("pg_ctl", &["-D", &self.data(), "-l", log.to_str().unwrap(), "-o", &options, "-w", "start"]);

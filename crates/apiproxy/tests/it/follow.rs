@@ -25,7 +25,10 @@ use session_persistence::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{Gateway, Server, Ws, turn};
+use crate::{
+    replica::{Replica, converge},
+    support::{Gateway, Server, Ws, turn},
+};
 
 /// What the gateways share: the logs, the writer leases, and the signal's subscribers.
 #[derive(Default)]
@@ -210,55 +213,6 @@ fn stored(net: &Net, id: &str) -> Vec<(u64, String)> {
     let mut sink = session_persistence::CollectSink::default();
     net.logs.scan(&id.into(), &CancellationToken::new(), &mut sink).unwrap();
     sink.events.iter().map(|event| (event.seq, event.kind.to_string())).collect()
-}
-
-/// What a client holds of `id` after applying every frame it got: each baseline drops what it
-/// held past `lastSeq`; each event must continue what it holds, exactly once.
-#[derive(Debug, Default)]
-struct Replica {
-    baselines: Vec<i64>,
-    events: Vec<(u64, String)>,
-}
-
-impl Replica {
-    fn apply(&mut self, id: &str, frame: &Value) {
-        if frame["sessionId"] != id {
-            return;
-        }
-        match frame["type"].as_str() {
-            Some("session/subscribed") => {
-                let last_seq = frame["lastSeq"].as_i64().unwrap();
-                self.baselines.push(last_seq);
-                self.events.retain(|(seq, _)| (*seq as i64) <= last_seq);
-            }
-            Some("session/event") => {
-                let seq = frame["event"]["seq"].as_u64().unwrap();
-                let kind = frame["event"]["type"].as_str().unwrap().to_owned();
-                let expected = self
-                    .events
-                    .last()
-                    .map_or(self.baselines.last().map_or(0, |base| base + 1), |(last, _)| *last as i64 + 1);
-                assert_eq!(seq as i64, expected, "a gap or a duplicate at seq {seq}: {frame}");
-                self.events.push((seq, kind));
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Reads `ws` until the replica of `id` holds `want` past its latest baseline.
-async fn converge(ws: &mut Ws, id: &str, replica: &mut Replica, want: &[(u64, String)]) {
-    loop {
-        if let Some(base) = replica.baselines.last() {
-            let from = usize::try_from(base + 1).unwrap_or(0).min(want.len());
-            let held: Vec<_> = replica.events.iter().filter(|(seq, _)| *seq as usize >= from).cloned().collect();
-            if held.as_slice() == &want[from..] {
-                return;
-            }
-        }
-        let frame = ws.next().await.expect("the downlink stays open");
-        replica.apply(id, &frame);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

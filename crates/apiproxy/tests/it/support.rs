@@ -241,9 +241,17 @@ pub(crate) struct Ws {
 impl Ws {
     /// Opens a WebSocket downlink of the gateway at `addr` (`host:port`).
     pub(crate) async fn connect(addr: &str, path: &str, owner: Option<&str>) -> Ws {
+        Ws::connect_with(addr, path, owner, None).await
+    }
+
+    /// Opens a WebSocket downlink of the gateway at `addr`, with `token` as its bearer token.
+    pub(crate) async fn connect_with(addr: &str, path: &str, owner: Option<&str>, token: Option<&str>) -> Ws {
         let mut request = format!("ws://{addr}{path}").into_client_request().unwrap();
         if let Some(owner) = owner {
             request.headers_mut().insert("x-dsh-owner", owner.parse().unwrap());
+        }
+        if let Some(token) = token {
+            request.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
         }
         let (socket, _) =
             tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request)).await.expect("timely").unwrap();
@@ -257,16 +265,24 @@ impl Ws {
             let message = tokio::time::timeout(WAIT, self.socket.next()).await.expect("a frame or a close in time");
             match message {
                 None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return None,
-                Some(Ok(Message::Text(text))) => {
-                    let envelope: Value = serde_json::from_str(&text).unwrap();
-                    assert_eq!(envelope["type"], "server-request", "{envelope}");
-                    assert!(envelope["rpcId"].as_str().is_some_and(|id| !id.is_empty()));
-                    assert_eq!(envelope["method"], envelope["payload"]["type"], "{envelope}");
-                    return Some(envelope["payload"].clone());
+                Some(Ok(message)) => {
+                    if let Some(payload) = Ws::payload(message) {
+                        return Some(payload);
+                    }
                 }
-                Some(Ok(_)) => {}
             }
         }
+    }
+
+    /// A text frame's payload (its `server-request` envelope checked); `None` for any other
+    /// message.
+    pub(crate) fn payload(message: Message) -> Option<Value> {
+        let Message::Text(text) = message else { return None };
+        let envelope: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(envelope["type"], "server-request", "{envelope}");
+        assert!(envelope["rpcId"].as_str().is_some_and(|id| !id.is_empty()));
+        assert_eq!(envelope["method"], envelope["payload"]["type"], "{envelope}");
+        Some(envelope["payload"].clone())
     }
 
     /// Frames up to and including the first one `stop` accepts.
@@ -324,10 +340,12 @@ pub(crate) async fn session_with_turns(server: &Server, owner: Option<&str>, id:
     id.to_owned()
 }
 
-/// A gateway process on `127.0.0.1:0`, killed on drop.
+/// A gateway process, on `127.0.0.1:0` unless started elsewhere, killed on drop.
 pub(crate) struct Gateway {
     child: Child,
     addr: String,
+    /// The bearer token its calls carry, when it was started with one.
+    token: Option<String>,
 }
 
 impl Gateway {
@@ -347,14 +365,32 @@ impl Gateway {
     }
 
     fn spawn(store: &str, flags: &[&str], stderr: Stdio) -> Gateway {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_apiproxy"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
-            .args(flags)
-            .env_remove("APIPROXY_LOG")
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_apiproxy"));
+        command.args(["serve", "--listen", "127.0.0.1:0", "--store", store]).args(flags);
+        Gateway::spawn_command(command, None, stderr)
+    }
+
+    /// `apiproxy serve --listen LISTEN --store STORE --token TOKEN` with more flags, run inside
+    /// the network namespace `namespace` (through `ip netns exec`, which becomes the gateway
+    /// process), once it listens; its log (stderr) goes to `log`. Its calls carry the token.
+    pub(crate) fn start_in_namespace(
+        namespace: &str,
+        listen: &str,
+        store: &str,
+        token: &str,
+        flags: &[&str],
+        log: &Path,
+    ) -> Gateway {
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", namespace, env!("CARGO_BIN_EXE_apiproxy")])
+            .args(["serve", "--listen", listen, "--store", store, "--token", token])
+            .args(flags);
+        Gateway::spawn_command(command, Some(token.to_owned()), Stdio::from(fs::File::create(log).unwrap()))
+    }
+
+    fn spawn_command(mut command: Command, token: Option<String>, stderr: Stdio) -> Gateway {
+        let mut child = command.env_remove("APIPROXY_LOG").stdout(Stdio::piped()).stderr(stderr).spawn().unwrap();
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
         let addr = line
@@ -362,7 +398,7 @@ impl Gateway {
             .and_then(|rest| rest.split_whitespace().next())
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .to_owned();
-        Gateway { child, addr }
+        Gateway { child, addr, token }
     }
 
     /// Where it listens: `host:port`.
@@ -370,14 +406,23 @@ impl Gateway {
         &self.addr
     }
 
+    /// The bearer token its calls carry, if it was started with one.
+    pub(crate) fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
     /// The `result` of one call.
     pub(crate) fn call(&self, method: &str, payload: Value) -> Value {
         let body = json!({"type": "client-request", "rpcId": "1", "method": method, "payload": payload}).to_string();
         let mut stream = std::net::TcpStream::connect(&self.addr).unwrap();
+        // Bounded, as every wait of the harness is: a gateway that stops answering fails the test.
+        stream.set_read_timeout(Some(WAIT)).unwrap();
+        let authorization =
+            self.token.as_ref().map_or_else(String::new, |token| format!("authorization: Bearer {token}\r\n"));
         write!(
             stream,
             "POST /api/{method} HTTP/1.1\r\nHost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-             connection: close\r\n\r\n{body}",
+             {authorization}connection: close\r\n\r\n{body}",
             self.addr,
             body.len()
         )

@@ -156,6 +156,21 @@ fn the_connect_timeout_is_bounded() {
 }
 
 #[test]
+fn the_query_timeout_comes_from_the_url_and_is_bounded() {
+    assert_eq!(PgConfig::from_url("postgres://u@h/d").unwrap().query_timeout, Duration::from_secs(60));
+    let config = PgConfig::from_url("postgres://u@h/d?query_timeout=3&connect_timeout=2").unwrap();
+    assert_eq!(config.query_timeout, Duration::from_secs(3));
+    assert_eq!(config.connect_timeout, Duration::from_secs(2));
+    assert_eq!(config.shown(), "postgres://u@h:5432/d?schema=public", "this crate's parameter, taken out");
+    for url in
+        ["postgres://u@h/d?query_timeout=0", "postgres://u@h/d?query_timeout=1.5", "postgres://u@h/d?query_timeout="]
+    {
+        let error = PgConfig::from_url(url).unwrap_err();
+        assert!(error.to_string().contains("query_timeout is not a whole number of seconds"), "{url}: {error}");
+    }
+}
+
+#[test]
 fn schema_names_are_quoted_and_pg_is_refused() {
     for name in ["user", "select", "order", "table", "all", "freeze", "_x1"] {
         let config = PgConfig::from_url(&format!("postgres://u@h/d?schema={name}")).unwrap();
