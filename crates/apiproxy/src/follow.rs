@@ -42,7 +42,7 @@ const CREATED_SLACK_MS: u64 = 60_000;
 
 /// A session first seen through its creation is followed from its first event when its log is
 /// at most this long; a longer one (or one first seen later) from its current position.
-const REPLAY_CREATED_MAX: u64 = 1_000;
+const REPLAY_CREATED_MAX: u64 = 100_000;
 
 /// A long tail goes to the hub in chunks of this many events, each once the clients' queues
 /// have room for it.

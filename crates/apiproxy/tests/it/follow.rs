@@ -434,10 +434,7 @@ async fn two_gateway_processes_over_postgres_follow_through_listener_kills() {
         move |batch| {
             // Every 16th batch (10 times), every listening connection of this schema is cut.
             if batch % 16 == 8 {
-                let killed = killer.sql(&format!(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{listener}'"
-                ));
-                counted.fetch_add(killed.len(), Ordering::SeqCst);
+                counted.fetch_add(cut_listeners(&killer, &listener), Ordering::SeqCst);
             }
         },
         move || {
@@ -475,19 +472,12 @@ async fn ten_thousand_events_followed_through_listener_kills_and_a_stretch_witho
         for batch in 0..BATCHES {
             // Batches 40 to 79 send no notification: B finds them by its sweep (every 100 ms).
             hush.suppress_notifications((40..80).contains(&batch));
-            let events: Vec<Value> =
-                (1..=TURNS_PER_BATCH).flat_map(|n| turn(batch * TURNS_PER_BATCH + n)).collect();
+            let events: Vec<Value> = (1..=TURNS_PER_BATCH).flat_map(|n| turn(batch * TURNS_PER_BATCH + n)).collect();
             a.ok(None, "session.append", json!({"sessionId": "far", "events": events, "durable": true})).await;
             if batch % 16 == 8 {
                 let (killer, listener) = (Arc::clone(&killer), format!("{name}-listener"));
-                let killed = tokio::task::spawn_blocking(move || {
-                    killer.sql(&format!(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{listener}'"
-                    ))
-                })
-                .await
-                .unwrap();
-                counted.fetch_add(killed.len(), Ordering::SeqCst);
+                let killed = tokio::task::spawn_blocking(move || cut_listeners(&killer, &listener)).await.unwrap();
+                counted.fetch_add(killed, Ordering::SeqCst);
             }
         }
         a
@@ -531,4 +521,19 @@ fn stored_in(backend: &dyn Backend, id: &str) -> Vec<(u64, String)> {
     let mut sink = session_persistence::CollectSink::default();
     backend.scan(&id.into(), &CancellationToken::new(), &mut sink).unwrap();
     sink.events.iter().map(|event| (event.seq, event.kind.to_string())).collect()
+}
+
+/// Cuts every listening connection named `listener` (`pg_terminate_backend`), once there is one: a
+/// listener cut moments ago may still be reconnecting, so this polls the server's view (nothing
+/// signals a connection's start) for up to 20 s. Returns how many it cut.
+fn cut_listeners(schema: &session_persistence_postgres::testing::ScratchSchema, listener: &str) -> usize {
+    let kill = format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{listener}'");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let killed = schema.sql(&kill).len();
+        if killed > 0 || std::time::Instant::now() > deadline {
+            return killed;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
