@@ -79,6 +79,9 @@ struct Pending {
     sweep: bool,
     /// Each session woken, and whether one of its wake-ups was its creation.
     sessions: HashMap<SessionId, bool>,
+    /// The highest next seq the appends among those wake-ups announced, for the sessions whose
+    /// wake-ups were all appends: a followed one among them needs no position read, only its tail.
+    appended: HashMap<SessionId, u64>,
 }
 
 /// The signal's sink: queues wake-ups (coalescing them per session) and wakes the round loop.
@@ -97,10 +100,20 @@ impl ChangeSink for Wakes {
             let mut pending = self.pending.lock();
             match change {
                 StoreChange::Sweep => pending.sweep = true,
-                StoreChange::Session { id, kind, .. } => {
+                StoreChange::Session { id, kind, next_seq } => {
                     if pending.sessions.len() >= MAX_PENDING {
                         pending.sweep = true;
                     } else {
+                        let first = !pending.sessions.contains_key(&id);
+                        match (kind, next_seq) {
+                            (ChangeKind::Appended, Some(next_seq)) if first || pending.appended.contains_key(&id) => {
+                                let hint = pending.appended.entry(id.clone()).or_default();
+                                *hint = (*hint).max(next_seq);
+                            }
+                            _ => {
+                                pending.appended.remove(&id);
+                            }
+                        }
                         *pending.sessions.entry(id).or_default() |= kind == ChangeKind::Created;
                     }
                 }
@@ -186,7 +199,7 @@ async fn run(context: Context, wakes: Arc<Wakes>, sweep_interval: Duration, canc
             }
             swept
         } else {
-            context.reconcile(round.sessions, HashMap::new(), &cancel).await
+            context.wake(round.sessions, round.appended, &cancel).await
         };
         match outcome {
             Ok(()) => {}
@@ -216,6 +229,35 @@ impl Context {
             headers.insert(id, stored.header);
         }
         self.reconcile(sessions, headers, cancel).await
+    }
+
+    /// The sessions a signal woke: a followed one whose wake-ups were all appends has its tail
+    /// read at once (the signal's next seq says there is one; the read says what it holds), the
+    /// others their positions first.
+    async fn wake(
+        &self,
+        mut sessions: HashMap<SessionId, bool>,
+        appended: HashMap<SessionId, u64>,
+        cancel: &CancellationToken,
+    ) -> Result<(), PersistenceError> {
+        let mut tails = Vec::new();
+        for (id, next_seq) in appended {
+            if self.hub.remote_last_seq(&id).is_some() && sessions.remove(&id).is_some() {
+                tails.push(SessionPosition { id, next_seq, held: None });
+            }
+        }
+        let mut rounds = futures::stream::iter(tails)
+            .map(|position| self.bring_up(position, false, None, cancel))
+            .buffer_unordered(TAIL_READS);
+        let mut first_error = None;
+        while let Some(outcome) = rounds.next().await {
+            if let Err(error) = outcome {
+                first_error.get_or_insert(error);
+            }
+        }
+        drop(rounds);
+        let rest = self.reconcile(sessions, HashMap::new(), cancel).await;
+        first_error.map_or(rest, Err)
     }
 
     /// Reads where each session stands and brings the hub up to it.

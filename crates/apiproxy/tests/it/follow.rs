@@ -243,6 +243,16 @@ async fn a_session_written_through_one_gateway_is_live_through_the_other() {
 
     let added = host.until(|frame| frame["type"] == "host/session-added").await;
     assert_eq!(added.last().unwrap()["sessionId"], "s");
+    // Turn boundaries are running status changes, as for a session live here: five turns, each
+    // one start and one end.
+    let mut statuses = Vec::new();
+    while statuses.len() < 10 {
+        let frame = host.next().await.expect("the host downlink stays open");
+        if frame["type"] == "host/session-status" && frame["sessionId"] == "s" {
+            statuses.push(frame["running"].as_bool().unwrap());
+        }
+    }
+    assert_eq!(statuses, [true, false].repeat(5));
 
     // A client that connects later gets the followed session's baseline, then what follows.
     let mut late = b.ws("/api/events.mux", None).await;
@@ -497,6 +507,51 @@ async fn ten_thousand_events_followed_through_listener_kills_and_a_stretch_witho
     assert!(kills.load(Ordering::SeqCst) >= 10, "B's listener was cut at least 10 times");
     a.stop().await;
     b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_on_postgres_rebaselines_the_old_writers_clients() {
+    use session_persistence_postgres::testing::ScratchSchema;
+    let Some(schema) = ScratchSchema::new() else { return };
+    let reader = schema.open();
+    let a = Server::start_on_backend(Arc::new(schema.open()), config()).await;
+    let b = Server::start_on_backend(Arc::new(schema.open()), config()).await;
+    a.ok(None, "session.create", json!({"sessionId": "taken", "cwd": "/w"})).await;
+    a.ok(None, "session.append", json!({"sessionId": "taken", "events": turn(1), "durable": true})).await;
+    let mut watcher = a.ws("/api/events.mux", None).await;
+    let mut replica = Replica::default();
+    converge(&mut watcher, "taken", &mut replica, &stored_in(&reader, "taken")).await;
+    let durable = stored_in(&reader, "taken").len() as i64;
+
+    // B resumes the session A holds live and writes it; A's client follows B's writes.
+    b.ok(None, "session.create", json!({"sessionId": "taken", "cwd": "/w"})).await;
+    for n in 2..=4 {
+        b.ok(None, "session.append", json!({"sessionId": "taken", "events": turn(n), "durable": true})).await;
+    }
+    let want = stored_in(&reader, "taken");
+    converge(&mut watcher, "taken", &mut replica, &want).await;
+    assert_eq!(replica.baselines, vec![durable - 1, durable - 1], "{replica:?}");
+    let from = usize::try_from(durable).unwrap();
+    assert_eq!(replica.events, want[from..], "B's events, after the baseline of what A stored");
+    // A's copy can no longer be written: its writes meet the fence.
+    a.ok(None, "session.append", json!({"sessionId": "taken", "events": turn(9)})).await;
+    let stale = a.call_as(None, "session.flush", json!({"sessionId": "taken"})).await;
+    assert_eq!(stale["error"]["code"], "agent-busy", "{stale}");
+    assert_eq!(stored_in(&reader, "taken"), want, "nothing of A's reached the store");
+    a.stop().await;
+    b.stop().await;
+}
+
+#[test]
+fn serve_no_follow_turns_following_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("sessions.db").display());
+    let following = Gateway::start(&store);
+    assert_eq!(following.ok("host.describe", json!({}))["followsStore"], true);
+    let not = Gateway::start_with(&store, &["--no-follow"]);
+    assert_eq!(not.ok("host.describe", json!({}))["followsStore"], false);
+    let jsonl = Gateway::start(dir.path().join("jsonl").to_str().unwrap());
+    assert_eq!(jsonl.ok("host.describe", json!({}))["followsStore"], false, "one gateway per JSONL store");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
