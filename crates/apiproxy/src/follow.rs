@@ -169,6 +169,13 @@ impl Follower {
             drop(watch);
             None
         };
+        // A new client may watch a session the follower did not read while nobody did.
+        let woken = Arc::downgrade(&wakes);
+        hub.set_on_subscribe(move || {
+            if let Some(wakes) = woken.upgrade() {
+                wakes.changed(StoreChange::Sweep);
+            }
+        });
         let cancel = CancellationToken::new();
         let context = Context { hub, store, persistence, registry, folds: Mutex::default() };
         runtime.spawn(run(context, wakes, config.sweep_interval, cancel.clone()));
@@ -333,7 +340,8 @@ impl Context {
                 baseline
             }
         };
-        if position.next_seq as i64 > last_seq + 1 {
+        // Nobody watches it here: its tail waits (a subscription wakes a sweep that reads it).
+        if position.next_seq as i64 > last_seq + 1 && self.hub.watched(id) {
             self.read_tail(id, (last_seq + 1) as u64, cancel).await?;
         }
         if position.held == Some(false) && self.hub.unfollow_remote(id) {

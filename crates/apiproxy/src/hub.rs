@@ -32,6 +32,9 @@ pub(crate) enum StreamKind {
 pub(crate) struct Hub {
     state: Mutex<HubState>,
     queue_frames: usize,
+    /// Called after a connection subscribes (the follower's wake-up: a session it has not read
+    /// while nobody watched it is read now).
+    on_subscribe: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
 }
 
 #[derive(Default)]
@@ -106,7 +109,11 @@ pub(crate) fn overflow_error() -> RpcError {
 
 impl Hub {
     pub(crate) fn new(queue_frames: usize) -> Arc<Hub> {
-        Arc::new(Hub { state: Mutex::new(HubState::default()), queue_frames: queue_frames.max(1) })
+        Arc::new(Hub {
+            state: Mutex::new(HubState::default()),
+            queue_frames: queue_frames.max(1),
+            on_subscribe: Mutex::new(None),
+        })
     }
 
     /// Registers the hub as an observer of `store` and records the sessions already live.
@@ -151,6 +158,10 @@ impl Hub {
         state.next_id += 1;
         let overflow = CancellationToken::new();
         state.subscribers.push(Subscriber { id, kind, owner, tx, overflow: overflow.clone() });
+        drop(state);
+        if let Some(hook) = &*self.on_subscribe.lock() {
+            hook();
+        }
         Subscription { hub: Arc::clone(self), id, frames, overflow }
     }
 
@@ -297,6 +308,21 @@ impl Hub {
             .filter(|subscriber| subscriber.kind == StreamKind::Mux && sees(subscriber.owner.as_deref(), owner))
             .map(|subscriber| subscriber.tx.clone())
             .collect()
+    }
+
+    /// Sets what runs after each new subscription.
+    pub(crate) fn set_on_subscribe(&self, hook: impl Fn() + Send + Sync + 'static) {
+        *self.on_subscribe.lock() = Some(Box::new(hook));
+    }
+
+    /// Whether any connection (either downlink) may see session `id`: a followed session nobody
+    /// watches is not read (its baseline for a later subscriber is the last seq sent, and the
+    /// follower reads on from there).
+    pub(crate) fn watched(&self, id: &SessionId) -> bool {
+        let state = self.state.lock();
+        let Some(live) = state.live.get(id) else { return false };
+        let owner = live.header.owner.as_deref();
+        state.subscribers.iter().any(|subscriber| sees(subscriber.owner.as_deref(), owner))
     }
 
     /// The sessions followed from the store.

@@ -73,11 +73,20 @@ struct Handle {
     net: Arc<Net>,
     me: usize,
     held: Mutex<HashSet<SessionId>>,
+    /// Log reads through this handle, and position reads.
+    scans: AtomicUsize,
+    position_reads: AtomicUsize,
 }
 
 impl Handle {
     fn new(net: &Arc<Net>, me: usize) -> Arc<Handle> {
-        Arc::new(Handle { net: Arc::clone(net), me, held: Mutex::default() })
+        Arc::new(Handle {
+            net: Arc::clone(net),
+            me,
+            held: Mutex::default(),
+            scans: AtomicUsize::new(0),
+            position_reads: AtomicUsize::new(0),
+        })
     }
 }
 
@@ -87,6 +96,7 @@ impl Backend for Handle {
     }
 
     fn scan(&self, id: &SessionId, cancel: &CancellationToken, sink: &mut dyn ScanSink) -> Result<Option<ScanOutcome>> {
+        self.scans.fetch_add(1, Ordering::SeqCst);
         self.net.logs.scan(id, cancel, sink)
     }
 
@@ -180,6 +190,7 @@ impl Backend for Handle {
     }
 
     fn positions(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<SessionPosition>> {
+        self.position_reads.fetch_add(1, Ordering::SeqCst);
         let mut positions = self.net.logs.positions(ids, cancel)?;
         let leases = self.net.leases.lock();
         for position in &mut positions {
@@ -268,6 +279,36 @@ async fn a_session_written_through_one_gateway_is_live_through_the_other() {
     a.ok(None, "session.release", json!({"sessionId": "s"})).await;
     let removed = host.until(|frame| frame["type"] == "host/session-removed").await;
     assert_eq!(removed.last().unwrap()["sessionId"], "s");
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_nobody_watched_is_read_for_the_first_client() {
+    let net = Arc::new(Net::default());
+    let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
+    let b_handle = Handle::new(&net, 1);
+    let b = Server::start_on_backend(Arc::clone(&b_handle) as Arc<dyn Backend>, config()).await;
+    // A downlink of another owner: nobody on B may see alice's session, so B reads none of it.
+    let _elsewhere = b.ws("/api/events.host", Some("someone-else")).await;
+    a.ok(Some("alice"), "session.create", json!({"sessionId": "unwatched", "cwd": "/w"})).await;
+    for n in 1..=3 {
+        a.ok(Some("alice"), "session.append", json!({"sessionId": "unwatched", "events": turn(n)})).await;
+        a.ok(Some("alice"), "session.flush", json!({"sessionId": "unwatched"})).await;
+    }
+    // Two more sweeps of B's (every 100 ms) have seen everything A wrote.
+    let swept = b_handle.position_reads.load(Ordering::SeqCst);
+    while b_handle.position_reads.load(Ordering::SeqCst) < swept + 2 {
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(10)).await; // polls a counter nothing signals
+    }
+    assert_eq!(b_handle.scans.load(Ordering::SeqCst), 0, "B read no tail while nobody watched");
+    // The first client that may see it gets the baseline B sent last, then the rest.
+    let mut mux = b.ws("/api/events.mux", Some("alice")).await;
+    let mut replica = Replica::default();
+    converge(&mut mux, "unwatched", &mut replica, &stored(&net, "unwatched")).await;
+    assert_eq!(replica.baselines.len(), 1, "{replica:?}");
+    assert!(b_handle.scans.load(Ordering::SeqCst) > 0, "read once watched");
     a.stop().await;
     b.stop().await;
 }
