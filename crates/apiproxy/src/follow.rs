@@ -439,8 +439,12 @@ impl Context {
         cancel: &CancellationToken,
     ) -> Result<(), PersistenceError> {
         let id = &position.id;
-        let Some(session) = self.store.get(id) else { return Ok(()) };
-        let fenced = self.persistence.fence(id).is_some() || position.next_seq > session.len();
+        // The session is not held past this step: a strong reference kept across the reads
+        // below would keep a released copy bound in the persistence, and a resume would read it.
+        let fenced = match self.store.get(id) {
+            Some(session) => self.persistence.fence(id).is_some() || position.next_seq > session.len(),
+            None => return Ok(()),
+        };
         if !fenced {
             return Ok(());
         }

@@ -124,7 +124,14 @@ impl LiveSessions {
         let writer = self.writers.lock().get(id).cloned();
         let released = match writer {
             Some(writer) => self.retire(writer.session().clone()).await,
-            None => Ok(()),
+            // A retire already under way (the detach's own) has let go of the writer but may
+            // still be waiting for the id's lock, with the session's state still owned: it
+            // queued for the lock before this call could see the writer gone, so taking the lock
+            // once waits for it. Returning earlier would let a resume read the old copy as live.
+            None => {
+                drop(self.inner.lock_id(id).await);
+                Ok(())
+            }
         };
         // A fence that a detach's own retire met first is this release's to report.
         match self.unreported_fences.lock().remove(id) {
