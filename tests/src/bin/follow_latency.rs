@@ -14,78 +14,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use e2e::gateway::Gateway;
+use e2e::gateway::{Client, Gateway, event};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::Backend;
 use session_persistence_postgres::{PgConfig, PgStore};
-use tokio::{
-    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
-    net::TcpStream,
-};
 use tokio_util::sync::CancellationToken;
-
-/// One keep-alive HTTP/1.1 connection to a gateway.
-struct Client {
-    addr: String,
-    stream: BufReader<TcpStream>,
-}
-
-impl Client {
-    async fn connect(addr: &str) -> Client {
-        let stream = TcpStream::connect(addr).await.expect("connect to the gateway");
-        stream.set_nodelay(true).expect("TCP_NODELAY");
-        Client { addr: addr.to_owned(), stream: BufReader::new(stream) }
-    }
-
-    async fn call(&mut self, method: &str, payload: Value) -> Value {
-        let body = json!({"type": "client-request", "rpcId": "1", "method": method, "payload": payload}).to_string();
-        let request = format!(
-            "POST /api/{method} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            self.addr,
-            body.len()
-        );
-        self.stream.get_mut().write_all(request.as_bytes()).await.expect("send the request");
-        let mut content_length = None;
-        let mut line = String::new();
-        loop {
-            line.clear();
-            let n = self.stream.read_line(&mut line).await.expect("read the answer's head");
-            assert!(n > 0, "the gateway closed the connection");
-            let header = line.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                content_length = value.trim().parse::<usize>().ok();
-            }
-        }
-        let mut body = vec![0; content_length.expect("an answer with a content-length")];
-        self.stream.read_exact(&mut body).await.expect("read the answer's body");
-        let envelope: Value = serde_json::from_slice(&body).expect("a JSON answer");
-        assert_eq!(envelope["result"]["ok"], true, "{method} failed: {envelope}");
-        envelope["result"]["value"].clone()
-    }
-}
-
-/// The `n`-th event (from 0) of a session made of complete turns.
-fn event(n: usize) -> Value {
-    let turn = (n / 6 + 1) as u64;
-    match n % 6 {
-        0 => json!({"type": "turn/start", "data": {"turn": turn}}),
-        1 => json!({"type": "user/message", "surfaceOp": "append", "data": {"id": format!("u{turn}"), "role": "user",
-            "source": {"kind": "user"}, "content": [{"type": "text", "text": format!("question {turn}")}]}}),
-        2 => json!({"type": "step/start", "data": {"turn": turn, "step": 1}}),
-        3 => json!({"type": "assistant/message", "surfaceOp": "append", "data": {"turn": turn, "step": 1,
-            "message": {"id": format!("a{turn}"), "role": "assistant", "source": {"kind": "model", "provider": "bench",
-            "model": "m"}, "content": [{"type": "text", "text": format!("answer {turn}")}]}}}),
-        4 => json!({"type": "step/end", "data": {"turn": turn, "step": 1}}),
-        _ => json!({"type": "turn/end", "data": {"turn": turn, "reason": {"kind": "completed"}}}),
-    }
-}
 
 fn apiproxy_binary() -> PathBuf {
     if let Some(path) = std::env::args().skip(1).find(|arg| !arg.starts_with("--")) {
