@@ -49,6 +49,10 @@ pub struct ProxyConfig {
     /// whether it is blank, when no checkpoint says it is not (reference `coldBlankProbeMaxBytes`).
     /// 0 disables the probe: such a row is then listed as not blank.
     pub cold_blank_probe_max_bytes: u64,
+    /// How many cold children one `subagent.list` reads at once (from 1 to
+    /// `subagent::MAX_COLD_READ_LANES`): the reference's 4 by default; `serve` on PostgreSQL
+    /// uses the connection pool's size, since its reads wait on round trips, not on a disk.
+    pub subagent_cold_read_lanes: usize,
     /// The byte budget of one `session.history` / `subagent.history` page, counted as the events'
     /// stored JSON (`docs/wire.md`, "History budget"): a page stops before the event that would
     /// take it over, with `hasMore` and `truncated`; one event over the budget is served alone.
@@ -116,6 +120,7 @@ impl Default for ProxyConfig {
             max_connections: 1024,
             max_owner_connections: None,
             cold_blank_probe_max_bytes: 1024,
+            subagent_cold_read_lanes: subagent::COLD_READ_CONCURRENCY,
             history_page_bytes: 4 << 20,
             history_inflight_bytes: 32 << 20,
             history_wait: Duration::from_secs(10),

@@ -557,6 +557,11 @@ async fn gateway(
     config: ProxyConfig,
     purpose: Purpose,
 ) -> Result<(Arc<Coordinator>, ApiProxy)> {
+    // A PostgreSQL store serves as many reads side by side as its pool holds connections.
+    let mut config = config;
+    if let StoreLocation::Postgres(pg) = options {
+        config.subagent_cold_read_lanes = pg.config.pool_size.clamp(1, subagent::MAX_COLD_READ_LANES);
+    }
     // Opening waits (briefly) for a held lock and creates directories: blocking work, so it runs
     // on the blocking pool, as does opening the checkpoint store below.
     let opening = options.clone();

@@ -126,6 +126,15 @@ impl ApiProxy {
                 ),
             });
         }
+        if !(1..=subagent::MAX_COLD_READ_LANES).contains(&config.subagent_cold_read_lanes) {
+            return Err(ProxyError::Config {
+                message: format!(
+                    "subagent_cold_read_lanes must be from 1 to {}, got {}",
+                    subagent::MAX_COLD_READ_LANES,
+                    config.subagent_cold_read_lanes
+                ),
+            });
+        }
         config.access.check()?;
         let ProxyParts { store, persistence, registry, cache } = parts;
         let list_metadata = registry.register(SessionListMetadata)?;
@@ -134,7 +143,8 @@ impl ApiProxy {
             projections: Some(Arc::clone(&registry)),
             persistence: persistence.clone(),
             cache: cache.clone().map(|cache| Arc::new(cache) as Arc<dyn subagent::CheckpointSource>),
-        })?;
+        })?
+        .with_cold_read_lanes(config.subagent_cold_read_lanes);
         // The cache's write policy attaches before the registry, as the cache recommends (it
         // saves a refold at disposal).
         let cache_attachment = match &cache {

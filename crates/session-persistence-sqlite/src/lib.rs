@@ -25,7 +25,7 @@
 //! Modules: `config` (what to open and how), `rules` (the path and permission rules), `schema`
 //! (identity, schema text, the open sequence), `sessions` (the `sessions` row), `codec` (the
 //! `events` row encodings and packing), `scan` (committed, torn and corrupt rows, seek reads),
-//! `store` (the backend), `lease` (the writer lock and leases), `position` (where sessions stand:
+//! `store` (the backend), `page` (a page of the newest-first order and its children in SQL), `lease` (the writer lock and leases), `position` (where sessions stand:
 //! next seqs, held leases, change marks), `watch` (the change poller that follows a file other
 //! processes write), `checkpoint` (the checkpoint store).
 //!
@@ -99,6 +99,7 @@ mod codec;
 mod config;
 mod error;
 mod lease;
+mod page;
 mod position;
 mod rules;
 mod scan;

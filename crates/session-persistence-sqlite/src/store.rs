@@ -20,8 +20,9 @@ use parking_lot::Mutex;
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
-    Backend, CorruptKind, FencedWrite, Listing, Location, LogFault, PersistenceError, Result, Revision, ScanOutcome,
-    ScanSink, SessionPosition, SharedChangeSink, StoredHeader, SurveyEntry, TornTail, Watch, WatchOptions,
+    Backend, CorruptKind, FencedWrite, HeaderPage, Listing, Location, LogFault, PageRequest, PersistenceError, Result,
+    Revision, ScanOutcome, ScanSink, SessionPosition, SharedChangeSink, StoredHeader, SurveyEntry, TornTail, Watch,
+    WatchOptions,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -188,20 +189,20 @@ impl SqliteStore {
         ScanContext { id, shown: &self.shown }
     }
 
-    fn revision_of(&self, session: &StoredSession) -> Revision {
+    pub(crate) fn revision_of(&self, session: &StoredSession) -> Revision {
         Revision::new(format!(
             "{}:incarnation:{}:revision:{}",
             self.store_identity, session.incarnation, session.revision
         ))
     }
 
-    fn sql_error(&self) -> impl Fn(rusqlite::Error) -> PersistenceError + '_ {
+    pub(crate) fn sql_error(&self) -> impl Fn(rusqlite::Error) -> PersistenceError + '_ {
         move |error| sqlite_error(&self.shown, error)
     }
 
     /// Runs `read` on a read connection: the in-memory store's one connection, else an idle
     /// pooled one or a new one, returned to the pool afterwards.
-    fn with_reader<T>(&self, read: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
+    pub(crate) fn with_reader<T>(&self, read: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
         let Some(file) = &self.file else {
             // Invariant: an in-memory store is always writable, so its one connection is the writer.
             let writer = self.writer.as_ref().expect("an in-memory store has its connection");
@@ -681,6 +682,15 @@ impl Backend for SqliteStore {
         self.listing("", [], cancel)
     }
 
+    /// One page, or one family, through SQL (the `page` module): only their rows are decoded.
+    fn list_page(&self, request: &PageRequest, cancel: &CancellationToken) -> Result<HeaderPage> {
+        self.page(request, cancel)
+    }
+
+    fn list_children(&self, parent: &SessionId, cancel: &CancellationToken) -> Result<Listing> {
+        self.family(parent, cancel)
+    }
+
     /// A follower of the database watches it by polling its change counter (see the `watch`
     /// module): a `sqlite-watch` thread with a read connection of its own. `None` for
     /// `:memory:` (no other connection can write it) and for an immutable open (SQLite takes the
@@ -736,7 +746,12 @@ impl Backend for SqliteStore {
 impl SqliteStore {
     /// The `sessions` rows `filter` (a `WHERE` clause or nothing) selects, in id order; a row
     /// that does not decode is its own fault.
-    fn listing<P: rusqlite::Params>(&self, filter: &str, params: P, cancel: &CancellationToken) -> Result<Listing> {
+    pub(crate) fn listing<P: rusqlite::Params>(
+        &self,
+        filter: &str,
+        params: P,
+        cancel: &CancellationToken,
+    ) -> Result<Listing> {
         if cancel.is_cancelled() {
             return Err(PersistenceError::Cancelled);
         }

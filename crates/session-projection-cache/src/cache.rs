@@ -241,7 +241,7 @@ impl ProjectionCache {
             return Vec::new();
         }
         let cache = self.clone();
-        run_blocking(move || headers.iter().map(|header| cache.cached_snapshot_blocking(header)).collect())
+        run_blocking(move || cache.cached_snapshots_blocking(&headers))
             .await
             .unwrap_or_else(|BlockingCancelled| std::iter::repeat_with(|| None).take(n_headers).collect())
     }
@@ -251,7 +251,27 @@ impl ProjectionCache {
     /// blocking pool, a plain thread), as the subagent listing's checkpoint source does; async
     /// code awaits [`cached_snapshot`](Self::cached_snapshot) instead.
     pub fn cached_snapshot_blocking(&self, header: &SessionHeader) -> Option<Snapshot> {
-        let record = match self.inner.store.get(&header.id) {
+        self.snapshot_of(header, self.inner.store.get(&header.id))
+    }
+
+    /// [`cached_snapshot_blocking`](Self::cached_snapshot_blocking) of each of `headers`, in
+    /// order, with their records read in one [`CheckpointStore::get_many`] (one round trip on
+    /// a database server).
+    pub fn cached_snapshots_blocking(&self, headers: &[Arc<SessionHeader>]) -> Vec<Option<Snapshot>> {
+        let ids: Vec<SessionId> = headers.iter().map(|header| header.id.clone()).collect();
+        let mut records = self.inner.store.get_many(&ids).into_iter();
+        headers
+            .iter()
+            .map(|header| {
+                let record = records.next().unwrap_or_else(|| self.inner.store.get(&header.id));
+                self.snapshot_of(header, record)
+            })
+            .collect()
+    }
+
+    /// The snapshot a read record serves for `header` (see [`cached_snapshot`](Self::cached_snapshot)).
+    fn snapshot_of(&self, header: &SessionHeader, record: Result<Option<CheckpointRecord>>) -> Option<Snapshot> {
+        let record = match record {
             Ok(record) => record?,
             Err(error) => {
                 tracing::warn!(session = %header.id, %error, "session projection cache: cannot read the record (serving none)");

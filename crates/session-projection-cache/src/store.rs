@@ -27,6 +27,12 @@ pub trait CheckpointStore: Send + Sync + fmt::Debug + 'static {
     /// The record of `id`, or `None` if there is none or it cannot be trusted.
     fn get(&self, id: &SessionId) -> Result<Option<CheckpointRecord>>;
 
+    /// [`get`](Self::get) of each of `ids`, in order. The default asks one at a time; a store
+    /// whose every read is a round trip (a database server) reads them all in one.
+    fn get_many(&self, ids: &[SessionId]) -> Vec<Result<Option<CheckpointRecord>>> {
+        ids.iter().map(|id| self.get(id)).collect()
+    }
+
     /// Replaces the whole record of `id` with `record`, durably and atomically, before returning.
     fn put(&self, id: &SessionId, record: &CheckpointRecord) -> Result<()>;
 

@@ -20,16 +20,30 @@ pub trait CheckpointSource: Send + Sync + fmt::Debug {
     /// is stored. Must not read the session log. The listing calls it on Tokio's blocking pool
     /// (all of a listing's cold children in one hop), so it may block on a read.
     fn cached_snapshot(&self, header: &SessionHeader) -> Option<Snapshot>;
+
+    /// [`cached_snapshot`](Self::cached_snapshot) of each of `headers`, in order: one at a time
+    /// by default; a source over a database server reads them in one round trip.
+    fn cached_snapshots(&self, headers: &[Arc<SessionHeader>]) -> Vec<Option<Snapshot>> {
+        headers.iter().map(|header| self.cached_snapshot(header)).collect()
+    }
 }
 
 impl CheckpointSource for ProjectionCache {
     fn cached_snapshot(&self, header: &SessionHeader) -> Option<Snapshot> {
         ProjectionCache::cached_snapshot_blocking(self, header)
     }
+
+    fn cached_snapshots(&self, headers: &[Arc<SessionHeader>]) -> Vec<Option<Snapshot>> {
+        ProjectionCache::cached_snapshots_blocking(self, headers)
+    }
 }
 
 impl<T: CheckpointSource + ?Sized> CheckpointSource for Arc<T> {
     fn cached_snapshot(&self, header: &SessionHeader) -> Option<Snapshot> {
         (**self).cached_snapshot(header)
+    }
+
+    fn cached_snapshots(&self, headers: &[Arc<SessionHeader>]) -> Vec<Option<Snapshot>> {
+        (**self).cached_snapshots(headers)
     }
 }

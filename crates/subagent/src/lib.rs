@@ -156,7 +156,7 @@ pub use crate::{
         ListAgentsScope, ListAgentsTool, LiveSessionStatus, NO_CALLING_AGENT, Position, ToolErrorInfo, ToolOutcome,
         list_agents_output_schema, list_agents_parameters, render,
     },
-    listing::{COLD_READ_CONCURRENCY, Scope},
+    listing::{COLD_READ_CONCURRENCY, MAX_COLD_READ_LANES, Scope},
     resume::{ContinuationDelivery, ResumeAuthorization, followup},
     runtime::{SubagentRuntime, SubagentServices, SubagentUnits, register_units},
     timing::{

@@ -30,9 +30,13 @@ use crate::{
     timing::{SUBAGENT_TIMING_KEY, TimingView},
 };
 
-/// How many cold children are read at once. It bounds a read-only scan of local media; promote
-/// it to a validated configuration field when a networked persistence backend appears.
+/// How many cold children are read at once by default: the reference's bound for a read-only
+/// scan of local media. A networked backend (PostgreSQL), whose reads mostly wait on round
+/// trips, may be given more lanes ([`crate::SubagentRuntime::with_cold_read_lanes`]).
 pub const COLD_READ_CONCURRENCY: usize = 4;
+
+/// The most cold-read lanes a runtime may be given.
+pub const MAX_COLD_READ_LANES: usize = 64;
 
 /// Which sessions a listing may show, for a caller that may not see every session (an owner
 /// partition). A scoped listing authorizes before it reads: a parent outside the scope, or one
@@ -72,6 +76,8 @@ pub(crate) struct Listing<'a> {
     persistence: Option<&'a Arc<dyn SessionPersistence>>,
     cache: Option<&'a Arc<dyn CheckpointSource>>,
     scope: Scope<'a>,
+    /// How many cold children are read at once.
+    lanes: usize,
 }
 
 /// One enumerated session: its header and, if it is live, the live session.
@@ -100,11 +106,11 @@ fn by_creation(a: &&Record, b: &&Record) -> std::cmp::Ordering {
 
 impl<'a> Listing<'a> {
     /// Checks the two required services, in the reference's order, before anything is read.
-    pub(crate) fn new(services: &'a SubagentServices) -> Result<Listing<'a>, SubagentError> {
+    pub(crate) fn new(services: &'a SubagentServices, lanes: usize) -> Result<Listing<'a>, SubagentError> {
         let registry = services.projections.as_ref().ok_or(SubagentError::ProjectionsUnavailable)?;
         let sessions = services.sessions.as_ref().ok_or(SubagentError::SessionStoreUnavailable)?;
         let (persistence, cache) = (services.persistence.as_ref(), services.cache.as_ref());
-        Ok(Listing { registry, sessions, persistence, cache, scope: Scope::All })
+        Ok(Listing { registry, sessions, persistence, cache, scope: Scope::All, lanes })
     }
 
     /// The same listing, restricted to `scope`.
@@ -294,7 +300,7 @@ impl<'a> Listing<'a> {
                     (id.clone(), ColdFold::new(self.registry, id))
                 })
                 .collect();
-            let read = inspect_each_into(persistence.as_ref(), sinks, COLD_READ_CONCURRENCY, &reads);
+            let read = inspect_each_into(persistence.as_ref(), sinks, self.lanes, &reads);
             let outcomes = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(SubagentError::ListingCancelled),
@@ -326,8 +332,7 @@ impl<'a> Listing<'a> {
             return Err(SubagentError::ListingCancelled);
         }
         let cache = Arc::clone(cache);
-        let lookup =
-            run_blocking(move || headers.iter().map(|header| cached_identity(&*cache, header)).collect::<Vec<_>>());
+        let lookup = run_blocking(move || cached_identities(&*cache, &headers));
         tokio::select! {
             biased;
             () = cancel.cancelled() => Err(SubagentError::ListingCancelled),
@@ -453,6 +458,22 @@ fn live_row(
 /// Rung 2: an identity from the checkpoint source, used only if it is non-null, passes the seq
 /// gate (`seq >= seedLength`, so it was folded from the child's own descriptor), and the stored
 /// snapshot reports no unit failure. Anything else, a panic included, is a miss.
+/// The rung-2 identities of `headers`, in order, asked of the source in one batch; a batch that
+/// panics is asked again one header at a time, so a panic costs only its own header's hit.
+fn cached_identities(
+    cache: &dyn CheckpointSource,
+    headers: &[Arc<SessionHeader>],
+) -> Vec<Option<(SubagentIdentity, Option<TimingView>)>> {
+    match catch_unwind(AssertUnwindSafe(|| cache.cached_snapshots(headers))) {
+        Ok(snapshots) if snapshots.len() == headers.len() => headers
+            .iter()
+            .zip(snapshots)
+            .map(|(header, snapshot)| snapshot.and_then(|snapshot| usable_identity(header, &snapshot)))
+            .collect(),
+        _ => headers.iter().map(|header| cached_identity(cache, header)).collect(),
+    }
+}
+
 fn cached_identity(
     cache: &dyn CheckpointSource,
     header: &SessionHeader,
@@ -464,7 +485,12 @@ fn cached_identity(
             return None;
         }
     };
-    match identity_of(&snapshot) {
+    usable_identity(header, &snapshot)
+}
+
+/// The identity a snapshot serves for `header`: one of its own suffix, never a seed's.
+fn usable_identity(header: &SessionHeader, snapshot: &Snapshot) -> Option<(SubagentIdentity, Option<TimingView>)> {
+    match identity_of(snapshot) {
         Verdict::Identity(identity) if identity.seq >= header.own_suffix_start() => {
             Some((identity, timing_of(snapshot.values.get(SUBAGENT_TIMING_KEY))))
         }

@@ -13,7 +13,7 @@ use crate::{
     entry::{SubagentDescendantListEntry, SubagentListEntry},
     error::SubagentError,
     identity::SubagentIdentityUnit,
-    listing::{Listing, Scope},
+    listing::{COLD_READ_CONCURRENCY, Listing, MAX_COLD_READ_LANES, Scope},
     resume::{ResumeAuthorization, authorize},
     timing::SubagentTimingUnit,
 };
@@ -54,6 +54,7 @@ pub fn register_units(registry: &Arc<ProjectionRegistry>) -> Result<SubagentUnit
 #[derive(Debug)]
 pub struct SubagentRuntime {
     services: SubagentServices,
+    cold_read_lanes: usize,
     _units: Option<SubagentUnits>,
 }
 
@@ -62,7 +63,19 @@ impl SubagentRuntime {
     /// another unit already holds one of the two keys.
     pub fn new(services: SubagentServices) -> Result<SubagentRuntime, RegisterError> {
         let units = services.projections.as_ref().map(register_units).transpose()?;
-        Ok(SubagentRuntime { services, _units: units })
+        Ok(SubagentRuntime { services, cold_read_lanes: COLD_READ_CONCURRENCY, _units: units })
+    }
+
+    /// The same runtime reading at most `lanes` cold children of a listing at once (1 to
+    /// [`MAX_COLD_READ_LANES`]; [`COLD_READ_CONCURRENCY`] unless set): for a networked backend
+    /// whose pool serves that many reads side by side. Outside that range it panics: the caller
+    /// validates its configuration.
+    pub fn with_cold_read_lanes(self, lanes: usize) -> SubagentRuntime {
+        assert!(
+            (1..=MAX_COLD_READ_LANES).contains(&lanes),
+            "cold read lanes must be from 1 to {MAX_COLD_READ_LANES}, got {lanes}"
+        );
+        SubagentRuntime { cold_read_lanes: lanes, ..self }
     }
 
     /// The services the runtime was built over.
@@ -84,7 +97,7 @@ impl SubagentRuntime {
         parent: &SessionId,
         cancel: &CancellationToken,
     ) -> Result<Vec<SubagentListEntry>, SubagentError> {
-        Listing::new(&self.services)?.children(parent, cancel).await
+        Listing::new(&self.services, self.cold_read_lanes)?.children(parent, cancel).await
     }
 
     /// [`Self::list_children`] on behalf of a caller who may see only the sessions in `scope`:
@@ -95,7 +108,7 @@ impl SubagentRuntime {
         scope: Scope<'_>,
         cancel: &CancellationToken,
     ) -> Result<Vec<SubagentListEntry>, SubagentError> {
-        Listing::new(&self.services)?.scoped(scope).children(parent, cancel).await
+        Listing::new(&self.services, self.cold_read_lanes)?.scoped(scope).children(parent, cancel).await
     }
 
     /// [`Self::list_child`] within `scope` (see [`Scope`]).
@@ -106,7 +119,7 @@ impl SubagentRuntime {
         scope: Scope<'_>,
         cancel: &CancellationToken,
     ) -> Result<Option<SubagentListEntry>, SubagentError> {
-        Listing::new(&self.services)?.scoped(scope).child(parent, child, cancel).await
+        Listing::new(&self.services, self.cold_read_lanes)?.scoped(scope).child(parent, child, cancel).await
     }
 
     /// [`Self::list_descendants`] within `scope` (see [`Scope`]): the walk does not pass
@@ -117,7 +130,7 @@ impl SubagentRuntime {
         scope: Scope<'_>,
         cancel: &CancellationToken,
     ) -> Result<Vec<SubagentDescendantListEntry>, SubagentError> {
-        Listing::new(&self.services)?.scoped(scope).descendants(root, cancel).await
+        Listing::new(&self.services, self.cold_read_lanes)?.scoped(scope).descendants(root, cancel).await
     }
 
     /// The row [`Self::list_children`] would give `child` under `parent`, computed for that
@@ -130,7 +143,7 @@ impl SubagentRuntime {
         child: &SessionId,
         cancel: &CancellationToken,
     ) -> Result<Option<SubagentListEntry>, SubagentError> {
-        Listing::new(&self.services)?.child(parent, child, cancel).await
+        Listing::new(&self.services, self.cold_read_lanes)?.child(parent, child, cancel).await
     }
 
     /// Every subagent below `root` in stable pre-order (reference 03 §5.10): ordinary sessions and
@@ -141,7 +154,7 @@ impl SubagentRuntime {
         root: &SessionId,
         cancel: &CancellationToken,
     ) -> Result<Vec<SubagentDescendantListEntry>, SubagentError> {
-        Listing::new(&self.services)?.descendants(root, cancel).await
+        Listing::new(&self.services, self.cold_read_lanes)?.descendants(root, cancel).await
     }
 
     /// Decides whether `parent` may continue the child `child` (reference 03 §6.2 steps 1–5): the

@@ -280,7 +280,9 @@ fn print_table(rows: &[Row], plan: Plan) {
     }
 }
 
-/// Measures the three views on the store at `location`; the heap too when `heap` is set.
+/// Measures the three views on the store at `location`, cold (a fresh gateway and checkpoint
+/// cache); the heap too with `heap`, and with `warm` the list and the tree again once the cache
+/// is warm ([`measure_warm`]).
 async fn measure(apiproxy: &Path, location: &str, label: &str, views: &[&str], plan: Plan, rows: &mut Vec<Row>) {
     let gateway = Gateway::serve(apiproxy, location);
     let base = format!("http://{}/", gateway.addr());
@@ -325,6 +327,48 @@ async fn measure(apiproxy: &Path, location: &str, label: &str, views: &[&str], p
     if views.contains(&"heap") {
         heap_while_paging(&browser, &base, plan).await;
     }
+    browser.close().await;
+    drop(gateway);
+    if views.contains(&"warm") {
+        measure_warm(apiproxy, location, label, plan, rows).await;
+    }
+}
+
+/// The steady state of a gateway that has run for a while: `apiproxy cache warm` writes every
+/// session's checkpoint (what the background backfill does over time), then a fresh gateway on
+/// the warmed store serves the first list page (no blank probe: the checkpoints say which rows
+/// are blank) and the tree (rung 2: no child's log is read).
+async fn measure_warm(apiproxy: &Path, location: &str, label: &str, plan: Plan, rows: &mut Vec<Row>) {
+    timed(&format!("warmed the {label} checkpoint cache"), || {
+        let status = std::process::Command::new(apiproxy)
+            .args(["cache", "warm", "--store", location])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("run apiproxy cache warm");
+        assert!(status.success(), "apiproxy cache warm failed: {status}");
+    });
+    let gateway = Gateway::serve(apiproxy, location);
+    let base = format!("http://{}/", gateway.addr());
+    let browser = Browser::start().await;
+    let (mark, api) = navigations(&browser, &base, "dsh:list-painted", "/api/session.list", plan.n_samples).await;
+    rows.push(Row {
+        view: "list, warm cache",
+        store: label.into(),
+        mark,
+        api,
+        api_method: "session.list",
+        target: Some(150.0),
+    });
+    let url = format!("{base}#/s/{TREE_PARENT}");
+    let (mark, api) = navigations(&browser, &url, "dsh:tree-painted", "/api/subagent.list", plan.n_samples).await;
+    rows.push(Row {
+        view: "tree of 1,000, warm cache",
+        store: label.into(),
+        mark,
+        api,
+        api_method: "subagent.list",
+        target: Some(200.0),
+    });
     browser.close().await;
     drop(gateway);
 }
@@ -395,7 +439,7 @@ async fn run(apiproxy: PathBuf, plan: Plan) {
         write_store(&store, plan, 1);
     });
     let sqlite = format!("sqlite:{}", sqlite_path.display());
-    measure(&apiproxy, &sqlite, "sqlite", &["list", "tail", "tree", "heap"], plan, &mut rows).await;
+    measure(&apiproxy, &sqlite, "sqlite", &["list", "tail", "tree", "heap", "warm"], plan, &mut rows).await;
 
     match std::env::var("SESSION_PG_URL").ok().filter(|url| !url.is_empty()) {
         Some(server) => {
@@ -405,7 +449,7 @@ async fn run(apiproxy: PathBuf, plan: Plan) {
                 write_store(&store, plan, 8);
             });
             schema.sql(&format!("ANALYZE {0}.sessions; ANALYZE {0}.events;", schema.name));
-            measure(&apiproxy, &schema.url, "postgres", &["list", "tail", "tree"], plan, &mut rows).await;
+            measure(&apiproxy, &schema.url, "postgres", &["list", "tail", "tree", "warm"], plan, &mut rows).await;
         }
         None => eprintln!(
             "viewer_speed: SKIPPED the PostgreSQL store: set SESSION_PG_URL=postgres://postgres@127.0.0.1:5432/test"

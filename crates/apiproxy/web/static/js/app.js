@@ -268,11 +268,16 @@ async function openSession(id, seq) {
   $("history-new").hidden = true;
   $("history-older").hidden = true;
   setExportLink(id);
-  const facts = loadFacts(s);
+  // The header facts, the tree and (once the header says which call reads it) the history are
+  // asked for at once; only the history waits, and only for the session's own row.
+  const described = getSession(id);
   const tree = loadTree(s);
-  await facts;
+  const got = await described;
+  if (state.session !== s) return;
+  learnSource(s, got);
   const history = seq !== undefined ? goToSeq(seq) : loadTail(s);
-  await Promise.allSettled([tree, history]);
+  const facts = showFacts(s, got);
+  await Promise.allSettled([tree, history, facts]);
   if (nav === state.nav) ready();
 }
 
@@ -308,16 +313,24 @@ async function getSession(id) {
   }
 }
 
-async function loadFacts(s) {
-  const got = await getSession(s.id);
-  if (state.session !== s) return;
+/** The session's header and list row, from `session.get` or else the list already loaded. */
+function described(s, got) {
   const header = got?.header || {};
   const summary = got?.session || state.list.items.find((r) => r.sessionId === s.id) || {};
+  return { header, summary, parent: header.parentSessionId ?? summary.parentSessionId };
+}
+
+/** A subagent child is read through `subagent.history` with its parent and mode. */
+function learnSource(s, got) {
+  const { header, summary, parent } = described(s, got);
   const ident = summary.projections?.values?.subagent;
-  const parent = header.parentSessionId ?? summary.parentSessionId;
   if (!s.source && parent && (header.origin ?? summary.origin) === "subagent" && ident?.mode) {
     s.source = { parent, mode: ident.mode };
   }
+}
+
+async function showFacts(s, got) {
+  const { header, summary, parent } = described(s, got);
   const dl = $("session-facts");
   const fact = (name, value) => {
     if (value === undefined || value === null || value === "") return;
@@ -460,14 +473,19 @@ function rowForEvent(e) {
       if (bits.length) li.append(el("span", { class: "etype", text: ` (${bits.join(", ")})` }));
     }
   }
-  const raw = el("pre", { class: "raw-json", hidden: true, text: JSON.stringify(e, null, 2) });
+  // The raw JSON is built when first asked for: most rows are never opened.
   const toggle = el("button", { type: "button", class: "raw-toggle", "aria-expanded": "false", text: "Raw" });
+  let raw = null;
   toggle.addEventListener("click", () => {
     const open = toggle.getAttribute("aria-expanded") !== "true";
+    if (!raw) {
+      raw = el("pre", { class: "raw-json", hidden: true, text: JSON.stringify(e, null, 2) });
+      toggle.after(raw);
+    }
     toggle.setAttribute("aria-expanded", String(open));
     raw.hidden = !open;
   });
-  li.append(toggle, raw);
+  li.append(toggle);
   if (state.session?.selected === e.seq) li.classList.add("selected");
   return li;
 }
