@@ -43,6 +43,18 @@ pub(crate) fn next_seqs(connection: &Connection, shown: &Path, ids: &[SessionId]
     Ok(positions)
 }
 
+/// [`next_seqs`] in one read transaction, so every session's position is of one state of the file.
+pub(crate) fn next_seqs_at_once(
+    connection: &mut Connection,
+    shown: &Path,
+    ids: &[SessionId],
+) -> Result<Vec<(SessionId, u64)>> {
+    let transaction = connection.transaction().map_err(|error| sqlite_error(shown, error))?;
+    let next = next_seqs(&transaction, shown, ids)?;
+    transaction.commit().map_err(|error| sqlite_error(shown, error))?;
+    Ok(next)
+}
+
 /// The query of [`next_seqs`] for `n_ids` ids: each session's row by its primary key, joined to its
 /// last event row by the events' primary key (`MAX(seq)` of one `session_id` is a seek). The
 /// payload columns are read for a packed row only: a scalar row's seq is its position.

@@ -31,7 +31,7 @@ use crate::{
     config::{Access, SqliteConfig, Target},
     error::sqlite_error,
     lease::{Lease, RepairHold, hold_writer_lock, writer_lock_held},
-    position::{ChangeMark, next_seqs, with_holds},
+    position::{ChangeMark, next_seqs_at_once, with_holds},
     rules::{self, SESSION_DATABASE},
     scan::{RowScan, ScanContext, next_seq, scan_rows, seek_base, to_sql_seq},
     schema::{OpenSpec, Role, check_before_mutation, open_connection},
@@ -719,12 +719,7 @@ impl Backend for SqliteStore {
         if cancel.is_cancelled() {
             return Err(PersistenceError::Cancelled);
         }
-        let next = self.with_reader(|connection| {
-            let transaction = connection.transaction().map_err(self.sql_error())?;
-            let next = next_seqs(&transaction, &self.shown, ids)?;
-            transaction.commit().map_err(self.sql_error())?;
-            Ok(next)
-        })?;
+        let next = self.with_reader(|connection| next_seqs_at_once(connection, &self.shown, ids))?;
         if cancel.is_cancelled() {
             return Err(PersistenceError::Cancelled);
         }
