@@ -49,7 +49,7 @@ const REPLAY_CREATED_MAX: u64 = 100_000;
 const TAIL_CHUNK: usize = 256;
 
 /// How long a chunk waits for room in a client's queue.
-const ROOM_WAIT: Duration = Duration::from_secs(2);
+const ROOM_WAIT: Duration = Duration::from_secs(10);
 
 /// How many sessions' tails one round reads at once.
 const TAIL_READS: usize = 8;
