@@ -5,17 +5,17 @@
 //! sort, and the page's children one more pass selecting only theirs; a family is one pass (and
 //! one for its children's ids). Only the selected rows are decoded; an event row is never read.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::collections::BTreeMap;
 
 use rusqlite::{Connection, types::Value};
 use session_core::SessionId;
 use session_persistence::{
-    CorruptKind, HeaderPage, Listing, Location, LogFault, PageKey, PageRequest, PersistenceError, Result, StoredHeader,
+    HeaderPage, Listing, LogFault, PageKey, PageRequest, PersistenceError, Result, StoredHeader,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    sessions::{SESSION_COLUMNS, StoredSession, row_label},
+    sessions::{SESSION_COLUMNS, StoredSession},
     store::SqliteStore,
 };
 
@@ -134,39 +134,10 @@ impl SqliteStore {
         let (mut headers, mut faults, mut n_rows) = (Vec::new(), Vec::new(), 0);
         while let Some(row) = rows.next().map_err(self.sql_error())? {
             n_rows += 1;
-            match StoredSession::read(row) {
-                Ok(session) if u32::try_from(session.version).is_ok() => {
-                    if request.admits(&session.header) {
-                        headers.push(StoredHeader {
-                            revision: self.revision_of(&session),
-                            header: Arc::new(session.header),
-                            n_bytes: None,
-                        });
-                    }
-                }
-                Ok(session) => {
-                    let id = session.header.id.clone();
-                    let message = session.unsupported_version().unwrap_or_default();
-                    faults.push(LogFault {
-                        error: PersistenceError::FormatUnsupported { id: id.clone(), message, location: None },
-                        id,
-                        path: None,
-                        header: None,
-                    });
-                }
-                Err(message) => {
-                    let id = SessionId::from(row_label(row));
-                    faults.push(LogFault {
-                        error: PersistenceError::corrupt(
-                            CorruptKind::Header,
-                            Location::Session { id: id.clone() },
-                            message,
-                        ),
-                        id,
-                        path: None,
-                        header: None,
-                    });
-                }
+            match self.stored_row(row) {
+                Ok(stored) if request.admits(&stored.header) => headers.push(stored),
+                Ok(_) => {}
+                Err(fault) => faults.push(*fault),
             }
         }
         Ok((headers, faults, n_rows))

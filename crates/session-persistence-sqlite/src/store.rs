@@ -739,6 +739,32 @@ impl Backend for SqliteStore {
 }
 
 impl SqliteStore {
+    /// A `sessions` row as a listing sees it: its header, or the row's own fault (a format
+    /// version this build cannot read, or a row that does not decode).
+    pub(crate) fn stored_row(&self, row: &rusqlite::Row<'_>) -> std::result::Result<StoredHeader, Box<LogFault>> {
+        let (id, error) = match StoredSession::read(row) {
+            Ok(session) if u32::try_from(session.version).is_ok() => {
+                return Ok(StoredHeader {
+                    revision: self.revision_of(&session),
+                    header: Arc::new(session.header),
+                    n_bytes: None,
+                });
+            }
+            Ok(session) => {
+                let id = session.header.id.clone();
+                let message = session.unsupported_version().unwrap_or_default();
+                (id.clone(), PersistenceError::FormatUnsupported { id, message, location: None })
+            }
+            Err(message) => {
+                let id = SessionId::from(row_label(row));
+                let error =
+                    PersistenceError::corrupt(CorruptKind::Header, Location::Session { id: id.clone() }, message);
+                (id, error)
+            }
+        };
+        Err(Box::new(LogFault { error, id, path: None, header: None }))
+    }
+
     /// The `sessions` rows `filter` (a `WHERE` clause or nothing) selects, in id order; a row
     /// that does not decode is its own fault.
     pub(crate) fn listing<P: rusqlite::Params>(
@@ -757,35 +783,9 @@ impl SqliteStore {
             let mut rows = statement.query(params).map_err(self.sql_error())?;
             let mut listing = Listing::default();
             while let Some(row) = rows.next().map_err(self.sql_error())? {
-                match StoredSession::read(row) {
-                    Ok(session) if u32::try_from(session.version).is_ok() => listing.headers.push(StoredHeader {
-                        revision: self.revision_of(&session),
-                        header: Arc::new(session.header),
-                        n_bytes: None,
-                    }),
-                    Ok(session) => {
-                        let id = session.header.id.clone();
-                        let message = session.unsupported_version().unwrap_or_default();
-                        listing.faults.push(LogFault {
-                            error: PersistenceError::FormatUnsupported { id: id.clone(), message, location: None },
-                            id,
-                            path: None,
-                            header: None,
-                        });
-                    }
-                    Err(message) => {
-                        let id = SessionId::from(row_label(row));
-                        listing.faults.push(LogFault {
-                            error: PersistenceError::corrupt(
-                                CorruptKind::Header,
-                                Location::Session { id: id.clone() },
-                                message,
-                            ),
-                            id,
-                            path: None,
-                            header: None,
-                        });
-                    }
+                match self.stored_row(row) {
+                    Ok(stored) => listing.headers.push(stored),
+                    Err(fault) => listing.faults.push(*fault),
                 }
             }
             Ok(listing)
