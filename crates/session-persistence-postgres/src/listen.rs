@@ -55,7 +55,7 @@ impl Gate {
     fn send(&self, change: StoreChange) {
         let open = self.open.lock();
         if open.get() {
-            self.sink.changed(change);
+            session_persistence::deliver(&*self.sink, change);
         }
     }
 
@@ -91,7 +91,7 @@ impl Listener {
             if ended.listened {
                 delay = min;
             }
-            let wait = jittered(delay);
+            let wait = session_persistence::jittered(delay);
             if ended.listened {
                 tracing::warn!(store = %self.dialer.shown, error = %ended.error, retry_in = ?wait, "the listening connection was lost; reconnecting");
             } else {
@@ -163,33 +163,6 @@ impl Listener {
                         "the server closed the listening connection",
                     );
                 }
-            }
-        }
-    }
-}
-
-/// `delay` jittered: a time drawn evenly from its second half, so that gateways that lost their
-/// connections together do not all come back at once.
-fn jittered(delay: Duration) -> Duration {
-    let half = delay / 2;
-    let bits = uuid::Uuid::new_v4().as_u128() as u64;
-    let nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
-    let extra = bits % nanos.saturating_add(1);
-    half + Duration::from_nanos(extra)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::jittered;
-
-    #[test]
-    fn a_jittered_delay_stays_in_the_second_half() {
-        for delay in [Duration::ZERO, Duration::from_nanos(1), Duration::from_millis(250), Duration::from_secs(10)] {
-            for _ in 0..100 {
-                let wait = jittered(delay);
-                assert!(wait >= delay / 2 && wait <= delay, "{delay:?}: {wait:?}");
             }
         }
     }

@@ -284,7 +284,8 @@ impl Poller {
 
     /// One poll (or, while there is no connection, one attempt to open it), and how long to wait
     /// before the next: the poll interval, or after a failure the backoff, which starts at
-    /// [`WatchOptions::reconnect_min`] and doubles up to [`WatchOptions::reconnect_max`].
+    /// [`WatchOptions::reconnect_min`] and doubles up to [`WatchOptions::reconnect_max`], each
+    /// wait jittered into its second half ([`session_persistence::jittered`]).
     pub(crate) fn step(&mut self) -> Duration {
         let connected = self.connection.is_some();
         match self.poll() {
@@ -300,19 +301,20 @@ impl Poller {
                 self.interval()
             }
             Err(error) => {
-                let delay = match self.backoff {
+                let backoff = match self.backoff {
                     None => self.options.reconnect_min,
                     Some(delay) => (delay * 2).min(self.options.reconnect_max),
                 };
+                let wait = session_persistence::jittered(backoff);
                 tracing::warn!(
                     database = %self.spec.shown.display(),
                     %error,
-                    retry_in_ms = delay.as_millis() as u64,
+                    retry_in_ms = wait.as_millis() as u64,
                     "the SQLite change poll failed; reopening its connection, then sweeping"
                 );
                 self.connection = None;
-                self.backoff = Some(delay);
-                delay
+                self.backoff = Some(backoff);
+                wait
             }
         }
     }
@@ -484,7 +486,7 @@ impl Poller {
         if self.stopped.load(Ordering::Acquire) {
             return false;
         }
-        self.sink.changed(change);
+        session_persistence::deliver(&*self.sink, change);
         true
     }
 }

@@ -153,7 +153,9 @@ pub use crate::{
         stream_each,
     },
     validate::ReadThreads,
-    watch::{ChangeKind, ChangeSink, SessionPosition, SharedChangeSink, StoreChange, Watch, WatchOptions},
+    watch::{
+        ChangeKind, ChangeSink, SessionPosition, SharedChangeSink, StoreChange, Watch, WatchOptions, deliver, jittered,
+    },
 };
 /// The event types a read accepts without `ignorable: true` (owned by `session-core`, which
 /// runs the same storable check on every write).

@@ -9,7 +9,13 @@
 //! backend raises one after every (re)connect of its signal, since signals sent while it was away
 //! are gone.
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{
+    fmt,
+    hash::{BuildHasher, Hasher},
+    panic::{self, AssertUnwindSafe},
+    sync::Arc,
+    time::Duration,
+};
 
 use session_core::SessionId;
 
@@ -73,6 +79,36 @@ impl<F: Fn(StoreChange) + Send + Sync + 'static> ChangeSink for F {
     fn changed(&self, change: StoreChange) {
         self(change)
     }
+}
+
+/// Hands `change` to `sink`, containing a panic of the sink's: a backend calls its sink through
+/// this, so a sink that panics loses that one change (logged as an error; a lost wake-up, which a
+/// follower's sweep makes good) and the signal goes on instead of ending silently with its
+/// thread or task. `false` when the sink panicked.
+pub fn deliver(sink: &dyn ChangeSink, change: StoreChange) -> bool {
+    match panic::catch_unwind(AssertUnwindSafe(|| sink.changed(change))) {
+        Ok(()) => true,
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("(not a string)");
+            tracing::error!(panic = message, "a change sink panicked; its change is lost and the signal goes on");
+            false
+        }
+    }
+}
+
+/// A reconnect wait: `delay` jittered, a time drawn evenly from its second half, so that
+/// followers that lost their signal together (a server restart, a partition healing) do not all
+/// come back at once. Backends keep the un-jittered delay for the next doubling.
+pub fn jittered(delay: Duration) -> Duration {
+    let half = delay / 2;
+    // A fresh `RandomState` has fresh keys, so hashing nothing with it is a random draw.
+    let bits = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    let spread = u64::try_from((delay - half).as_nanos()).unwrap_or(u64::MAX);
+    half + Duration::from_nanos(bits % spread.saturating_add(1))
 }
 
 /// How a backend runs its change signal.
@@ -139,3 +175,42 @@ pub struct SessionPosition {
 
 /// The shared handle a follower keeps to a signal's sink.
 pub type SharedChangeSink = Arc<dyn ChangeSink>;
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        sync::{
+            Arc,
+            atomic::{AtomicUsize, Ordering},
+        },
+        time::Duration,
+    };
+
+    use super::{StoreChange, deliver, jittered};
+
+    #[test]
+    fn a_jittered_delay_stays_in_the_second_half_and_varies() {
+        for delay in [Duration::ZERO, Duration::from_nanos(1), Duration::from_millis(250), Duration::from_secs(10)] {
+            for _ in 0..100 {
+                let wait = jittered(delay);
+                assert!(wait >= delay / 2 && wait <= delay, "{delay:?}: {wait:?}");
+            }
+        }
+        let draws: std::collections::HashSet<Duration> = (0..100).map(|_| jittered(Duration::from_secs(10))).collect();
+        assert!(draws.len() > 90, "100 draws over 5 s gave only {} distinct waits", draws.len());
+    }
+
+    #[test]
+    fn a_panicking_sink_loses_its_change_and_the_next_one_is_delivered() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&calls);
+        let sink = move |_change: StoreChange| {
+            if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                panic!("the first change is refused");
+            }
+        };
+        assert!(!deliver(&sink, StoreChange::Sweep), "the panic is contained and reported");
+        assert!(deliver(&sink, StoreChange::Sweep));
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+}

@@ -1,8 +1,9 @@
 //! The change signal: a watch sweeps once it listens, then hears what another store handle
 //! creates, appends, repairs and releases (never its own handle's writes), listens again after
-//! its connection is killed and sweeps again, turns an id too long for a payload into a sweep,
-//! hears nothing a suppressed handle writes, and closes its connection when dropped; positions
-//! and `held` follow another handle's lease, and `created_since` filters by `createdAt`.
+//! its connection is killed and sweeps again, goes on past a sink that panics, turns an id too
+//! long for a payload into a sweep, hears nothing a suppressed handle writes, and closes its
+//! connection when dropped; positions and `held` follow another handle's lease, and
+//! `created_since` filters by `createdAt`.
 
 use std::{
     sync::{
@@ -119,6 +120,33 @@ fn a_watch_sweeps_then_hears_another_handles_writes_and_not_its_own() {
     write(&writer, "s", 5..6);
     assert_eq!(next(&signals), session("s", ChangeKind::Appended, 6));
     assert_eq!(signals.try_recv(), Err(mpsc::TryRecvError::Empty));
+}
+
+#[test]
+fn a_sink_that_panics_loses_one_change_and_the_watch_goes_on() {
+    let Some(schema) = TestSchema::new() else { return };
+    let follower = schema.open();
+    let writer = schema.open();
+    let (sender, signals) = mpsc::channel();
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let sink: SharedChangeSink = Arc::new(move |change| {
+        if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            panic!("the sink refuses its second change");
+        }
+        let _ = sender.send(change);
+    });
+    let _watch = follower.watch(&WatchOptions::default(), sink).unwrap().expect("PostgreSQL has a change signal");
+    assert_eq!(next(&signals), StoreChange::Sweep);
+
+    write(&writer, "lost", 0..1);
+    write(&writer, "heard", 0..1);
+    assert_eq!(
+        next(&signals),
+        session("heard", ChangeKind::Created, 1),
+        "the creation the sink panicked on is lost; the listener goes on"
+    );
+    write(&writer, "heard", 1..3);
+    assert_eq!(next(&signals), session("heard", ChangeKind::Appended, 3));
 }
 
 #[test]

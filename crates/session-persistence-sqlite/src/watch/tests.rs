@@ -1,5 +1,5 @@
 //! Unit tests of the change poller, driven step by step without its thread: the backoff and the
-//! sweep after recovery, the sweep for a change too wide to report session by session, and the
+//! sweep after recovery, a sink that panics, the sweep for a change too wide to report session by session, and the
 //! handle's own writes and releases left out.
 
 use std::{path::Path, sync::Arc, time::Duration};
@@ -62,8 +62,11 @@ fn a_poller_that_cannot_open_backs_off_doubling_and_sweeps_once_it_can() {
     std::fs::rename(&path, &away).unwrap();
 
     let (mut poller, seen) = poller(&path);
-    let delays: Vec<Duration> = (0..4).map(|_| poller.step()).collect();
-    assert_eq!(delays, [10, 20, 35, 35].map(Duration::from_millis), "doubling from reconnect_min to reconnect_max");
+    // Doubling from reconnect_min to reconnect_max, each wait jittered into its second half.
+    for backoff in [10, 20, 35, 35].map(Duration::from_millis) {
+        let wait = poller.step();
+        assert!(wait >= backoff / 2 && wait <= backoff, "a wait of {wait:?} for a backoff of {backoff:?}");
+    }
     assert!(!poller.is_connected());
     assert!(taken(&seen).is_empty(), "nothing is signalled before the connection opens");
 
@@ -94,7 +97,11 @@ fn a_poll_that_fails_drops_its_connection_backs_off_and_sweeps_after_reopening()
     // makes the poll run that pass.
     poller.connection = Some(rusqlite::Connection::open_in_memory().unwrap());
     poller.data_version = -1;
-    assert_eq!(poller.step(), Duration::from_millis(10), "the first retry waits reconnect_min");
+    let wait = poller.step();
+    assert!(
+        wait >= Duration::from_millis(5) && wait <= Duration::from_millis(10),
+        "the first retry waits reconnect_min, jittered: {wait:?}"
+    );
     assert!(!poller.is_connected(), "the failed connection is dropped");
     assert!(taken(&seen).is_empty());
 
@@ -195,4 +202,33 @@ fn the_handles_own_commits_and_releases_are_left_out_and_another_holders_release
     append(&mine, "x", 8);
     poller.step();
     assert!(taken(&seen).is_empty());
+}
+
+#[test]
+fn a_sink_that_panics_loses_one_change_and_the_poller_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let store = SqliteStore::open(SqliteConfig::file(&path)).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&seen);
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let changed = move |change: StoreChange| {
+        if counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            panic!("the sink refuses its first change");
+        }
+        sink.lock().push(change);
+    };
+    let mut poller = Poller::detached(spec(&path), options(), Arc::new(changed), Arc::default());
+    assert_eq!(poller.step(), Duration::from_millis(7), "the sweep's panic is not the poll's failure");
+    assert!(poller.is_connected());
+    assert!(taken(&seen).is_empty(), "the first change (the sweep) was lost to the panic");
+
+    first_batch(&store, "after");
+    poller.step();
+    assert_eq!(
+        taken(&seen),
+        [StoreChange::Session { id: SessionId::from("after"), kind: ChangeKind::Created, next_seq: Some(1) }],
+        "the next change is delivered"
+    );
 }
