@@ -24,6 +24,7 @@ use axum::{
 };
 use futures::FutureExt;
 use serde_json::Value;
+use session_core::panic_text;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -216,15 +217,5 @@ async fn upgrade(shared: Arc<Shared>, caller: Caller, kind: StreamKind, request:
             response.headers_mut().insert(header::UPGRADE, HeaderValue::from_static("websocket"));
             response
         }
-    }
-}
-
-pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "non-string panic payload".to_owned()
     }
 }

@@ -219,3 +219,16 @@ impl ForkError {
         ForkError { code, message: message.into(), source: None }
     }
 }
+
+/// The message of a caught panic (`std::panic::catch_unwind`'s payload): its `&str` or `String`,
+/// or `non-string panic payload` for any other value. Every layer that contains a panic (a store
+/// observer, a projection unit, a change sink, a gateway handler) reports it with this.
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}

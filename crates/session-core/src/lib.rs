@@ -110,7 +110,7 @@ pub use crate::{
         MAX_OWNER_BYTES, Oversized, TooLarge,
     },
     clock::{BoundedClock, Clock, MAX_CLOCK_MS, ManualClock, SystemClock},
-    error::{ForkError, ForkErrorCode, ObserverError, SessionError, StoreError},
+    error::{ForkError, ForkErrorCode, ObserverError, SessionError, StoreError, panic_text},
     event::{
         END_SEED, EventType, INVALID_ENVELOPE, KNOWN_SESSION_EVENT_TYPES, SURFACE_ELIGIBLE_TYPES, SessionEvent,
         SurfaceOp, is_surface_eligible,

@@ -16,7 +16,6 @@
 //! could deadlock two sessions detaching each other.
 
 use std::{
-    any::Any,
     collections::HashMap,
     fmt,
     panic::{AssertUnwindSafe, catch_unwind},
@@ -34,7 +33,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::{
     Clock, ForkError, ForkErrorCode, HeaderError, HeaderMeta, KnownTypes, ObserverError, Session, SessionError,
-    SessionEvent, SessionHeader, SessionId, StoreError,
+    SessionEvent, SessionHeader, SessionId, StoreError, panic_text,
     publication::{AfterAnnounce, Held},
     view::{Field, object_text, present, string},
 };
@@ -153,16 +152,6 @@ struct Entry {
 #[derive(Debug, thiserror::Error)]
 #[error("{0} panicked: {1}")]
 struct Panicked(&'static str, String);
-
-fn panic_text(payload: &(dyn Any + Send)) -> String {
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "non-string panic payload".to_owned()
-    }
-}
 
 fn call_observer(observer: &dyn StoreObserver, event: &StoreEvent<'_>) -> Result<(), ObserverError> {
     match catch_unwind(AssertUnwindSafe(|| observer.notify(event))) {

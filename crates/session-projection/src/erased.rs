@@ -12,7 +12,7 @@ use std::{
 
 use serde::Deserialize;
 use serde_json::Value;
-use session_core::{SessionEvent, json::check_lossless};
+use session_core::{SessionEvent, json::check_lossless, panic_text};
 
 use crate::{ClientView, ProjectionUnit, UnitError, UnitFailure};
 
@@ -140,15 +140,5 @@ pub(crate) fn apply_contained(
         Err(payload) => {
             Err(UnitFailure::Apply { seq: event.seq, panicked: true, message: panic_text(payload.as_ref()) })
         }
-    }
-}
-
-pub(crate) fn panic_text(payload: &(dyn Any + Send)) -> String {
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "non-string panic payload".to_owned()
     }
 }

@@ -25,12 +25,13 @@ use parking_lot::{Mutex, RwLock};
 use serde_json::Value;
 use session_core::{
     ObserverError, ObserverId, Session, SessionEvent, SessionStore, StoreEvent, StoreObserver, json::MAX_SAFE_INTEGER,
+    panic_text,
 };
 
 use crate::{
     Checkpoint, ClientView, ProjectionChange, ProjectionUnit, RegisterError, RegisteredUnit, Snapshot, UnitFailure,
     cell::{Cell, Step, checkpoint_of, fold_event, read_view, snapshot_of},
-    erased::{Erased, ErasedUnit, panic_text},
+    erased::{Erased, ErasedUnit},
     plan::{Plan, PlanUnit},
 };
 

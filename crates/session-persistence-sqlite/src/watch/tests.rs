@@ -1,6 +1,6 @@
 //! Unit tests of the change poller, driven step by step without its thread: the backoff and the
-//! sweep after recovery, a sink that panics, the sweep for a change too wide to report session by session, and the
-//! handle's own writes and releases left out.
+//! sweep after recovery, a sink that panics, the sweep for a change too wide to report session by
+//! session, and the handle's own writes and releases left out.
 
 use std::{path::Path, sync::Arc, time::Duration};
 
