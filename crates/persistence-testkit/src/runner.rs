@@ -3,7 +3,6 @@
 //! write runs) or a whole suite in one call.
 
 use std::{
-    any::Any,
     cell::RefCell,
     fmt,
     future::Future,
@@ -175,23 +174,13 @@ fn run_case<S: ?Sized + 'static>(case: &Case<S>, place: Box<S>) -> CaseReport {
             // let it go rather than wait for it.
             runtime.shutdown_background();
             let location = LAST_PANIC.with(|last| last.borrow_mut().take());
-            Outcome::Failed { message: panic_message(payload.as_ref()), location }
+            Outcome::Failed { message: session_core::panic_text(payload.as_ref()), location }
         }
     };
     drop(place);
     let report = CaseReport { name: case.name, outcome };
     println!("{report}");
     report
-}
-
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "the case panicked with a value that is not a string".to_owned()
-    }
 }
 
 /// How one case went.
