@@ -2,7 +2,7 @@
 //! directory (list, show, subagents, verify).
 //!
 //! Exit codes: 0 success; 1 an operational error (printed as one line); 2 a usage error;
-//! 3 `verify` found a log that is not healthy.
+//! 3 `verify` found a log that is not healthy, or `copy` left a session out.
 //!
 //! What the commands do to a store (`cli::ops`) and the demo store of `serve --demo`
 //! (`cli::demo`) are this binary's own modules, not the library's API.
@@ -12,6 +12,7 @@ mod cli {
     //! The binary's own modules: the store operations of its commands, the demo store and its
     //! turns.
 
+    pub(crate) mod copy;
     pub(crate) mod demo;
     pub(crate) mod ops;
     pub(crate) mod turns;
@@ -141,6 +142,30 @@ enum Command {
     Setup {
         #[command(flatten)]
         store: StoreArgs,
+    },
+    /// Copy every session of one store into another, of any backend (JSONL raw or zstd, SQLite,
+    /// PostgreSQL), keeping each session's events byte for byte (checked per session as it is
+    /// read back). Resumable: a session already copied is skipped, one copied in part is
+    /// completed; one the target holds otherwise is refused and left alone; a damaged source log
+    /// is reported and skipped. Projection checkpoints are not copied (`cache warm` rebuilds
+    /// them).
+    Copy {
+        /// The store to copy from, as `--store` names one; read only, so a server may keep
+        /// serving it.
+        #[arg(long)]
+        from: String,
+        /// The encoding of a JSONL source (detected from its logs when left out).
+        #[arg(long, value_enum)]
+        from_compression: Option<Encoding>,
+        /// The store to copy into (created on first use); a JSONL one takes the store's lock.
+        #[arg(long)]
+        to: String,
+        /// The encoding of a JSONL target: an existing store's own when left out, else zstd.
+        #[arg(long, value_enum)]
+        to_compression: Option<Encoding>,
+        /// Sessions copied at once.
+        #[arg(long, default_value_t = 4, value_parser = positive_usize)]
+        jobs: usize,
     },
     /// Manage the projection checkpoint cache of a store.
     Cache {
@@ -463,6 +488,11 @@ async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Cache { command: CacheCommand::Warm { store } } => warm(store.options()?).await,
+        Command::Copy { from, from_compression, to, to_compression, jobs } => {
+            let from = StoreLocation::parse(&from, from_compression.map(Into::into))?;
+            let to = StoreLocation::parse(&to, to_compression.map(Into::into))?;
+            copy(from, to, jobs).await
+        }
     }
 }
 
@@ -629,6 +659,31 @@ async fn warm(options: StoreLocation) -> Result<ExitCode> {
     drop(proxy);
     coordinator.close().await?;
     Ok(if report.failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(EXIT_UNHEALTHY) })
+}
+
+async fn copy(from: StoreLocation, to: StoreLocation, jobs: usize) -> Result<ExitCode> {
+    let bar = progress_bar("{bar:40} {pos}/{len} sessions {msg}");
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let interrupt = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            interrupt.cancel();
+        }
+    });
+    let shown = bar.clone();
+    let copies = cli::copy::copy_stores(&from, &to, jobs, &cancel, move |done, total, copy| {
+        shown.set_length(total as u64);
+        shown.set_position(done as u64);
+        shown.set_message(copy.id.to_string());
+    })
+    .await?;
+    bar.finish_and_clear();
+    let (lines, complete) = cli::copy::summary(&copies);
+    let mut out = std::io::stdout().lock();
+    for line in lines {
+        writeln!(out, "{line}")?;
+    }
+    Ok(if complete { ExitCode::SUCCESS } else { ExitCode::from(EXIT_UNHEALTHY) })
 }
 
 /// A progress bar on an interactive stderr, else a hidden one.

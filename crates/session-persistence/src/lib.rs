@@ -113,6 +113,7 @@
 
 mod backend;
 mod coordinator;
+pub mod copy;
 mod counting;
 mod error;
 // The JSONL bytes are an implementation detail: the module is public only so that the criterion
@@ -137,6 +138,7 @@ pub use crate::{
         StoredHeader, SurveyEntry, TornTail,
     },
     coordinator::{Coordinator, CoordinatorConfig},
+    copy::{CopyOptions, CopyOutcome, SessionCopy, copy_store},
     counting::CountingBackend,
     error::{CorruptKind, DatabaseFault, FencedWrite, Location, PersistenceError, Result},
     // The chunk-row codec, for backends that store packed runs in a layout of their own.

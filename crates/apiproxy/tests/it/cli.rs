@@ -65,7 +65,7 @@ fn log_path(root: &Path, id: &str) -> PathBuf {
 
 /// Writes a raw-encoded store: `healthy`, `torn`, `corrupt`, `open` (an interrupted turn), and a
 /// parent `p` with a continuable child `kid`.
-async fn write_store(root: &Path) {
+pub(crate) async fn write_store(root: &Path) {
     let backend =
         JsonlStore::open(JsonlConfig { root: root.to_owned(), compression: Compression::None, pack_chunks: true })
             .unwrap();
@@ -102,7 +102,7 @@ async fn write_store(root: &Path) {
 }
 
 /// Removes the final newline of `torn` and garbles a line in the middle of `corrupt`.
-fn damage(root: &Path) {
+pub(crate) fn damage(root: &Path) {
     let torn = log_path(root, "torn");
     let mut bytes = fs::read(&torn).unwrap();
     assert_eq!(bytes.pop(), Some(b'\n'));

@@ -5,6 +5,7 @@ mod bounds;
 mod carrier;
 mod cli;
 mod clock;
+mod copy;
 mod crash;
 mod create_race;
 mod damage;
