@@ -187,7 +187,10 @@ fn the_reference_stores_copy_into_every_backend() {
 fn turns(n_turns: u64) -> Vec<Arc<SessionEvent>> {
     (1..=n_turns)
         .flat_map(|turn| {
-            [("turn/start", json!({"turn": turn})), ("turn/end", json!({"turn": turn, "reason": {"kind": "completed"}}))]
+            [
+                ("turn/start", json!({"turn": turn})),
+                ("turn/end", json!({"turn": turn, "reason": {"kind": "completed"}})),
+            ]
         })
         .zip(0..)
         .map(|((kind, data), seq)| Arc::new(SessionEvent::new(kind, seq, 2_000, JsonData::from_value(&data).unwrap())))

@@ -10,18 +10,22 @@ mod fields;
 mod header;
 mod scan;
 mod scanner;
+mod seek;
 mod zstd;
 
 #[cfg(test)]
 mod tests;
 
-pub(crate) use self::scan::{HeaderRead, KnownHeader, read_header, scan_log_known};
 pub use self::{
     batch::encode_batch,
     chunk_rows::{ChunkKind, ChunkRow, MIN_RUN, Record, RecordError, chunk_runs, decode_record, pack_chunk_runs},
     header::{decode_header_line, encode_header_line},
     scan::{ByteSource, LogScan, MAX_HEADER_BYTES, scan_log},
     zstd::{FrameEncoder, ZSTD_MAGIC},
+};
+pub(crate) use self::{
+    scan::{HeaderRead, KnownHeader, read_header},
+    seek::scan_log_from,
 };
 
 /// The largest record (one line, newline excluded) a reader buffers and a writer produces.

@@ -12,7 +12,7 @@ use super::{
     Compression,
     header::{HeaderLineError, decode},
     scanner::LineScanner,
-    zstd::{FrameStream, Piece, StreamEnd, read_full, walk_frames},
+    zstd::{FrameStream, Piece, StreamEnd, read_full, walk_frames, walk_frames_from},
 };
 use crate::{
     backend::{ScanSink, TornTail},
@@ -126,14 +126,55 @@ pub(crate) fn scan_log_known(
         Some(known) => still_leads(source, known).map_err(|error| PersistenceError::io(path, error))?.then_some(known),
         None => None,
     };
+    scan_resumed(source, compression, path, cancel, known.map(Resume::after_header), 0, sink)
+}
+
+/// Where a read starts other than at the log's first byte: after a header already decoded, or,
+/// for a suffix read, at a line (raw) or frame (zstd) boundary further in.
+#[derive(Debug, Clone)]
+pub(crate) struct Resume {
+    /// The log's header, handed to the sink without being read again.
+    pub(crate) header: Arc<SessionHeader>,
+    /// The file offset of the first byte to read.
+    pub(crate) offset: u64,
+    /// The log text's offset there (the file offset for raw logs; for zstd, the header's
+    /// plaintext length after the header frame, and 0 further in, where it is not known).
+    pub(crate) text_offset: u64,
+    /// The seq of the first event read.
+    pub(crate) seq: u64,
+}
+
+impl Resume {
+    /// Right after `known`'s header.
+    pub(crate) fn after_header(known: &KnownHeader) -> Resume {
+        Resume {
+            header: Arc::clone(&known.header),
+            offset: known.bytes.len() as u64,
+            text_offset: known.plain_len,
+            seq: 0,
+        }
+    }
+}
+
+/// Scans `source` from `resume` (from its first byte without one), handing the sink the events
+/// from `from_seq` on.
+pub(crate) fn scan_resumed(
+    source: &dyn ByteSource,
+    compression: Compression,
+    path: &Path,
+    cancel: &CancellationToken,
+    resume: Option<Resume>,
+    from_seq: u64,
+    sink: &mut dyn ScanSink,
+) -> Result<LogScan> {
     match compression {
-        Compression::None => scan_raw(source, path, cancel, known, sink),
-        Compression::Zstd => scan_zstd(source, path, cancel, known, sink),
+        Compression::None => scan_raw(source, path, cancel, resume, from_seq, sink),
+        Compression::Zstd => scan_zstd(source, path, cancel, resume, from_seq, sink),
     }
 }
 
 /// Whether `source` starts with `known`'s bytes.
-fn still_leads(source: &dyn ByteSource, known: &KnownHeader) -> io::Result<bool> {
+pub(crate) fn still_leads(source: &dyn ByteSource, known: &KnownHeader) -> io::Result<bool> {
     if source.len() < known.bytes.len() as u64 {
         return Ok(false);
     }
@@ -156,7 +197,8 @@ fn scan_raw(
     source: &dyn ByteSource,
     path: &Path,
     cancel: &CancellationToken,
-    known: Option<&KnownHeader>,
+    resume: Option<Resume>,
+    from_seq: u64,
     sink: &mut dyn ScanSink,
 ) -> Result<LogScan> {
     let len = source.len();
@@ -165,11 +207,11 @@ fn scan_raw(
     let mut header = None;
     let mut scanner: Option<LineScanner> = None;
     let mut offset = 0;
-    if let Some(known) = known {
-        sink.header(&known.header)?;
-        header = Some(Arc::clone(&known.header));
-        scanner = Some(LineScanner::new(path, known.plain_len));
-        offset = known.plain_len;
+    if let Some(resume) = resume {
+        sink.header(&resume.header)?;
+        header = Some(resume.header);
+        scanner = Some(LineScanner::resumed(path, resume.offset, resume.seq));
+        offset = resume.offset;
     }
     while offset < len {
         if cancel.is_cancelled() {
@@ -197,7 +239,8 @@ fn scan_raw(
             rest = &rest[newline + 1..];
         }
         if let Some(scanner) = scanner.as_mut() {
-            scanner.feed(rest, &mut |event| sink.event(Arc::new(event)))?;
+            scanner
+                .feed(rest, &mut |event| if event.seq >= from_seq { sink.event(Arc::new(event)) } else { Ok(()) })?;
         }
         offset += got as u64;
     }
@@ -217,12 +260,15 @@ fn scan_zstd(
     source: &dyn ByteSource,
     path: &Path,
     cancel: &CancellationToken,
-    known: Option<&KnownHeader>,
+    resume: Option<Resume>,
+    from_seq: u64,
     sink: &mut dyn ScanSink,
 ) -> Result<LogScan> {
     let len = source.len();
-    let walk = walk_frames(source, len, path, cancel, None)?;
-    if walk.n_complete == 0 {
+    // A resumed read starts at a frame boundary: the header frame's end, or one a seek found.
+    let start = resume.as_ref().map_or(0, |resume| resume.offset);
+    let walk = walk_frames_from(source, len, start, path, cancel, None)?;
+    if resume.is_none() && walk.n_complete == 0 {
         return Err(corrupt_header(path, "empty or header-less Zstandard session log"));
     }
     let mut stream = FrameStream::new(source, len).map_err(|error| PersistenceError::io(path, error))?;
@@ -230,25 +276,23 @@ fn scan_zstd(
     let mut header: Option<Arc<SessionHeader>> = None;
     let mut scanner: Option<LineScanner> = None;
     let mut n_bytes = 0u64;
-    // The known header frame is a complete frame (it decoded), so the walk passed it whole and the
-    // events start at its end.
-    let mut start = 0;
-    if let Some(known) = known {
-        sink.header(&known.header)?;
-        header = Some(Arc::clone(&known.header));
-        let mut events = LineScanner::new(path, known.plain_len);
-        start = known.bytes.len() as u64;
+    if let Some(resume) = resume {
+        sink.header(&resume.header)?;
+        header = Some(resume.header);
+        let mut events = LineScanner::resumed(path, resume.text_offset, resume.seq);
         events.set_frame_start(start);
         scanner = Some(events);
-        n_bytes = known.plain_len;
+        n_bytes = resume.text_offset;
     }
-    let read_ahead = walk.complete_end > RUN_AHEAD_MIN_BYTES && sink.read_ahead();
+    let read_ahead = walk.complete_end - start > RUN_AHEAD_MIN_BYTES && sink.read_ahead();
     let on_piece = &mut |piece: Piece<'_>| {
         match piece {
             Piece::Plaintext(bytes) => {
                 n_bytes += bytes.len() as u64;
                 match scanner.as_mut() {
-                    Some(scanner) => scanner.feed(bytes, &mut |event| sink.event(Arc::new(event)))?,
+                    Some(scanner) => scanner.feed(bytes, &mut |event| {
+                        if event.seq >= from_seq { sink.event(Arc::new(event)) } else { Ok(()) }
+                    })?,
                     None if header_text.len() + bytes.len() > MAX_HEADER_BYTES => {
                         return Err(corrupt_header(
                             path,
@@ -315,7 +359,7 @@ fn scan_zstd(
                     n_bytes += bytes.len() as u64;
                     scanner.feed(bytes, &mut |event| {
                         recovered.push(event.clone());
-                        sink.event(Arc::new(event))
+                        if event.seq >= from_seq { sink.event(Arc::new(event)) } else { Ok(()) }
                     })?;
                 }
                 Ok(())

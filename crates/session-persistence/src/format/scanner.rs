@@ -76,6 +76,12 @@ impl LineScanner {
         }
     }
 
+    /// A scanner for the event lines from `start` on, where the log's event `next_seq` begins
+    /// (a suffix read that sought its way in): the lines before are not seen.
+    pub(crate) fn resumed(path: &Path, start: u64, next_seq: u64) -> LineScanner {
+        LineScanner { next_seq, ..LineScanner::new(path, start) }
+    }
+
     pub(crate) fn set_frame_start(&mut self, frame_start: u64) {
         self.frame_start = Some(frame_start);
     }

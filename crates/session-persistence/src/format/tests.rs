@@ -6,7 +6,9 @@ use session_core::{JsonData, SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Compression, FrameEncoder, KnownHeader, encode_batch, encode_header_line, read_header, scan_log, scan_log_known,
+    Compression, FrameEncoder, KnownHeader, encode_batch, encode_header_line, read_header,
+    scan::scan_log_known,
+    scan_log,
     scanner::LineScanner,
     zstd::{FrameWalk, walk_frames},
 };

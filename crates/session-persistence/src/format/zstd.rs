@@ -21,6 +21,9 @@ const INPUT_CHUNK: usize = 256 << 10;
 /// The structural walker reads ahead this much, so small frames cost no extra reads.
 const WALK_WINDOW: usize = 64 << 10;
 
+/// What a walk of one frame reads ahead (the header frame, or a seek's probe).
+const PROBE_WINDOW: usize = 4 << 10;
+
 /// Compresses batches into frames: the default level, with a content checksum.
 pub struct FrameEncoder {
     compressor: zstd::bulk::Compressor<'static>,
@@ -63,6 +66,8 @@ struct Window<'s> {
     len: u64,
     start: u64,
     bytes: Vec<u8>,
+    /// Bytes read ahead per read.
+    ahead: usize,
 }
 
 impl Window<'_> {
@@ -73,7 +78,7 @@ impl Window<'_> {
         };
         let window_end = self.start + self.bytes.len() as u64;
         if offset < self.start || end > window_end {
-            let want = usize::try_from(self.len - offset).unwrap_or(usize::MAX).min(WALK_WINDOW.max(n));
+            let want = usize::try_from(self.len - offset).unwrap_or(usize::MAX).min(self.ahead.max(n));
             self.bytes.resize(want, 0);
             let got = read_full(self.source, offset, &mut self.bytes)?;
             self.bytes.truncate(got);
@@ -120,8 +125,22 @@ pub(crate) fn walk_frames(
     cancel: &CancellationToken,
     max_frames: Option<u64>,
 ) -> Result<FrameWalk> {
-    let mut window = Window { source, len, start: 0, bytes: Vec::new() };
-    let mut walk = FrameWalk { n_complete: 0, complete_end: 0, torn_start: None };
+    walk_frames_from(source, len, 0, path, cancel, max_frames)
+}
+
+/// [`walk_frames`] from the frame that starts at `from` (a frame boundary) instead of the first.
+pub(crate) fn walk_frames_from(
+    source: &dyn ByteSource,
+    len: u64,
+    from: u64,
+    path: &Path,
+    cancel: &CancellationToken,
+    max_frames: Option<u64>,
+) -> Result<FrameWalk> {
+    // A walk to the header frame alone reads ahead a little, not a whole walk's window.
+    let ahead = if max_frames == Some(1) { PROBE_WINDOW } else { WALK_WINDOW };
+    let mut window = Window { source, len, start: 0, bytes: Vec::new(), ahead };
+    let mut walk = FrameWalk { n_complete: 0, complete_end: from, torn_start: None };
     let io_error = |error| PersistenceError::io(path, error);
     while walk.complete_end < len && max_frames.is_none_or(|max| walk.n_complete < max) {
         if cancel.is_cancelled() {
@@ -140,6 +159,23 @@ pub(crate) fn walk_frames(
         }
     }
     Ok(walk)
+}
+
+/// Whether a complete, well-formed frame starts at `start` and ends where the source ends or
+/// another frame's magic begins: its end, or `None`. What a seek probes with, at a magic number
+/// it found, which compressed bytes could hold by chance.
+pub(crate) fn frame_at(source: &dyn ByteSource, len: u64, start: u64) -> io::Result<Option<u64>> {
+    let mut window = Window { source, len, start: 0, bytes: Vec::new(), ahead: PROBE_WINDOW };
+    let end = match walk_frame(&mut window, start, Path::new("")) {
+        Ok(Some(end)) => end,
+        Ok(None) | Err(WalkError::Corrupt(_)) => return Ok(None),
+        Err(WalkError::Io(error)) => return Err(error),
+    };
+    if end == len {
+        return Ok(Some(end));
+    }
+    let Some(magic) = window.get(end, 4)? else { return Ok(None) };
+    Ok((u32::from_le_bytes([magic[0], magic[1], magic[2], magic[3]]) == ZSTD_MAGIC).then_some(end))
 }
 
 enum WalkError {

@@ -232,7 +232,19 @@ impl Backend for JsonlStore {
     }
 
     fn scan(&self, id: &SessionId, cancel: &CancellationToken, sink: &mut dyn ScanSink) -> Result<Option<ScanOutcome>> {
-        self.scan_log(id, cancel, sink)
+        self.scan_log(id, 0, cancel, sink)
+    }
+
+    /// Seeks: bisects the file by seq to the last line (raw) or frame (zstd) boundary at or
+    /// before `from_seq`, and streams the events from `from_seq` on.
+    fn scan_from(
+        &self,
+        id: &SessionId,
+        from_seq: u64,
+        cancel: &CancellationToken,
+        sink: &mut dyn ScanSink,
+    ) -> Result<Option<ScanOutcome>> {
+        self.scan_log(id, from_seq, cancel, sink)
     }
 
     fn revision(&self, id: &SessionId) -> Result<Option<Revision>> {

@@ -20,7 +20,7 @@ use super::{
 use crate::{
     backend::{ScanOutcome, ScanSink, StoredHeader},
     error::{PersistenceError, Result},
-    format::{LogScan, scan_log_known},
+    format::{LogScan, scan_log_from},
 };
 
 /// How often a scan re-reads a log that changed while it was being read before giving up.
@@ -54,10 +54,12 @@ impl ScanSink for BoundSink<'_> {
 }
 
 impl JsonlStore {
-    /// [`Backend::scan`](crate::Backend::scan) of the JSONL store.
+    /// [`Backend::scan`](crate::Backend::scan) of the JSONL store, and with `from_seq` above 0
+    /// its [`scan_from`](crate::Backend::scan_from), which seeks (`format::seek`).
     pub(super) fn scan_log(
         &self,
         id: &SessionId,
+        from_seq: u64,
         cancel: &CancellationToken,
         sink: &mut dyn ScanSink,
     ) -> Result<Option<ScanOutcome>> {
@@ -82,7 +84,7 @@ impl JsonlStore {
             let known = self.known_header(&path, &before);
             let result = {
                 let mut bound = BoundSink { store: self, path: &path, id, inner: &mut *sink };
-                scan_log_known(&source, self.compression, &path, cancel, known.as_ref(), &mut bound)
+                scan_log_from(&source, self.compression, &path, cancel, known.as_ref(), from_seq, &mut bound)
             };
             self.hooks.after_read(&path);
             let after = match fs::metadata(&path) {
