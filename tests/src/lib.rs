@@ -3,4 +3,5 @@
 pub mod crash;
 pub mod fleet;
 pub mod gateway;
+pub mod probe;
 pub mod workload;

@@ -47,7 +47,9 @@ Commands:
                               emulated single lock (`--bin append_throughput`), and the web
                               viewer's paint times and JS heap in headless Chromium against
                               that binary on 100,000-session stores (`--bin viewer_speed`;
-                              needs chromium and chromium-driver, PostgreSQL with SESSION_PG_URL)
+                              needs chromium and chromium-driver, PostgreSQL with SESSION_PG_URL),
+                              and cold listings and inspects of one workload copied into every
+                              backend, against the reference and `zstd -dc` (`--bin store_reads`)
   help                        print this message
 ";
 
@@ -238,11 +240,19 @@ fn bench(args: &[OsString]) -> anyhow::Result<()> {
     if quick {
         viewer_speed.extend(["--", "--quick"]);
     }
-    cargo_step(&viewer_speed)
+    cargo_step(&viewer_speed)?;
+    // Cold reads of one workload, copied into every backend, against the reference and the
+    // decompression floor; `--quick` makes it short too.
+    let mut store_reads = vec!["run", "--release", "--package", "e2e", "--bin", "store_reads"];
+    if quick {
+        store_reads.extend(["--", "--quick"]);
+    }
+    cargo_step(&store_reads)
 }
 
 /// The e2e probe binaries a full `bench` runs after the criterion benches, in order.
-const PROBES: &[&str] = &["listing_memory", "history_memory", "append_throughput", "follow_latency", "viewer_speed"];
+const PROBES: &[&str] =
+    &["listing_memory", "history_memory", "append_throughput", "follow_latency", "viewer_speed", "store_reads"];
 
 /// Runs `cargo <args>` from the workspace root with inherited stdio, printing the command and how
 /// long it took; a non-zero exit becomes an error that names the step.

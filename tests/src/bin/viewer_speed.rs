@@ -27,11 +27,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use e2e::{gateway::Gateway, workload::TranscriptBuilder};
+use e2e::{
+    gateway::Gateway,
+    probe::{PgSchema, quantile, store_dir, timed},
+    workload::TranscriptBuilder,
+};
 use serde_json::{Value, json};
 use session_core::{JsonData, Origin, SessionEvent, SessionHeader, SessionId, SurfaceOp};
 use session_persistence::{Backend, Compression, JsonlConfig, JsonlStore};
-use session_persistence_postgres::{PgConfig, PgStore};
+use session_persistence_postgres::PgStore;
 use session_persistence_sqlite::{SqliteConfig, SqliteStore};
 use webdriver::Browser;
 
@@ -145,13 +149,7 @@ fn write_store(backend: &(dyn Backend + Sync), plan: Plan, n_writers: usize) {
 
 /// Median and 95th percentile (nearest rank) of `samples`, in ms.
 fn median_p95(samples: &[f64]) -> (f64, f64) {
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    if sorted.is_empty() {
-        return (f64::NAN, f64::NAN);
-    }
-    let rank = |q: f64| sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
-    (rank(0.5), rank(0.95))
+    (quantile(samples, 0.5), quantile(samples, 0.95))
 }
 
 /// One row of the printed table.
@@ -373,62 +371,6 @@ async fn measure_warm(apiproxy: &Path, location: &str, label: &str, plan: Plan, 
     drop(gateway);
 }
 
-/// A directory for a store: in `/dev/shm` when it exists (see the file's comment).
-fn store_dir() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() }.expect("a temp dir for the store")
-}
-
-/// A PostgreSQL schema of this run's own, dropped when this is dropped.
-struct PgSchema {
-    url: String,
-    config: PgConfig,
-    name: String,
-}
-
-impl PgSchema {
-    fn create(server: &str) -> PgSchema {
-        let name = format!("viewer_speed_{}", std::process::id());
-        let separator = if server.contains('?') { '&' } else { '?' };
-        let url = format!("{server}{separator}schema={name}");
-        let config = PgConfig::from_url(&url).expect("a PostgreSQL URL");
-        PgSchema { url, config, name }
-    }
-
-    /// Runs `statement` on a connection of its own, from a thread of its own (so that it may be
-    /// called from inside the benchmark's runtime).
-    fn sql(&self, statement: &str) {
-        let server = self.url.split('?').next().unwrap_or_default().to_owned();
-        let statement = statement.to_owned();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            runtime.block_on(async {
-                let (client, connection) =
-                    tokio_postgres::connect(&server, tokio_postgres::NoTls).await.expect("connect to PostgreSQL");
-                let driver = tokio::spawn(connection);
-                client.batch_execute(&statement).await.unwrap_or_else(|error| panic!("{statement}: {error}"));
-                drop(client);
-                let _ = driver.await;
-            });
-        })
-        .join()
-        .expect("the SQL thread");
-    }
-}
-
-impl Drop for PgSchema {
-    fn drop(&mut self) {
-        self.sql(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
-    }
-}
-
-fn timed<T>(what: &str, work: impl FnOnce() -> T) -> T {
-    let started = Instant::now();
-    let value = work();
-    eprintln!("{what} in {:.1?}", started.elapsed());
-    value
-}
-
 async fn run(apiproxy: PathBuf, plan: Plan) {
     let mut rows = Vec::new();
     let dir = store_dir();
@@ -443,7 +385,7 @@ async fn run(apiproxy: PathBuf, plan: Plan) {
 
     match std::env::var("SESSION_PG_URL").ok().filter(|url| !url.is_empty()) {
         Some(server) => {
-            let schema = PgSchema::create(&server);
+            let schema = PgSchema::create(&server, "viewer_speed");
             timed(&format!("wrote the PostgreSQL store ({} sessions)", plan.n_sessions), || {
                 let (store, _) = PgStore::setup(&schema.config).expect("set up the PostgreSQL schema");
                 write_store(&store, plan, 8);
