@@ -14,6 +14,8 @@ mod cli {
 
     pub(crate) mod copy;
     pub(crate) mod demo;
+    #[cfg(feature = "fault-hooks")]
+    pub(crate) mod faults;
     pub(crate) mod ops;
     pub(crate) mod turns;
 }
@@ -366,7 +368,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    // Colours only on a terminal: a log redirected to a file stays plain text.
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {

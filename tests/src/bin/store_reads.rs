@@ -14,7 +14,8 @@
 //!   children's logs each, and of the inspect: one `zstd -dcq` of the child's log.
 //!
 //! It prints medians with [min, max] beside the reference's in-process figures on this machine
-//! kind (`../shared/bench/README.md`). `--quick`: 20 children of 2,000 events, 3 rounds. Run by
+//! kind (`../shared/bench/README.md`). `--quick`: 20 children of 2,000 events, 3 rounds; `--keep`
+//! leaves the stores in place (for a profiler) and prints where. Run by
 //! `cargo xtask bench`; the figures are in `docs/benchmarks.md` ("Store reads").
 
 use std::{
@@ -42,7 +43,8 @@ const QUICK: Plan = Plan { n_children: 20, n_events: 2_000, n_rounds: 3 };
 
 /// The reference's in-process figures for the full plan (ms): the cold listing of 100 × 10,000
 /// and one cold inspect of a 10,000-event child, per store kind.
-const REFERENCE: &[(&str, f64, f64)] = &[("jsonl-zstd", 4_362.0, 108.0), ("jsonl-raw", 3_912.0, 101.0), ("sqlite", 4_096.0, 80.0)];
+const REFERENCE: &[(&str, f64, f64)] =
+    &[("jsonl-zstd", 4_362.0, 108.0), ("jsonl-raw", 3_912.0, 101.0), ("sqlite", 4_096.0, 80.0)];
 
 /// One store under test: its label and `--store` argument.
 struct Store {
@@ -101,9 +103,12 @@ fn spread(samples: &[f64]) -> String {
 fn main() {
     let mut plan = FULL;
     let mut apiproxy = None;
+    let mut keep = false;
     for arg in std::env::args().skip(1) {
         if arg == "--quick" {
             plan = QUICK;
+        } else if arg == "--keep" {
+            keep = true;
         } else {
             apiproxy = Some(PathBuf::from(arg));
         }
@@ -140,7 +145,8 @@ fn main() {
         stores.push(Store { label, location });
     }
     if let Some(schema) = &schema {
-        schema.sql(&format!("ANALYZE {0}.sessions; ANALYZE {0}.events;", schema.name));
+        // Analyzed, and flushed, so that the server does not write in the background while reads are timed.
+        schema.sql(&format!("ANALYZE {0}.sessions; ANALYZE {0}.events; CHECKPOINT;", schema.name));
     }
 
     let logs = child_logs(&zstd_root, plan.n_children);
@@ -204,5 +210,8 @@ fn main() {
     );
     for (label, ms) in copies {
         println!("apiproxy copy from jsonl-zstd into {label}: {:.1} s", ms / 1e3);
+    }
+    if keep {
+        eprintln!("store_reads: kept the stores in {}", dir.keep().display());
     }
 }

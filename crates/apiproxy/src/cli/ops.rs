@@ -139,7 +139,10 @@ pub(crate) fn open_location_writable(location: &StoreLocation) -> Result<Arc<Coo
                 }
                 SetupOutcome::Current => {}
             }
-            backend_coordinator(Arc::new(store))
+            let store = Arc::new(store);
+            #[cfg(feature = "fault-hooks")]
+            crate::cli::faults::install(&store);
+            backend_coordinator(store)
         }
     }
 }

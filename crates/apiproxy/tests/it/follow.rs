@@ -420,18 +420,19 @@ async fn a_session_released_here_and_taken_elsewhere_stays_live_here() {
     b.stop().await;
 }
 
-/// Two gateway processes over one store: a client of B follows a session A writes, 10,000 events
-/// in batches, while `disturb` runs between batches (it may cut B's change signal); then A is
-/// flushed and B's client must converge on the stored log, baselines applied, with no gap and no
-/// duplicate. Returns the stored log.
+/// Two gateway processes over one store: a client of B follows a session A (started by
+/// `start_a`) writes, 10,000 events in batches, while `disturb` runs between batches (it may cut
+/// B's change signal, or A's notifications); then A is flushed and B's client must converge on the
+/// stored log, baselines applied, with no gap and no duplicate. Returns the stored log.
 async fn follow_between_processes(
     store: &str,
+    start_a: impl FnOnce() -> Gateway,
     disturb: impl Fn(usize) + Send + 'static,
     stored_log: impl Fn() -> Vec<(u64, String)>,
 ) -> Vec<(u64, String)> {
     const TURNS_PER_BATCH: u64 = 10;
     const BATCHES: u64 = 167; // 167 × 10 turns × 6 events = 10,020 events
-    let (a, b) = (Gateway::start(store), Gateway::start(store));
+    let (a, b) = (start_a(), Gateway::start(store));
     let described = b.ok("host.describe", json!({}));
     assert_eq!(described["followsStore"], true, "{described}");
     let mut mux = Ws::connect(b.addr(), "/api/events.mux", None).await;
@@ -467,7 +468,7 @@ async fn follow_between_processes(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_gateway_processes_over_postgres_follow_through_listener_kills() {
+async fn two_gateway_processes_over_postgres_follow_through_listener_kills_and_lost_notifications() {
     use session_persistence_postgres::testing::ScratchSchema;
     let Some(schema) = ScratchSchema::new() else { return };
     let schema = Arc::new(schema);
@@ -480,12 +481,29 @@ async fn two_gateway_processes_over_postgres_follow_through_listener_kills() {
     let kills = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&kills);
     let listener = format!("{name}-listener");
+    // A's fault hook: while `hush` exists, A's writes send no notification.
+    let dir = tempfile::tempdir().unwrap();
+    let (hush, a_log) = (dir.path().join("hush"), dir.path().join("a.log"));
+    let a_store = store.clone();
+    let (hook, switch) = (hush.clone(), hush.clone());
     follow_between_processes(
         &store,
+        move || {
+            Gateway::start_with_env(&a_store, &[("APIPROXY_FAULT_NOTIFICATIONS_OFF_WHILE", hook.as_os_str())], &a_log)
+        },
         move |batch| {
             // Every 16th batch (10 times), every listening connection of this schema is cut.
             if batch % 16 == 8 {
                 counted.fetch_add(cut_listeners(&killer, &listener), Ordering::SeqCst);
+            }
+            // Batches 41 to 80 send no notification: B finds them by its sweep alone. The hook
+            // looks for the file every 5 ms.
+            if batch == 40 {
+                std::fs::write(&switch, b"").unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+            } else if batch == 80 {
+                std::fs::remove_file(&switch).unwrap();
+                std::thread::sleep(Duration::from_millis(50));
             }
         },
         move || {
@@ -499,6 +517,10 @@ async fn two_gateway_processes_over_postgres_follow_through_listener_kills() {
     )
     .await;
     assert!(kills.load(Ordering::SeqCst) >= 10, "the listeners were cut at least 10 times");
+    let log = std::fs::read_to_string(dir.path().join("a.log")).unwrap();
+    let switches: Vec<&str> = log.lines().filter(|line| line.contains("change notifications switched")).collect();
+    assert_eq!(switches.len(), 2, "A's notifications went off and on again: {log}");
+    assert!(switches[0].contains("suppressed=true") && switches[1].contains("suppressed=false"), "{switches:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -601,8 +623,10 @@ async fn two_gateway_processes_over_one_sqlite_file_follow_each_other() {
     let path = dir.path().join("sessions.db");
     let store = format!("sqlite:{}", path.display());
     let read = path.clone();
+    let a_store = store.clone();
     follow_between_processes(
         &store,
+        move || Gateway::start(&a_store),
         |_| {},
         move || {
             let store = session_persistence_sqlite::SqliteStore::open_for_reading(read.clone()).unwrap();

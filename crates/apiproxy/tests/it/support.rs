@@ -364,6 +364,14 @@ impl Gateway {
         Gateway::spawn(store, &[], Stdio::from(fs::File::create(log).unwrap()))
     }
 
+    /// `apiproxy serve --store STORE` with more variables in its environment (the fault hooks'
+    /// `APIPROXY_FAULT_*`, say), once it listens, with its log (stderr) going to `log`.
+    pub(crate) fn start_with_env(store: &str, envs: &[(&str, &std::ffi::OsStr)], log: &Path) -> Gateway {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_apiproxy"));
+        command.args(["serve", "--listen", "127.0.0.1:0", "--store", store]).envs(envs.iter().copied());
+        Gateway::spawn_command(command, None, Stdio::from(fs::File::create(log).unwrap()))
+    }
+
     fn spawn(store: &str, flags: &[&str], stderr: Stdio) -> Gateway {
         let mut command = Command::new(env!("CARGO_BIN_EXE_apiproxy"));
         command.args(["serve", "--listen", "127.0.0.1:0", "--store", store]).args(flags);
