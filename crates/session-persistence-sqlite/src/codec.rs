@@ -150,10 +150,68 @@ pub(crate) fn decode_sources(bytes: &[u8]) -> Result<Vec<u64>, String> {
     Ok(values)
 }
 
+/// A scalar row's decoded columns, written as the event's canonical JSON line.
+struct LineParts<'a> {
+    kind: &'a str,
+    seq: u64,
+    time: i64,
+    data: &'a str,
+    sources: Option<&'a [u64]>,
+    surface_op: Option<SurfaceOp>,
+    ignorable: Option<i64>,
+}
+
+impl LineParts<'_> {
+    fn write(&self, line: &mut String) {
+        line.reserve(self.data.len() + self.kind.len() + 64);
+        line.push_str("{\"type\":");
+        if self.kind.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"/-_.:".contains(&byte)) {
+            // Nothing to escape: the string's JSON is itself in quotes.
+            line.push('"');
+            line.push_str(self.kind);
+            line.push('"');
+        } else {
+            // Invariant: serializing a string into a string cannot fail.
+            line.push_str(&serde_json::to_string(self.kind).expect("a string serializes"));
+        }
+        let _ = write!(line, ",\"seq\":{},\"time\":{},\"data\":", self.seq, self.time);
+        line.push_str(self.data);
+        if let Some(sources) = self.sources {
+            line.push_str(",\"sourceEventSeqs\":[");
+            for (idx, source) in sources.iter().enumerate() {
+                if idx > 0 {
+                    line.push(',');
+                }
+                let _ = write!(line, "{source}");
+            }
+            line.push(']');
+        }
+        if let Some(op) = self.surface_op {
+            line.push_str(",\"surfaceOp\":");
+            line.push_str(&encode_surface_op(op));
+        }
+        if self.ignorable == Some(1) {
+            line.push_str(",\"ignorable\":true");
+        }
+        line.push('}');
+    }
+}
+
+/// The stored `surface_op` of an append, as the reference writes it.
+const APPEND_JSON: &str = "\"append\"";
+
+/// The largest line buffer a thread keeps between rows.
+const LINE_KEEP_BYTES: usize = 64 << 10;
+
+thread_local! {
+    /// The line a scalar row is decoded through, kept per thread between rows.
+    static LINE: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
 /// `surface_op` as the reference writes it: `JSON.stringify(surfaceOp)`.
 pub(crate) fn encode_surface_op(op: SurfaceOp) -> String {
     match op {
-        SurfaceOp::Append => "\"append\"".to_owned(),
+        SurfaceOp::Append => APPEND_JSON.to_owned(),
         SurfaceOp::Replace { start, end } => format!(r#"{{"op":"replace","start":{start},"end":{end}}}"#),
     }
 }
@@ -356,41 +414,32 @@ impl StoredRow {
     /// A scalar row as the event's canonical JSON line, decoded by the same strict (and fast)
     /// path as a JSONL line, so message payloads are verified as they are decoded.
     fn decode_scalar(self) -> Result<SessionEvent, String> {
-        let sources = self.sources.as_deref().map(decode_sources).transpose()?;
-        let surface_op = match &self.surface_op {
+        let StoredRow { seq, kind, time, data, sources, surface_op, ignorable } = self;
+        let sources = sources.as_deref().map(decode_sources).transpose()?;
+        let surface_op = match surface_op.as_deref() {
             None => None,
+            // What the reference writes for nearly every surface event, without a JSON parse.
+            Some(APPEND_JSON) => Some(SurfaceOp::Append),
             Some(text) => {
                 let value: serde_json::Value =
                     serde_json::from_str(text).map_err(|error| format!("stored surface_op is not JSON: {error}"))?;
                 Some(SurfaceOp::from_json(&value).map_err(|why| format!("stored surface_op {why}"))?)
             }
         };
-        let data = decode_data(self.data, MAX_EVENT_BYTES)?;
-        let mut line = String::with_capacity(data.len() + self.kind.len() + 64);
-        line.push_str("{\"type\":");
-        // Invariant: serializing a string into a string cannot fail.
-        line.push_str(&serde_json::to_string(&self.kind).expect("a string serializes"));
-        let _ = write!(line, ",\"seq\":{},\"time\":{},\"data\":", self.seq, self.time);
-        line.push_str(&data);
-        if let Some(sources) = &sources {
-            line.push_str(",\"sourceEventSeqs\":[");
-            for (idx, source) in sources.iter().enumerate() {
-                if idx > 0 {
-                    line.push(',');
-                }
-                let _ = write!(line, "{source}");
+        let data = decode_data(data, MAX_EVENT_BYTES)?;
+        let parts =
+            LineParts { kind: &kind, seq, time, data: &data, sources: sources.as_deref(), surface_op, ignorable };
+        // One line buffer per thread, reused from row to row.
+        LINE.with_borrow_mut(|line| {
+            line.clear();
+            parts.write(line);
+            let decoded = SessionEvent::from_json_line(line).map_err(|error| error.to_string());
+            if line.capacity() > LINE_KEEP_BYTES {
+                // A large event's buffer is not kept for the thread's life.
+                *line = String::new();
             }
-            line.push(']');
-        }
-        if let Some(op) = surface_op {
-            line.push_str(",\"surfaceOp\":");
-            line.push_str(&encode_surface_op(op));
-        }
-        if self.ignorable == Some(1) {
-            line.push_str(",\"ignorable\":true");
-        }
-        line.push('}');
-        SessionEvent::from_json_line(&line).map_err(|error| error.to_string())
+            decoded
+        })
     }
 
     fn decode_packed(self, out: &mut Vec<SessionEvent>) -> Result<(), String> {
@@ -429,5 +478,41 @@ pub(crate) enum RowError {
 impl From<rusqlite::Error> for RowError {
     fn from(error: rusqlite::Error) -> RowError {
         RowError::Sqlite(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The line a scalar row is decoded through is the event's canonical JSON whatever its type's
+    /// characters (the plain ones are quoted directly, the others through `serde_json`).
+    #[test]
+    fn a_row_line_is_the_canonical_json_of_its_event() {
+        for kind in ["turn/start", "host/custom-1.2:x_y", "quote\"d", "é/uni", "tab\there", "back\\slash"] {
+            for surface_op in [None, Some(SurfaceOp::Append), Some(SurfaceOp::Replace { start: 2, end: 5 })] {
+                let parts = LineParts {
+                    kind,
+                    seq: 7,
+                    time: -3,
+                    data: r#"{"a":[1,"x"]}"#,
+                    sources: Some(&[1, 4]),
+                    surface_op,
+                    ignorable: Some(1),
+                };
+                let mut line = String::new();
+                parts.write(&mut line);
+                let mut expected = format!(
+                    r#"{{"type":{},"seq":7,"time":-3,"data":{{"a":[1,"x"]}},"sourceEventSeqs":[1,4]"#,
+                    serde_json::to_string(kind).unwrap()
+                );
+                if let Some(op) = surface_op {
+                    expected.push_str(&format!(r#","surfaceOp":{}"#, encode_surface_op(op)));
+                }
+                expected.push_str(r#","ignorable":true}"#);
+                assert_eq!(line, expected, "{kind:?} {surface_op:?}");
+            }
+        }
+        assert_eq!(encode_surface_op(SurfaceOp::Append), APPEND_JSON);
     }
 }
