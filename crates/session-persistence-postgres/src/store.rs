@@ -14,7 +14,7 @@ use session_persistence::{
     PersistenceError, Result, Revision, ScanOutcome, ScanSink, SessionPosition, SharedChangeSink, StoredHeader,
     TornTail, Watch, WatchOptions, decode_header_line, encode_header_line,
 };
-use tokio_postgres::{IsolationLevel, Row, types::ToSql};
+use tokio_postgres::{Row, types::ToSql};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -28,6 +28,7 @@ use crate::{
 
 /// The prefix of the `application_name` of a store's leases connection; the holder's name follows.
 mod positions;
+mod read;
 
 const LEASE_APPLICATION: &str = "session lease: ";
 
@@ -72,6 +73,8 @@ impl fmt::Debug for PgStore {
 /// The statements, qualified with the schema once.
 struct Sql {
     session: String,
+    /// The session row and its events from a seq on, one row per event (`store::read`).
+    session_events: String,
     events_from: String,
     lock_session: String,
     insert_session: String,
@@ -103,6 +106,11 @@ impl Sql {
         let q = |sql: &str| qualify(sql, schema);
         Sql {
             session: q(&format!("SELECT {HEADER_COLUMNS}, next_seq FROM {{s}}.sessions WHERE id = $1")),
+            session_events: q(&format!(
+                "SELECT {HEADER_COLUMNS}, next_seq, e.seq, e.record, e.record_zstd FROM {{s}}.sessions \
+                 LEFT JOIN LATERAL (SELECT seq, record, record_zstd FROM {{s}}.events WHERE session_id = $1 \
+                 AND seq >= $2 ORDER BY seq LIMIT $3) e ON true WHERE id = $1 ORDER BY e.seq"
+            )),
             events_from: q("SELECT seq, record, record_zstd FROM {s}.events WHERE session_id = $1 AND seq >= $2 \
                  ORDER BY seq LIMIT $3"),
             lock_session: q("SELECT next_seq FROM {s}.sessions WHERE id = $1 FOR UPDATE"),
@@ -270,112 +278,6 @@ impl PgStore {
             }
         }
         Ok(listing)
-    }
-
-    /// Reads `id`'s header and its events from `from_seq` on in one snapshot, page by page.
-    fn read(
-        &self,
-        id: &SessionId,
-        from_seq: u64,
-        cancel: &CancellationToken,
-        sink: &mut dyn ScanSink,
-    ) -> Result<Option<ScanOutcome>> {
-        if cancel.is_cancelled() {
-            return Err(PersistenceError::Cancelled);
-        }
-        let db = &self.db;
-        db.run(async |client| {
-            let transaction = db
-                .timed(
-                    "starting a read",
-                    client.build_transaction().isolation_level(IsolationLevel::RepeatableRead).read_only(true).start(),
-                )
-                .await?;
-            let Some(row) =
-                db.timed("reading a session", transaction.query_opt(&self.sql.session, &[&id.as_str()])).await?
-            else {
-                return Ok(None);
-            };
-            let next_seq: i64 = db.column(&row, 5)?;
-            let session = self.session_row(&row)?;
-            let header = Arc::new(session.header?);
-            sink.header(&header)?;
-            let location = || Location::Session { id: id.clone() };
-            let statement = db.timed("preparing a read", transaction.prepare_cached(&self.sql.events_from)).await?;
-            let mut expected = from_seq;
-            let (mut n_events, mut n_bytes) = (0u64, 0u64);
-            loop {
-                if cancel.is_cancelled() {
-                    return Err(PersistenceError::Cancelled);
-                }
-                let rows = db
-                    .timed(
-                        "reading events",
-                        transaction.query(&statement, &[&id.as_str(), &to_sql_seq(expected), &PAGE_ROWS]),
-                    )
-                    .await?;
-                let n_rows = rows.len();
-                for row in rows {
-                    let seq: i64 = db.column(&row, 0)?;
-                    if seq != to_sql_seq(expected) {
-                        return Err(PersistenceError::corrupt(
-                            CorruptKind::SeqGap,
-                            location(),
-                            format!("corrupt session log: the event at seq {expected} is missing (next stored: {seq})"),
-                        ));
-                    }
-                    let text: Option<String> = db.column(&row, 1)?;
-                    n_bytes += text.as_ref().map_or(0, |text| text.len() as u64);
-                    let event = codec::decode(text, db.column(&row, 2)?).map_err(|why| {
-                        PersistenceError::corrupt(
-                            CorruptKind::Record,
-                            location(),
-                            format!("corrupt session log: invalid committed row at seq {seq}: {why}"),
-                        )
-                    })?;
-                    if event.seq != expected {
-                        return Err(PersistenceError::corrupt(
-                            CorruptKind::Record,
-                            location(),
-                            format!("corrupt session log: the row at seq {seq} holds an event with seq {}", event.seq),
-                        ));
-                    }
-                    sink.event(Arc::new(event))?;
-                    expected += 1;
-                    n_events += 1;
-                }
-                if (n_rows as i64) < PAGE_ROWS {
-                    break;
-                }
-            }
-            if n_events > 0 && to_sql_seq(expected) > next_seq {
-                return Err(PersistenceError::corrupt(
-                    CorruptKind::SeqGap,
-                    location(),
-                    format!(
-                        "corrupt session log: events are stored up to seq {}, but the session row's next_seq is \
-                         {next_seq}: every append would collide with a stored event (once the events are checked, \
-                         `UPDATE sessions SET next_seq = {expected}` for this id makes it writable)",
-                        expected.saturating_sub(1)
-                    ),
-                ));
-            }
-            if to_sql_seq(expected) < next_seq {
-                return Err(PersistenceError::corrupt(
-                    CorruptKind::SeqGap,
-                    location(),
-                    format!("corrupt session log: events end at seq {expected}, but the session row says {next_seq}"),
-                ));
-            }
-            db.timed("ending a read", transaction.commit()).await?;
-            Ok(Some(ScanOutcome {
-                revision: self.revision_of(&session.incarnation, session.revision),
-                header,
-                n_events,
-                torn: None,
-                n_bytes,
-            }))
-        })
     }
 
     /// Appends `events` in one transaction: the session row first when `materialize`, then the

@@ -41,6 +41,10 @@ pub struct StreamSummary {
     pub live: bool,
     /// The stored revision that was read; `None` for a live snapshot.
     pub revision: Option<Revision>,
+    /// Whether the stored log ends in a torn tail (an uncommitted physical tail the read stopped
+    /// before, which the next write cuts); `None` when the events came from memory (a live
+    /// snapshot, or the inspection cache), which does not know.
+    pub torn: Option<bool>,
 }
 
 /// A sink that can travel to the thread that reads: any [`ScanSink`] that can be sent.

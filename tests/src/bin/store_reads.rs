@@ -13,6 +13,9 @@
 //! - the floor of the zstd listing: two `zstd -dcq` processes side by side over half the
 //!   children's logs each, and of the inspect: one `zstd -dcq` of the child's log.
 //!
+//! Then it writes 10,000 one-turn sessions (2,000 with `--quick`) into JSONL zstd, copies them into
+//! the other backends, and times `sessions list` and `verify` on each against JSONL zstd.
+//!
 //! It prints medians with [min, max] beside the reference's in-process figures on this machine
 //! kind (`../shared/bench/README.md`). `--quick`: 20 children of 2,000 events, 3 rounds; `--keep`
 //! leaves the stores in place (for a profiler) and prints where. Run by
@@ -27,8 +30,10 @@ use std::{
 use e2e::{
     fleet::{PARENT, child_id, write_fleet},
     probe::{PgSchema, quantile, store_dir, timed},
+    workload::TranscriptBuilder,
 };
-use session_persistence::Compression;
+use session_core::{SessionHeader, SessionId};
+use session_persistence::{Backend, Compression, JsonlConfig, JsonlStore};
 
 /// The sizes and repetitions of one run.
 #[derive(Debug, Clone, Copy)]
@@ -36,10 +41,12 @@ struct Plan {
     n_children: usize,
     n_events: u64,
     n_rounds: usize,
+    /// Sessions of the store that `sessions list` and `verify` walk.
+    n_sessions: usize,
 }
 
-const FULL: Plan = Plan { n_children: 100, n_events: 10_000, n_rounds: 7 };
-const QUICK: Plan = Plan { n_children: 20, n_events: 2_000, n_rounds: 3 };
+const FULL: Plan = Plan { n_children: 100, n_events: 10_000, n_rounds: 7, n_sessions: 10_000 };
+const QUICK: Plan = Plan { n_children: 20, n_events: 2_000, n_rounds: 3, n_sessions: 2_000 };
 
 /// The reference's in-process figures for the full plan (ms): the cold listing of 100 × 10,000
 /// and one cold inspect of a 10,000-event child, per store kind.
@@ -211,7 +218,71 @@ fn main() {
     for (label, ms) in copies {
         println!("apiproxy copy from jsonl-zstd into {label}: {:.1} s", ms / 1e3);
     }
+    drop(schema);
+    let schema = std::env::var("SESSION_PG_URL")
+        .ok()
+        .filter(|url| !url.is_empty())
+        .map(|server| PgSchema::create(&server, "store_reads_many"));
+    many_sessions(&apiproxy, plan, &dir, schema.as_ref());
     if keep {
         eprintln!("store_reads: kept the stores in {}", dir.keep().display());
+    }
+}
+
+/// `sessions list` and `verify` of a store of `plan.n_sessions` one-turn sessions, written into
+/// JSONL zstd and copied into every other backend.
+fn many_sessions(apiproxy: &Path, plan: Plan, dir: &tempfile::TempDir, schema: Option<&PgSchema>) {
+    let root = dir.path().join("many-zstd");
+    timed(&format!("wrote {} one-turn sessions (JSONL zstd)", plan.n_sessions), || {
+        let config = JsonlConfig { root: root.clone(), compression: Compression::Zstd, pack_chunks: true };
+        let store = JsonlStore::open(config).expect("open the store");
+        for idx in 0..plan.n_sessions {
+            let mut header = SessionHeader::new(SessionId::from(format!("many-{idx:05}").as_str()), 1_000 + idx as u64);
+            header.cwd = Some("/srv/agents/many".to_owned());
+            let turn = TranscriptBuilder::new(idx as u64, 1_772_442_000_000, None).turn();
+            store.append_batch(&header, &turn, false).expect("write a session");
+        }
+    });
+    let source = root.display().to_string();
+    let mut stores = vec![("jsonl-zstd", source.clone())];
+    let raw = dir.path().join("many-raw").display().to_string();
+    let sqlite = format!("sqlite:{}", dir.path().join("many.db").display());
+    let postgres = schema.map(|schema| schema.url.clone());
+    let mut targets = vec![("jsonl-raw", raw, vec!["--to-compression", "none"]), ("sqlite", sqlite, Vec::new())];
+    if let Some(postgres) = &postgres {
+        targets.push(("postgres", postgres.clone(), Vec::new()));
+    }
+    for (label, location, flags) in targets {
+        let mut args = vec!["copy", "--from", &source, "--to", &location, "--jobs", "8"];
+        args.extend(flags);
+        let ms = run(apiproxy, &args);
+        eprintln!("apiproxy copy of {} sessions into {label}: {:.1} s", plan.n_sessions, ms / 1e3);
+        stores.push((label, location));
+    }
+    let mut lists: Vec<Vec<f64>> = vec![Vec::new(); stores.len()];
+    let mut verifies: Vec<Vec<f64>> = vec![Vec::new(); stores.len()];
+    for round in 0..plan.n_rounds.min(3) + 1 {
+        for (idx, (_, location)) in stores.iter().enumerate() {
+            let list = run(apiproxy, &["sessions", "list", "--store", location]);
+            let verify = run(apiproxy, &["verify", "--store", location]);
+            if round > 0 {
+                lists[idx].push(list);
+                verifies[idx].push(verify);
+            }
+        }
+    }
+    println!();
+    println!("{} one-turn sessions (medians [min, max])", plan.n_sessions);
+    println!("| store | sessions list | vs JSONL zstd | verify | vs JSONL zstd |");
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    for (idx, (label, _)) in stores.iter().enumerate() {
+        let vs = |samples: &[Vec<f64>]| format!("{:.1}×", quantile(&samples[idx], 0.5) / quantile(&samples[0], 0.5));
+        println!(
+            "| {label} | {} | {} | {} | {} |",
+            spread(&lists[idx]),
+            vs(&lists),
+            spread(&verifies[idx]),
+            vs(&verifies)
+        );
     }
 }

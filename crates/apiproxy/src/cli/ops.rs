@@ -484,31 +484,43 @@ pub(crate) struct VerifyOptions {
     pub(crate) writer_active: bool,
 }
 
-/// Checks one log: a raw scan (structure, torn tail), then a validating streamed inspection
-/// (session rules, crash closers). With `repair`, a torn or interrupted log is loaded, which
-/// cuts the torn tail and appends the closers durably.
+/// Checks one log with one validating streamed inspection (structure, torn tail, session rules,
+/// crash closers; a raw scan for the torn tail only when the inspection came from memory). With
+/// `repair`, a torn or interrupted log is loaded, which cuts the torn tail and appends the closers
+/// durably.
 pub(crate) async fn verify_log(coordinator: &Coordinator, header: &SessionHeader, options: VerifyOptions) -> LogReport {
     let repair = options.repair;
     let id = header.id.clone();
     let cancel = CancellationToken::new();
     let path = coordinator.locate(header);
     let report = |n_events, status| LogReport { id: id.clone(), path: path.clone(), n_events, status };
-    let (scan_id, scan_cancel) = (id.clone(), cancel.clone());
-    let scanned = run_blocking_with(coordinator.backend(), move |backend| {
-        let mut sink = CountSink::default();
-        backend.scan(&scan_id, &scan_cancel, &mut sink)
-    })
-    .await;
-    let torn = match scanned {
-        Ok(Some(outcome)) => outcome.torn.is_some(),
-        Ok(None) => {
+    // One validating read says everything: its events, the closers a crash left owed, and
+    // whether the stored log ends torn.
+    let (n_events, closers, torn) = match inspect_into(coordinator, &id, &cancel, CountSink::default()).await {
+        Ok((sink, summary)) => (sink.n_events, summary.n_closers, summary.torn),
+        Err(PersistenceError::NotFound { .. }) => {
             return report(0, LogStatus::Unreadable { message: "the log vanished during the scan".to_owned() });
         }
         Err(error) => return report(0, classify(error)),
     };
-    let (n_events, closers) = match inspect_into(coordinator, &id, &cancel, CountSink::default()).await {
-        Ok((sink, summary)) => (sink.n_events, summary.n_closers),
-        Err(error) => return report(0, classify(error)),
+    let torn = match torn {
+        Some(torn) => torn,
+        // Read from memory: a raw scan of the stored log tells.
+        None => {
+            let (scan_id, scan_cancel) = (id.clone(), cancel.clone());
+            let scanned = run_blocking_with(coordinator.backend(), move |backend| {
+                let mut sink = CountSink::default();
+                backend.scan(&scan_id, &scan_cancel, &mut sink)
+            })
+            .await;
+            match scanned {
+                Ok(Some(outcome)) => outcome.torn.is_some(),
+                Ok(None) => {
+                    return report(0, LogStatus::Unreadable { message: "the log vanished during the scan".to_owned() });
+                }
+                Err(error) => return report(0, classify(error)),
+            }
+        }
     };
     let status = match (torn, closers) {
         (false, 0) => return report(n_events, LogStatus::Healthy),
@@ -534,28 +546,37 @@ pub(crate) async fn verify_log(coordinator: &Coordinator, header: &SessionHeader
     }
 }
 
-/// Surveys the store and verifies every log, calling `progress(done, total)` after each one. A
-/// log whose header cannot be read is reported (corrupt, unsupported or unreadable) instead of
-/// hiding the others.
+/// Surveys the store and verifies every log, [`VERIFY_LANES`] at a time, calling
+/// `progress(done, total)` after each one. A log whose header cannot be read is reported
+/// (corrupt, unsupported or unreadable) instead of hiding the others.
 pub(crate) async fn verify(
     coordinator: &Coordinator,
     options: VerifyOptions,
     mut progress: impl FnMut(usize, usize, &LogReport),
 ) -> Result<Vec<LogReport>, ProxyError> {
+    use futures::StreamExt;
     let survey = run_blocking_with(coordinator.backend(), |backend| backend.survey(&CancellationToken::new())).await?;
     let total = survey.len();
     let mut reports = Vec::with_capacity(total);
-    for (idx, entry) in survey.into_iter().enumerate() {
-        let report = match entry.header {
-            Ok(stored) => verify_log(coordinator, &stored.header, options).await,
-            Err(error) => LogReport { id: entry.id, path: entry.path, n_events: 0, status: classify(error) },
-        };
-        progress(idx + 1, total, &report);
+    let mut checks = futures::stream::iter(survey)
+        .map(|entry| async move {
+            match entry.header {
+                Ok(stored) => verify_log(coordinator, &stored.header, options).await,
+                Err(error) => LogReport { id: entry.id, path: entry.path, n_events: 0, status: classify(error) },
+            }
+        })
+        .buffer_unordered(VERIFY_LANES);
+    while let Some(report) = checks.next().await {
+        progress(reports.len() + 1, total, &report);
         reports.push(report);
     }
     reports.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(reports)
 }
+
+/// Logs `verify` checks at once: each check is a few reads, which on PostgreSQL are round trips,
+/// so several in flight keep the server (and both cores of a local store) busy.
+const VERIFY_LANES: usize = 8;
 
 /// The header and balanced events of a session as one JSON value.
 pub(crate) fn inspection_json(inspection: &Inspection) -> Value {

@@ -135,3 +135,34 @@ fn two_stores_racing_on_one_session_never_interleave() {
     assert_eq!(n_wins as u64, ROUNDS, "wins: {wins:?}");
     assert_eq!(read.len() as u64, 1 + 3 * ROUNDS);
 }
+
+/// A short read is one statement, a long one pages in a transaction (`store::read`): the same
+/// events either way, around the bound (256 events from the seq), and a missing row is the same
+/// typed defect on both paths.
+#[test]
+fn reads_of_every_length_around_the_one_statement_bound_agree() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = schema.open();
+    for n in [1u64, 255, 256, 257, 600] {
+        let id = format!("n-{n}");
+        let events: Vec<_> = (0..n).map(|seq| event("test/n", seq, &format!("{{\"n\":{seq}}}"))).collect();
+        store.append_batch(&header(&id), &events, false).unwrap();
+        let whole = scan(&store, &id);
+        assert_eq!(whole.iter().map(|event| event.seq).collect::<Vec<_>>(), (0..n).collect::<Vec<_>>(), "{id}");
+        for from in [1, n.saturating_sub(257), n.saturating_sub(256), n.saturating_sub(255), n - 1, n] {
+            let mut sink = CollectSink::default();
+            let outcome = store.scan_from(&SessionId::from(id.as_str()), from, &CancellationToken::new(), &mut sink);
+            let outcome = outcome.unwrap().expect("stored");
+            let seqs: Vec<u64> = sink.events.iter().map(|event| event.seq).collect();
+            assert_eq!(seqs, (from..n).collect::<Vec<_>>(), "{id} from {from}");
+            assert_eq!(outcome.n_events, n - from, "{id} from {from}");
+        }
+    }
+    for id in ["n-255", "n-600"] {
+        schema.sql(&format!("DELETE FROM {{s}}.events WHERE session_id = '{id}' AND seq = 100"));
+        let mut sink = CollectSink::default();
+        let error = store.scan(&SessionId::from(id), &CancellationToken::new(), &mut sink).unwrap_err();
+        assert!(matches!(&error, PersistenceError::Corrupt { .. }), "{id}: {error}");
+        assert!(error.to_string().contains("the event at seq 100 is missing (next stored: 101)"), "{id}: {error}");
+    }
+}

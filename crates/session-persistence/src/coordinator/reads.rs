@@ -252,6 +252,7 @@ fn stream(
         n_events: outcome.n_events + n_closers,
         n_closers,
         live: false,
+        torn: Some(outcome.torn.is_some()),
         revision: Some(outcome.revision),
     })
 }
@@ -269,6 +270,7 @@ fn feed(sink: &mut dyn StreamSink, view: Inspection) -> Result<StreamSummary> {
         n_closers: view.n_closers,
         live: view.live,
         revision: view.revision.clone(),
+        torn: None,
     })
 }
 

@@ -1,0 +1,216 @@
+//! Reading a session: its header and its events from a seq on, in one snapshot. A short log
+//! (fewer than [`SHORT_ROWS`] events from that seq) is one statement, which is its own snapshot:
+//! one round trip where the paged read takes four (begin, the session row, the events, commit),
+//! which is what a listing of many small sessions, a `verify` and a blank probe pay per session.
+//! A longer one is read page by page in a read-only repeatable-read transaction.
+
+use std::sync::Arc;
+
+use session_core::SessionId;
+use session_persistence::{CorruptKind, Location, PersistenceError, Result, ScanOutcome, ScanSink};
+use tokio_postgres::IsolationLevel;
+use tokio_util::sync::CancellationToken;
+
+use super::{PAGE_ROWS, PgStore, to_sql_seq};
+use crate::codec;
+
+/// The events a one-statement read takes at most; a log with more from the seq is read paged.
+const SHORT_ROWS: i64 = 256;
+
+/// Checks the event rows of a read as they come, in seq order, and hands their events over.
+struct RowCheck<'a> {
+    id: &'a SessionId,
+    expected: u64,
+    n_events: u64,
+    n_bytes: u64,
+}
+
+impl<'a> RowCheck<'a> {
+    fn new(id: &'a SessionId, from_seq: u64) -> RowCheck<'a> {
+        RowCheck { id, expected: from_seq, n_events: 0, n_bytes: 0 }
+    }
+
+    fn location(&self) -> Location {
+        Location::Session { id: self.id.clone() }
+    }
+
+    /// One row: `seq`, and its record as text or as a zstd frame.
+    fn row(&mut self, seq: i64, text: Option<String>, zstd: Option<Vec<u8>>, sink: &mut dyn ScanSink) -> Result<()> {
+        let expected = self.expected;
+        if seq != to_sql_seq(expected) {
+            return Err(PersistenceError::corrupt(
+                CorruptKind::SeqGap,
+                self.location(),
+                format!("corrupt session log: the event at seq {expected} is missing (next stored: {seq})"),
+            ));
+        }
+        self.n_bytes += text.as_ref().map_or(0, |text| text.len() as u64);
+        let event = codec::decode(text, zstd).map_err(|why| {
+            PersistenceError::corrupt(
+                CorruptKind::Record,
+                self.location(),
+                format!("corrupt session log: invalid committed row at seq {seq}: {why}"),
+            )
+        })?;
+        if event.seq != expected {
+            return Err(PersistenceError::corrupt(
+                CorruptKind::Record,
+                self.location(),
+                format!("corrupt session log: the row at seq {seq} holds an event with seq {}", event.seq),
+            ));
+        }
+        sink.event(Arc::new(event))?;
+        self.expected += 1;
+        self.n_events += 1;
+        Ok(())
+    }
+
+    /// The rows ended: they must end where the session row's `next_seq` says.
+    fn finish(&self, next_seq: i64) -> Result<()> {
+        let expected = self.expected;
+        if self.n_events > 0 && to_sql_seq(expected) > next_seq {
+            return Err(PersistenceError::corrupt(
+                CorruptKind::SeqGap,
+                self.location(),
+                format!(
+                    "corrupt session log: events are stored up to seq {}, but the session row's next_seq is \
+                     {next_seq}: every append would collide with a stored event (once the events are checked, \
+                     `UPDATE sessions SET next_seq = {expected}` for this id makes it writable)",
+                    expected.saturating_sub(1)
+                ),
+            ));
+        }
+        if to_sql_seq(expected) < next_seq {
+            return Err(PersistenceError::corrupt(
+                CorruptKind::SeqGap,
+                self.location(),
+                format!("corrupt session log: events end at seq {expected}, but the session row says {next_seq}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What the one-statement read found.
+enum Short {
+    Absent,
+    Read(ScanOutcome),
+    /// More than [`SHORT_ROWS`] events from the seq: nothing was handed to the sink.
+    Long,
+}
+
+impl PgStore {
+    /// [`Backend::scan`](session_persistence::Backend::scan) and
+    /// [`scan_from`](session_persistence::Backend::scan_from): one statement for a short log, else
+    /// page by page in a transaction.
+    pub(super) fn read(
+        &self,
+        id: &SessionId,
+        from_seq: u64,
+        cancel: &CancellationToken,
+        sink: &mut dyn ScanSink,
+    ) -> Result<Option<ScanOutcome>> {
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        match self.read_short(id, from_seq, sink)? {
+            Short::Absent => Ok(None),
+            Short::Read(outcome) => Ok(Some(outcome)),
+            Short::Long => self.read_paged(id, from_seq, cancel, sink),
+        }
+    }
+
+    /// The session row and its first [`SHORT_ROWS`] events from `from_seq`, in one statement.
+    fn read_short(&self, id: &SessionId, from_seq: u64, sink: &mut dyn ScanSink) -> Result<Short> {
+        let db = &self.db;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+            [&id.as_str(), &to_sql_seq(from_seq), &(SHORT_ROWS + 1)];
+        let rows = db.run(async |client| {
+            let statement = db.timed("preparing a read", client.prepare_cached(&self.sql.session_events)).await?;
+            db.timed("reading a session", client.query(&statement, &params)).await
+        })?;
+        let Some(first) = rows.first() else { return Ok(Short::Absent) };
+        // The row of a session with no event from the seq has none of the event columns.
+        let n_events = rows.len() - usize::from(db.column::<Option<i64>>(first, 6)?.is_none());
+        if n_events as i64 > SHORT_ROWS {
+            return Ok(Short::Long);
+        }
+        let next_seq: i64 = db.column(first, 5)?;
+        let session = self.session_row(first)?;
+        let header = Arc::new(session.header?);
+        sink.header(&header)?;
+        let mut check = RowCheck::new(id, from_seq);
+        for row in rows.iter().take(n_events) {
+            check.row(db.column(row, 6)?, db.column(row, 7)?, db.column(row, 8)?, sink)?;
+        }
+        check.finish(next_seq)?;
+        Ok(Short::Read(ScanOutcome {
+            revision: self.revision_of(&session.incarnation, session.revision),
+            header,
+            n_events: check.n_events,
+            torn: None,
+            n_bytes: check.n_bytes,
+        }))
+    }
+
+    /// Reads `id`'s header and its events from `from_seq` on in one snapshot (a read-only
+    /// repeatable-read transaction), page by page.
+    fn read_paged(
+        &self,
+        id: &SessionId,
+        from_seq: u64,
+        cancel: &CancellationToken,
+        sink: &mut dyn ScanSink,
+    ) -> Result<Option<ScanOutcome>> {
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        let db = &self.db;
+        db.run(async |client| {
+            let transaction = db
+                .timed(
+                    "starting a read",
+                    client.build_transaction().isolation_level(IsolationLevel::RepeatableRead).read_only(true).start(),
+                )
+                .await?;
+            let Some(row) =
+                db.timed("reading a session", transaction.query_opt(&self.sql.session, &[&id.as_str()])).await?
+            else {
+                return Ok(None);
+            };
+            let next_seq: i64 = db.column(&row, 5)?;
+            let session = self.session_row(&row)?;
+            let header = Arc::new(session.header?);
+            sink.header(&header)?;
+            let statement = db.timed("preparing a read", transaction.prepare_cached(&self.sql.events_from)).await?;
+            let mut check = RowCheck::new(id, from_seq);
+            loop {
+                if cancel.is_cancelled() {
+                    return Err(PersistenceError::Cancelled);
+                }
+                let rows = db
+                    .timed(
+                        "reading events",
+                        transaction.query(&statement, &[&id.as_str(), &to_sql_seq(check.expected), &PAGE_ROWS]),
+                    )
+                    .await?;
+                let n_rows = rows.len();
+                for row in rows {
+                    check.row(db.column(&row, 0)?, db.column(&row, 1)?, db.column(&row, 2)?, sink)?;
+                }
+                if (n_rows as i64) < PAGE_ROWS {
+                    break;
+                }
+            }
+            check.finish(next_seq)?;
+            db.timed("ending a read", transaction.commit()).await?;
+            Ok(Some(ScanOutcome {
+                revision: self.revision_of(&session.incarnation, session.revision),
+                header,
+                n_events: check.n_events,
+                torn: None,
+                n_bytes: check.n_bytes,
+            }))
+        })
+    }
+}
