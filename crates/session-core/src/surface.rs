@@ -73,8 +73,11 @@ pub struct SurfaceFold {
 pub struct SurfaceState {
     next_seq: u64,
     nodes: Vec<u64>,
-    /// Parallel to `nodes`.
-    rewrite_keys: Vec<RewriteKey>,
+    /// The rewrite key of each current `tool/result` node, by its seq, in seq order (a node's
+    /// seq is the largest so far when it joins, so pushing keeps the order). Only tool results
+    /// have one: the other nodes, most of a long log's, cost their seq alone, which is what
+    /// bounds the memory of a read that validates while it streams.
+    tool_keys: Vec<(u64, Option<u64>)>,
     replace_generation: u64,
 }
 
@@ -192,18 +195,36 @@ impl SurfaceState {
             SurfacePlan::Append { seq, key } => {
                 self.next_seq = seq + 1;
                 self.nodes.push(seq);
-                self.rewrite_keys.push(key.0);
+                self.keep_key(seq, key.0);
                 None
             }
             SurfacePlan::Replace { seq, start, end, start_idx, end_idx, key } => {
                 assert_eq!(seq, self.next_seq, "a surface plan is committed against the state it was made for");
                 self.next_seq = seq + 1;
                 let shadowed_seqs: Vec<u64> = self.nodes.splice(start_idx..=end_idx, [seq]).collect();
-                self.rewrite_keys.splice(start_idx..=end_idx, [key.0]);
+                for shadowed in &shadowed_seqs {
+                    if let Some(idx) = self.tool_key_index(*shadowed) {
+                        self.tool_keys.remove(idx);
+                    }
+                }
+                self.keep_key(seq, key.0);
                 self.replace_generation += 1;
                 Some(SurfaceReplacement { seq, start, end, shadowed_seqs })
             }
         }
+    }
+
+    /// Keeps the rewrite key of the node `seq` that just joined the surface, if it is a
+    /// `tool/result`.
+    fn keep_key(&mut self, seq: u64, key: RewriteKey) {
+        if let RewriteKey::ToolResult(hash) = key {
+            self.tool_keys.push((seq, hash));
+        }
+    }
+
+    /// Where the current `tool/result` node `seq` keeps its rewrite key.
+    fn tool_key_index(&self, seq: u64) -> Option<usize> {
+        self.tool_keys.binary_search_by_key(&seq, |(node, _)| *node).ok()
     }
 
     fn position(&self, seq: u64) -> Option<usize> {
@@ -220,10 +241,10 @@ impl SurfaceState {
         if start_idx != end_idx {
             return Err("tool/result surface replacement must rewrite exactly one current node".to_owned());
         }
-        let RewriteKey::ToolResult(original) = &self.rewrite_keys[start_idx] else {
+        let Some(idx) = self.tool_key_index(self.nodes[start_idx]) else {
             return Err("tool/result surface replacement must target a current tool/result".to_owned());
         };
-        match (*original, replacement) {
+        match (self.tool_keys[idx].1, replacement) {
             (Some(original), Some(replacement)) if original == replacement => Ok(()),
             _ => Err("tool/result surface replacement may change only content".to_owned()),
         }

@@ -162,9 +162,6 @@ impl PgStore {
         cancel: &CancellationToken,
         sink: &mut dyn ScanSink,
     ) -> Result<Option<ScanOutcome>> {
-        if cancel.is_cancelled() {
-            return Err(PersistenceError::Cancelled);
-        }
         let db = &self.db;
         db.run(async |client| {
             let transaction = db

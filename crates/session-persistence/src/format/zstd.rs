@@ -15,8 +15,13 @@ use crate::error::{CorruptKind, Location, PersistenceError, Result};
 /// The frame magic number; stored little-endian as `28 B5 2F FD`.
 pub const ZSTD_MAGIC: u32 = 0xFD2F_B528;
 
-/// Compressed bytes read per call while decoding.
-const INPUT_CHUNK: usize = 256 << 10;
+/// Compressed bytes read per call while decoding (a buffer per read in flight: small, so that a
+/// listing of four reads at a time stays within its memory budget).
+const INPUT_CHUNK: usize = 64 << 10;
+
+/// Plaintext decoded per call at most: a quarter of zstd's largest block, which the decoder
+/// hands over in pieces; small for the same reason as [`INPUT_CHUNK`].
+const OUTPUT_CHUNK: usize = 32 << 10;
 
 /// The structural walker reads ahead this much, so small frames cost no extra reads.
 const WALK_WINDOW: usize = 64 << 10;
@@ -356,7 +361,7 @@ impl<'s> FrameStream<'s> {
     /// A stream whose buffers fit `expected` compressed bytes, up to the usual chunk sizes.
     pub(crate) fn new(source: &'s dyn ByteSource, expected: u64) -> io::Result<FrameStream<'s>> {
         let input_len = usize::try_from(expected).unwrap_or(usize::MAX).clamp(1, INPUT_CHUNK);
-        let output_len = zstd::zstd_safe::DCtx::out_size().min(input_len.saturating_mul(8).max(4 << 10));
+        let output_len = OUTPUT_CHUNK.min(input_len.saturating_mul(8).max(4 << 10));
         let spare = SPARE_DECODERS.try_with(|spares| spares.borrow_mut().pop()).ok().flatten();
         let Spare { context, mut input, mut output } = match spare {
             Some(spare) => spare,
