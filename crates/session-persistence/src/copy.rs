@@ -298,6 +298,9 @@ struct Writer<'a> {
     batch_bytes: usize,
     /// The lines of the events the scan streamed (before `until`).
     seen: Lines,
+    /// The lines of the events before `from` as the target holds them: a second read must agree
+    /// before anything is appended after them.
+    prefix: Digested,
     /// The error of a failed append (the scan stops with it).
     failed: Option<PersistenceError>,
 }
@@ -335,6 +338,11 @@ impl ScanSink for Writer<'_> {
             // What the source gained since the first read is left for the next run.
             return Err(PersistenceError::Cancelled);
         }
+        if event.seq == self.from && self.seen.value() != self.prefix {
+            // The source changed since the first read: nothing of it is appended after the prefix.
+            self.failed = Some(PersistenceError::inconsistent(&self.header.id, "the source changed during the copy"));
+            return Err(PersistenceError::Cancelled);
+        }
         self.seen.add(&event)?;
         if event.seq < self.from {
             return Ok(());
@@ -354,17 +362,23 @@ impl ScanSink for Writer<'_> {
     }
 }
 
-/// The target's copy of a session: its header and its lines, or `None` when it holds none.
-fn target_copy(
-    target: &dyn Backend,
-    header: &SessionHeader,
-    cancel: &CancellationToken,
-) -> Result<Option<(SessionHeader, Digested)>> {
+/// The target's copy of a session: its header, the lines of its valid prefix, and its torn tail
+/// (an interrupted write of an earlier run), or `None` when it holds none.
+fn target_copy(target: &dyn Backend, header: &SessionHeader, cancel: &CancellationToken) -> Result<Option<Held>> {
     let mut lines = ReadBack(Lines::default());
     match target.scan(&header.id, cancel, &mut lines)? {
         None => Ok(None),
-        Some(outcome) => Ok(Some((SessionHeader::clone(&outcome.header), lines.0.value()))),
+        Some(outcome) => {
+            Ok(Some(Held { header: SessionHeader::clone(&outcome.header), lines: lines.0.value(), torn: outcome.torn }))
+        }
     }
+}
+
+/// What the target holds of a session.
+struct Held {
+    header: SessionHeader,
+    lines: Digested,
+    torn: Option<crate::backend::TornTail>,
 }
 
 /// Digests a read-back.
@@ -406,12 +420,12 @@ fn copy_log(
         }
         error => failed(error),
     })?;
-    if let Some((held, _)) = &existing
-        && header_json(held) != header_json(header)
+    if let Some(held) = &existing
+        && header_json(&held.header) != header_json(header)
     {
         return Err(CopyOutcome::Differs { reason: "the headers differ".to_owned() });
     }
-    let held = existing.as_ref().map_or(Lines::default().value(), |(_, lines)| *lines);
+    let held = existing.as_ref().map_or(Lines::default().value(), |held| held.lines);
     let mut reader = Reader::new(held.0, options.buffer_bytes);
     let scanned = source.scan(&header.id, cancel, &mut reader).map_err(|error| match error {
         PersistenceError::Cancelled => failed(error),
@@ -433,6 +447,11 @@ fn copy_log(
     if existing.is_some() && at_prefix != Some(held) {
         return Err(CopyOutcome::Differs { reason: format!("its first {from} events are not the source's") });
     }
+    if let Some(torn) = existing.as_ref().and_then(|held| held.torn.as_ref()) {
+        // An earlier run was cut off inside a write: the tail it left is cut (its complete events,
+        // part of the prefix just checked, are written again) before anything is appended after it.
+        target.commit_repair(header, Some(torn), &[]).map_err(failed)?;
+    }
     if existing.is_some() && from == n_events {
         return Ok((CopyOutcome::Identical { events: n_events }, torn));
     }
@@ -446,6 +465,7 @@ fn copy_log(
         batch: Vec::new(),
         batch_bytes: 0,
         seen: Lines::default(),
+        prefix: held,
         failed: None,
     };
     match reader.kept.take() {
@@ -480,7 +500,10 @@ fn copy_log(
         }
     }
     match target_copy(target, header, cancel).map_err(failed)? {
-        Some((held, lines)) if header_json(&held) == header_json(header) && lines == source_lines => {}
+        Some(held)
+            if header_json(&held.header) == header_json(header)
+                && held.lines == source_lines
+                && held.torn.is_none() => {}
         _ => {
             return Err(failed(PersistenceError::inconsistent(&header.id, "the copy does not read back identically")));
         }
@@ -494,208 +517,4 @@ fn copy_log(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::atomic::AtomicI64;
-
-    use serde_json::json;
-    use session_core::JsonData;
-
-    use super::*;
-    use crate::{
-        CollectSink, Compression, JsonlConfig, JsonlStore, MemoryStore,
-        backend::{Listing, Revision, ScanOutcome, TornTail},
-    };
-
-    fn event(seq: u64) -> Arc<SessionEvent> {
-        let (kind, data) = if seq.is_multiple_of(2) {
-            ("turn/start", json!({"turn": seq / 2 + 1}))
-        } else {
-            ("turn/end", json!({"turn": seq / 2 + 1, "reason": {"kind": "completed"}}))
-        };
-        Arc::new(SessionEvent::new(kind, seq, 1_000 + seq as i64, JsonData::from_value(&data).unwrap()))
-    }
-
-    fn write(store: &dyn Backend, id: &str, n_events: u64) -> SessionHeader {
-        let header = SessionHeader::new(SessionId::from(id), 1_000);
-        let events: Vec<_> = (0..n_events).map(event).collect();
-        store.append_batch(&header, &events, false).unwrap();
-        header
-    }
-
-    fn lines(store: &dyn Backend, id: &str) -> Option<Vec<String>> {
-        let mut sink = CollectSink::default();
-        store.scan(&SessionId::from(id), &CancellationToken::new(), &mut sink).unwrap()?;
-        Some(sink.events.iter().map(|event| serde_json::to_string(event).unwrap()).collect())
-    }
-
-    fn copy(source: &dyn Backend, target: &dyn Backend, options: &CopyOptions) -> Vec<(String, String)> {
-        let copies = copy_store(source, target, options, &CancellationToken::new(), &|_, _, _| {}).unwrap();
-        copies.iter().map(|copy| (copy.id.to_string(), copy.to_string())).collect()
-    }
-
-    fn outcomes(copies: &[(String, String)]) -> Vec<&str> {
-        copies.iter().map(|(_, text)| text.as_str()).collect()
-    }
-
-    #[test]
-    fn every_session_is_copied_and_a_second_run_finds_them_identical() {
-        let (source, target) = (MemoryStore::new(), MemoryStore::new());
-        for (id, n) in [("a", 2), ("b", 31), ("c", 1)] {
-            write(&source, id, n);
-        }
-        let options = CopyOptions { jobs: 2, batch_events: 4, ..CopyOptions::default() };
-        assert_eq!(
-            outcomes(&copy(&source, &target, &options)),
-            ["a: copied 2 events", "b: copied 31 events", "c: copied 1 events"]
-        );
-        for id in ["a", "b", "c"] {
-            assert_eq!(lines(&target, id), lines(&source, id));
-        }
-        assert_eq!(
-            outcomes(&copy(&source, &target, &options)),
-            ["a: already copied (2 events)", "b: already copied (31 events)", "c: already copied (1 events)"]
-        );
-    }
-
-    #[test]
-    fn a_session_too_large_to_hold_is_read_twice_and_written_in_batches() {
-        let source = MemoryStore::new();
-        let target = Arc::new(MemoryStore::new());
-        let counting = crate::CountingBackend::new(target.clone());
-        write(&source, "big", 100);
-        let options = CopyOptions { jobs: 1, batch_events: 7, buffer_bytes: 200, ..CopyOptions::default() };
-        assert_eq!(outcomes(&copy(&source, &counting, &options)), ["big: copied 100 events"]);
-        assert_eq!(counting.appends(), 15, "100 events in batches of 7");
-        assert_eq!(lines(&*target, "big"), lines(&source, "big"));
-    }
-
-    /// A memory store whose appends fail once `appends_left` runs out.
-    #[derive(Debug)]
-    struct Flaky {
-        inner: MemoryStore,
-        appends_left: AtomicI64,
-    }
-
-    impl Backend for Flaky {
-        fn name(&self) -> &'static str {
-            "flaky"
-        }
-        fn scan(
-            &self,
-            id: &SessionId,
-            cancel: &CancellationToken,
-            sink: &mut dyn ScanSink,
-        ) -> Result<Option<ScanOutcome>> {
-            self.inner.scan(id, cancel, sink)
-        }
-        fn revision(&self, id: &SessionId) -> Result<Option<Revision>> {
-            self.inner.revision(id)
-        }
-        fn append_batch(&self, header: &SessionHeader, events: &[Arc<SessionEvent>], materialized: bool) -> Result<()> {
-            if self.appends_left.fetch_sub(1, Ordering::SeqCst) <= 0 {
-                return Err(PersistenceError::io("flaky", std::io::Error::other("the disk went away")));
-            }
-            self.inner.append_batch(header, events, materialized)
-        }
-        fn commit_repair(
-            &self,
-            header: &SessionHeader,
-            torn: Option<&TornTail>,
-            closers: &[SessionEvent],
-        ) -> Result<()> {
-            self.inner.commit_repair(header, torn, closers)
-        }
-        fn list(&self, cancel: &CancellationToken) -> Result<Listing> {
-            self.inner.list(cancel)
-        }
-    }
-
-    #[test]
-    fn an_interrupted_copy_resumes_where_it_stopped() {
-        let source = MemoryStore::new();
-        write(&source, "a", 4);
-        write(&source, "b", 50);
-        let target = Flaky { inner: MemoryStore::new(), appends_left: AtomicI64::new(4) };
-        let options = CopyOptions { jobs: 1, batch_events: 10, ..CopyOptions::default() };
-        let first = copy(&source, &target, &options);
-        assert_eq!(first[0].1, "a: copied 4 events");
-        assert!(first[1].1.starts_with("b: failed: "), "{first:?}");
-        assert_eq!(lines(&target.inner, "b").map(|lines| lines.len()), Some(30), "three batches of b landed");
-        target.appends_left.store(i64::MAX, Ordering::SeqCst);
-        assert_eq!(
-            outcomes(&copy(&source, &target, &options)),
-            ["a: already copied (4 events)", "b: resumed at seq 30, 50 events"]
-        );
-        assert_eq!(lines(&target.inner, "b"), lines(&source, "b"));
-        // A source that grew since is resumed the same way.
-        let header = SessionHeader::new(SessionId::from("a"), 1_000);
-        source.append_batch(&header, &[event(4), event(5)], true).unwrap();
-        assert_eq!(outcomes(&copy(&source, &target, &options))[0], "a: resumed at seq 4, 6 events");
-        assert_eq!(lines(&target.inner, "a"), lines(&source, "a"));
-    }
-
-    #[test]
-    fn a_session_the_target_holds_otherwise_is_refused_and_left_alone() {
-        let (source, target) = (MemoryStore::new(), MemoryStore::new());
-        write(&source, "longer", 3);
-        write(&target, "longer", 5);
-        write(&source, "other", 4);
-        let header = SessionHeader::new(SessionId::from("other"), 1_000);
-        let mut changed = (*event(1)).clone();
-        changed.time += 1;
-        target.append_batch(&header, &[event(0), Arc::new(changed)], false).unwrap();
-        let mut moved = SessionHeader::new(SessionId::from("header"), 1_000);
-        write(&source, "header", 2);
-        moved.cwd = Some("/elsewhere".to_owned());
-        target.append_batch(&moved, &[event(0)], false).unwrap();
-        let before: Vec<_> = ["longer", "other", "header"].map(|id| lines(&target, id)).into();
-        assert_eq!(
-            outcomes(&copy(&source, &target, &CopyOptions::default())),
-            [
-                "header: refused, the target's session differs: the headers differ",
-                "longer: refused, the target's session differs: the target holds 5 events, the source 3",
-                "other: refused, the target's session differs: its first 2 events are not the source's",
-            ]
-        );
-        let after: Vec<_> = ["longer", "other", "header"].map(|id| lines(&target, id)).into();
-        assert_eq!(after, before);
-    }
-
-    #[test]
-    fn a_damaged_source_log_is_skipped_whole_and_a_torn_tail_is_left_behind() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = JsonlConfig { root: dir.path().to_owned(), compression: Compression::None, pack_chunks: true };
-        let source = JsonlStore::open(config).unwrap();
-        let corrupt = write(&source, "corrupt", 6);
-        let torn = write(&source, "torn", 4);
-        write(&source, "fine", 2);
-        let path = source.locate(&corrupt).unwrap();
-        let text = std::fs::read_to_string(&path).unwrap();
-        let mut garbled: Vec<&str> = text.lines().collect();
-        garbled[3] = "{\"type\":\"turn/start\",\"seq\":2,\"tim";
-        std::fs::write(&path, format!("{}\n", garbled.join("\n"))).unwrap();
-        let path = source.locate(&torn).unwrap();
-        let mut bytes = std::fs::read(&path).unwrap();
-        assert_eq!(bytes.pop(), Some(b'\n'));
-        std::fs::write(&path, bytes).unwrap();
-        let target = MemoryStore::new();
-        let copies = copy(&source, &target, &CopyOptions::default());
-        assert!(copies[0].1.starts_with("corrupt: skipped, the source log cannot be read: "), "{copies:?}");
-        assert_eq!(copies[1].1, "fine: copied 2 events");
-        assert_eq!(copies[2].1, "torn: copied 3 events (the source's torn tail was left behind)");
-        assert_eq!(lines(&target, "corrupt"), None, "nothing of a damaged log is written");
-        assert_eq!(lines(&target, "torn").unwrap(), lines(&source, "torn").unwrap());
-    }
-
-    #[test]
-    fn a_header_without_events_is_copied_where_the_target_stores_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = JsonlConfig { root: dir.path().to_owned(), compression: Compression::Zstd, pack_chunks: true };
-        let source = MemoryStore::new();
-        write(&source, "empty", 0);
-        let target = JsonlStore::open(config).unwrap();
-        assert_eq!(outcomes(&copy(&source, &target, &CopyOptions::default())), ["empty: copied 0 events"]);
-        assert_eq!(lines(&target, "empty"), Some(Vec::new()));
-        assert_eq!(outcomes(&copy(&source, &target, &CopyOptions::default())), ["empty: already copied (0 events)"]);
-    }
-}
+mod tests;
