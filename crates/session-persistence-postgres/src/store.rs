@@ -109,7 +109,8 @@ impl Sql {
             session_events: q(&format!(
                 "SELECT {HEADER_COLUMNS}, next_seq, e.seq, e.record, e.record_zstd FROM {{s}}.sessions \
                  LEFT JOIN LATERAL (SELECT seq, record, record_zstd FROM {{s}}.events WHERE session_id = $1 \
-                 AND seq >= $2 ORDER BY seq LIMIT $3) e ON true WHERE id = $1 ORDER BY e.seq"
+                 AND seq >= $2 AND next_seq - $2 < $3 ORDER BY seq LIMIT $3) e ON true WHERE id = $1 \
+                 ORDER BY e.seq"
             )),
             events_from: q("SELECT seq, record, record_zstd FROM {s}.events WHERE session_id = $1 AND seq >= $2 \
                  ORDER BY seq LIMIT $3"),

@@ -1,5 +1,5 @@
 //! Reading a session: its header and its events from a seq on, in one snapshot. A short log
-//! (fewer than [`SHORT_ROWS`] events from that seq) is one statement, which is its own snapshot:
+//! (at most [`SHORT_ROWS`] events from that seq) is one statement, which is its own snapshot:
 //! one round trip where the paged read takes four (begin, the session row, the events, commit),
 //! which is what a listing of many small sessions, a `verify` and a blank probe pay per session.
 //! A longer one is read page by page in a read-only repeatable-read transaction.
@@ -130,12 +130,14 @@ impl PgStore {
             db.timed("reading a session", client.query(&statement, &params)).await
         })?;
         let Some(first) = rows.first() else { return Ok(Short::Absent) };
-        // The row of a session with no event from the seq has none of the event columns.
+        let next_seq: i64 = db.column(first, 5)?;
+        // The row of a session with no event from the seq has none of the event columns, and so
+        // has a longer session's: the statement sends no event when the row's `next_seq` says there
+        // are more than `SHORT_ROWS` (and more rows than it says are more than `SHORT_ROWS` too).
         let n_events = rows.len() - usize::from(db.column::<Option<i64>>(first, 6)?.is_none());
-        if n_events as i64 > SHORT_ROWS {
+        if next_seq - to_sql_seq(from_seq) > SHORT_ROWS || n_events as i64 > SHORT_ROWS {
             return Ok(Short::Long);
         }
-        let next_seq: i64 = db.column(first, 5)?;
         let session = self.session_row(first)?;
         let header = Arc::new(session.header?);
         sink.header(&header)?;
