@@ -14,9 +14,8 @@
 //! the header, as a whole scan would, and reports the damage the same way. What a seek never
 //! reads is not checked: a defect before the start point is found by whole reads only.
 
-use std::{path::Path, sync::Arc};
+use std::path::Path;
 
-use session_core::SessionEvent;
 use tokio_util::sync::CancellationToken;
 
 use super::{
@@ -58,9 +57,8 @@ pub(crate) fn scan_log_from(
         _ => read_header(source, compression, path, cancel)?.and_then(|read| read.known),
     };
     let Some(known) = known else {
-        // A header that does not decode plainly: the whole scan reports it.
-        let mut suffix = Suffix { from_seq, inner: sink };
-        return scan_log_known(source, compression, path, cancel, None, &mut suffix);
+        // A header that does not decode plainly: the read from the first byte reports it.
+        return scan_resumed(source, compression, path, cancel, None, from_seq, sink);
     };
     let mut resume = Resume::after_header(&known);
     let found = match compression {
@@ -75,30 +73,6 @@ pub(crate) fn scan_log_from(
         resume = Resume { offset, text_offset, seq, ..resume };
     }
     scan_resumed(source, compression, path, cancel, Some(resume), from_seq, sink)
-}
-
-/// Drops the events before `from_seq`.
-struct Suffix<'a> {
-    from_seq: u64,
-    inner: &'a mut dyn ScanSink,
-}
-
-impl ScanSink for Suffix<'_> {
-    fn header(&mut self, header: &Arc<session_core::SessionHeader>) -> Result<()> {
-        self.inner.header(header)
-    }
-
-    fn event(&mut self, event: Arc<SessionEvent>) -> Result<()> {
-        if event.seq >= self.from_seq { self.inner.event(event) } else { Ok(()) }
-    }
-
-    fn restart(&mut self) -> bool {
-        self.inner.restart()
-    }
-
-    fn read_ahead(&self) -> bool {
-        self.inner.read_ahead()
-    }
 }
 
 /// What a probe found after an offset.
@@ -247,6 +221,8 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use session_core::{JsonData, SessionHeader, SessionId};
+
+    use session_core::SessionEvent;
 
     use super::*;
     use crate::{
