@@ -99,6 +99,7 @@ mod codec;
 mod config;
 mod error;
 mod lease;
+mod order;
 mod page;
 mod position;
 mod rules;

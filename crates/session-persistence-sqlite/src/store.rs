@@ -20,9 +20,8 @@ use parking_lot::Mutex;
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
-    Backend, CorruptKind, FencedWrite, HeaderPage, Listing, Location, LogFault, PageRequest, PersistenceError, Result,
-    Revision, ScanOutcome, ScanSink, SessionPosition, SharedChangeSink, StoredHeader, SurveyEntry, TornTail, Watch,
-    WatchOptions,
+    Backend, CorruptKind, FencedWrite, HeaderPage, Listing, Location, PageRequest, PersistenceError, Result, Revision,
+    ScanOutcome, ScanSink, SessionPosition, SharedChangeSink, StoredHeader, SurveyEntry, TornTail, Watch, WatchOptions,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -31,11 +30,12 @@ use crate::{
     config::{Access, SqliteConfig, Target},
     error::sqlite_error,
     lease::{Lease, RepairHold, hold_writer_lock, writer_lock_held},
+    order::OrderSlot,
     position::{ChangeMark, next_seqs_at_once, with_holds},
     rules::{self, SESSION_DATABASE},
     scan::{RowScan, ScanContext, next_seq, scan_rows, seek_base, to_sql_seq},
     schema::{OpenSpec, Role, check_before_mutation, open_connection},
-    sessions::{SESSION_COLUMNS, StoredSession, read_session, row_label, upsert_session},
+    sessions::{StoredSession, read_session, upsert_session},
     watch::{self, OwnWrites, WatchSpec},
 };
 
@@ -60,6 +60,9 @@ pub struct SqliteStore {
     leases: Mutex<HashMap<SessionId, Lease>>,
     /// What this handle's commits and releases leave for its watches to skip.
     own_writes: Arc<OwnWrites>,
+    /// A file store's newest-first order of its rows and the connection it lives on (see the
+    /// `order` module); empty until a page, family or `created_since` first asks.
+    order: Option<OrderSlot>,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -122,6 +125,7 @@ impl SqliteStore {
         } else {
             (Some(Mutex::new(connection)), Vec::new())
         };
+        let order = file.as_ref().map(|_| Mutex::new(None));
         Ok(SqliteStore {
             config,
             file,
@@ -133,6 +137,7 @@ impl SqliteStore {
             _writer_lock: writer_lock,
             leases: Mutex::new(HashMap::new()),
             own_writes: Arc::new(OwnWrites::default()),
+            order,
         })
     }
 
@@ -211,17 +216,7 @@ impl SqliteStore {
         let pooled = self.readers.lock().pop();
         let mut connection = match pooled {
             Some(connection) => connection,
-            None => {
-                let spec = OpenSpec {
-                    file: Some(file),
-                    shown: &self.shown,
-                    access: self.config.access,
-                    role: Role::Reader,
-                    journal_mode: self.config.journal_mode,
-                    busy_timeout: self.config.busy_timeout,
-                };
-                open_connection(&spec)?.0
-            }
+            None => self.open_reader(file)?,
         };
         let result = read(&mut connection);
         // A connection left inside a transaction by a failed read is not reused.
@@ -232,6 +227,24 @@ impl SqliteStore {
             }
         }
         result
+    }
+
+    /// A new read connection to the file store's database at `file`.
+    pub(crate) fn open_reader(&self, file: &Path) -> Result<Connection> {
+        let spec = OpenSpec {
+            file: Some(file),
+            shown: &self.shown,
+            access: self.config.access,
+            role: Role::Reader,
+            journal_mode: self.config.journal_mode,
+            busy_timeout: self.config.busy_timeout,
+        };
+        Ok(open_connection(&spec)?.0)
+    }
+
+    /// The file store's order and its connection; `None` for `:memory:`.
+    pub(crate) fn order_slot(&self) -> Option<(&OrderSlot, &Path)> {
+        self.order.as_ref().zip(self.file.as_deref())
     }
 
     /// Runs `write` in one immediate transaction on the writing connection, after the identity
@@ -553,7 +566,14 @@ impl Backend for SqliteStore {
             }
             self.insert_rows(transaction, id, &rows)?;
             self.bump_revision(transaction, id)
-        })
+        })?;
+        if !materialized
+            && let Some((slot, _)) = self.order_slot()
+            && let Some((_, order)) = slot.lock().as_mut()
+        {
+            order.touch(id.as_str());
+        }
+        Ok(())
     }
 
     /// One immediate transaction (§11): the current torn tail must be the one the caller saw; it
@@ -682,7 +702,7 @@ impl Backend for SqliteStore {
         self.listing("", [], cancel)
     }
 
-    /// One page, or one family, through SQL (the `page` module): only their rows are decoded.
+    /// One page, or one family, from the order (the `page` module): only their rows are decoded.
     fn list_page(&self, request: &PageRequest, cancel: &CancellationToken) -> Result<HeaderPage> {
         self.page(request, cancel)
     }
@@ -726,74 +746,9 @@ impl Backend for SqliteStore {
         with_holds(self.file.as_deref(), next)
     }
 
-    /// The `sessions` rows with `created_at >= since_ms`. The reference's schema has no index on
-    /// `created_at` (and may not get one: the reference refuses a database with an extra index),
-    /// so this is one pass over the `sessions` table (its rows, never an event row), decoding
-    /// only the matching ones. As the default, rows that do not decode are left out.
+    /// The `sessions` rows with `created_at >= since_ms`, from the order (the `page` module);
+    /// as the default, rows that do not decode are left out.
     fn created_since(&self, since_ms: u64, cancel: &CancellationToken) -> Result<Listing> {
-        let since = i64::try_from(since_ms).unwrap_or(i64::MAX);
-        let mut listing = self.listing(" WHERE created_at >= ?1", [since], cancel)?;
-        listing.faults.clear();
-        Ok(listing)
-    }
-}
-
-impl SqliteStore {
-    /// A `sessions` row as a listing sees it: its header, or the row's own fault (a format
-    /// version this build cannot read, or a row that does not decode).
-    pub(crate) fn stored_row(&self, row: &rusqlite::Row<'_>) -> std::result::Result<StoredHeader, Box<LogFault>> {
-        let (id, error) = match StoredSession::read(row) {
-            Ok(session) if u32::try_from(session.version).is_ok() => {
-                return Ok(StoredHeader {
-                    revision: self.revision_of(&session),
-                    header: Arc::new(session.header),
-                    n_bytes: None,
-                });
-            }
-            Ok(session) => {
-                let id = session.header.id.clone();
-                let message = session.unsupported_version().unwrap_or_default();
-                (id.clone(), PersistenceError::FormatUnsupported { id, message, location: None })
-            }
-            Err(message) => {
-                let id = SessionId::from(row_label(row));
-                let error =
-                    PersistenceError::corrupt(CorruptKind::Header, Location::Session { id: id.clone() }, message);
-                (id, error)
-            }
-        };
-        Err(Box::new(LogFault { error, id, path: None, header: None }))
-    }
-
-    /// The `sessions` rows `filter` (a `WHERE` clause or nothing) selects, in id order; a row
-    /// that does not decode is its own fault.
-    pub(crate) fn listing<P: rusqlite::Params>(
-        &self,
-        filter: &str,
-        params: P,
-        cancel: &CancellationToken,
-    ) -> Result<Listing> {
-        if cancel.is_cancelled() {
-            return Err(PersistenceError::Cancelled);
-        }
-        let mut listing = self.with_reader(|connection| {
-            let mut statement = connection
-                .prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions{filter}"))
-                .map_err(self.sql_error())?;
-            let mut rows = statement.query(params).map_err(self.sql_error())?;
-            let mut listing = Listing::default();
-            while let Some(row) = rows.next().map_err(self.sql_error())? {
-                match self.stored_row(row) {
-                    Ok(stored) => listing.headers.push(stored),
-                    Err(fault) => listing.faults.push(*fault),
-                }
-            }
-            Ok(listing)
-        })?;
-        if cancel.is_cancelled() {
-            return Err(PersistenceError::Cancelled);
-        }
-        listing.sort();
-        Ok(listing)
+        self.created(since_ms, cancel)
     }
 }
