@@ -1,7 +1,10 @@
 //! SQLite backend benchmarks (issue 17), each against the JSONL zstd store on the same workload
 //! (`e2e::workload`): durable append throughput (one turn per transaction), the cold listing of
 //! 100 children × 10,000 events, and a checkpoint's tail read (`cold_snapshot` from a record
-//! 1,000 events before the end of a 100,001-event log), where SQLite seeks and JSONL scans.
+//! 1,000 events before the end of a 100,001-event log), where SQLite seeks and JSONL scans; and
+//! listings of a 100,000-session store: the first page and a family of 1,000 children, from the
+//! file store's in-memory order, against the SQL passes over the `sessions` table that
+//! `:memory:` still makes (what every SQLite page cost before the order) and JSONL.
 
 use std::{path::Path, sync::Arc, time::Duration};
 
@@ -11,7 +14,9 @@ use e2e::{
     workload::TranscriptBuilder,
 };
 use session_core::{SessionEvent, SessionHeader, SessionId};
-use session_persistence::{Backend, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, SessionPersistence};
+use session_persistence::{
+    Backend, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, PageRequest, SessionPersistence,
+};
 use session_persistence_sqlite::{SqliteConfig, SqliteStore};
 use session_projection::{CheckpointRows, ProjectionRegistry};
 use session_projection_cache::{
@@ -196,5 +201,83 @@ fn checkpoint_tail(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, append_throughput, cold_listing, checkpoint_tail);
+/// A store of `n_sessions` one-event sessions, the last `n_children` of them subagent children
+/// of `parent` (the newest session), written straight through `append_batch`.
+fn write_sessions(backend: &dyn Backend, n_sessions: usize, n_children: usize) {
+    let event =
+        Arc::new(SessionEvent::new("turn/start", 0, 10, session_core::JsonData::from_text(r#"{"turn":1}"#).unwrap()));
+    let parent = SessionId::from("parent");
+    let mut parent_header = header("parent");
+    // The newest session, so the first page holds it.
+    parent_header.created_at = 1_000 + n_sessions as u64;
+    backend.append_batch(&parent_header, std::slice::from_ref(&event), false).unwrap();
+    for i in 0..n_sessions {
+        let mut header = header(&format!("s{i:06}"));
+        header.created_at = 1_000 + i as u64;
+        if i >= n_sessions - n_children {
+            header.parent_session = Some(parent.clone());
+            header.origin = Some(session_core::Origin::Subagent);
+            header.delegation_depth = 1;
+        }
+        backend.append_batch(&header, std::slice::from_ref(&event), false).unwrap();
+    }
+}
+
+/// The first page of a 100,000-session store (50 rows, children hidden, as the viewer asks) and
+/// the family of a parent with 1,000 children (`list_children`, what `subagent.list` reads).
+fn listings_100k(c: &mut Criterion) {
+    const N_SESSIONS: usize = 100_000;
+    const N_CHILDREN: usize = 1_000;
+    let mut group = c.benchmark_group("sqlite/listings_100k");
+    group.sample_size(20).measurement_time(Duration::from_secs(5));
+    // In /dev/shm where there is one: 100,000 durable commits on a disk take minutes.
+    let shm = Path::new("/dev/shm");
+    let dir = if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() }.unwrap();
+    let stores: [(&str, Arc<dyn Backend>); 3] = [
+        ("sqlite", Kind::Sqlite.open(dir.path())),
+        ("sqlite_sql_passes", Arc::new(SqliteStore::open(SqliteConfig::memory()).unwrap())),
+        ("jsonl_zstd", Kind::JsonlZstd.open(dir.path())),
+    ];
+    let request = PageRequest { limit: 50, exclude_subagents: true, ..PageRequest::default() };
+    let parent = SessionId::from("parent");
+    let cancel = CancellationToken::new();
+    for (label, backend) in stores {
+        write_sessions(&*backend, N_SESSIONS, N_CHILDREN);
+        let page = backend.list_page(&request, &cancel).unwrap();
+        assert_eq!(page.headers.len(), 50, "{label}");
+        assert_eq!(page.children.get(&parent).map(Vec::len), Some(N_CHILDREN), "{label}: the parent is on the page");
+        assert_eq!(backend.list_children(&parent, &cancel).unwrap().headers.len(), N_CHILDREN + 1, "{label}");
+        group.bench_function(format!("{label}/first_page"), |b| {
+            b.iter(|| backend.list_page(&request, &cancel).unwrap());
+        });
+        // After an append elsewhere in the store, so the order catches up (a changed data_version).
+        let mut seq = 1;
+        let event_at = |seq: u64| {
+            Arc::new(SessionEvent::new(
+                "turn/start",
+                seq,
+                10,
+                session_core::JsonData::from_text(r#"{"turn":1}"#).unwrap(),
+            ))
+        };
+        group.bench_function(format!("{label}/first_page_after_an_append"), |b| {
+            b.iter_batched(
+                || {
+                    let mut header = header("s000000");
+                    header.created_at = 1_000;
+                    backend.append_batch(&header, &[event_at(seq)], true).unwrap();
+                    seq += 1;
+                },
+                |()| backend.list_page(&request, &cancel).unwrap(),
+                BatchSize::PerIteration,
+            );
+        });
+        group.bench_function(format!("{label}/family_of_1000"), |b| {
+            b.iter(|| backend.list_children(&parent, &cancel).unwrap());
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, append_throughput, cold_listing, checkpoint_tail, listings_100k);
 criterion_main!(benches);

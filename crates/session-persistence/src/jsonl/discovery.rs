@@ -414,7 +414,7 @@ fn flat_layout(path: &Path) -> PersistenceError {
     }
 }
 
-fn duplicate(id: &SessionId) -> PersistenceError {
+pub(super) fn duplicate(id: &SessionId) -> PersistenceError {
     PersistenceError::inconsistent(
         id,
         format!("duplicate JSONL session id \"{id}\" appears in multiple project directories"),

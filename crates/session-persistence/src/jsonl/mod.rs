@@ -24,6 +24,7 @@ pub mod faults;
 mod faults;
 mod files;
 mod header_cache;
+mod kept;
 mod layout;
 mod lock;
 mod read;
@@ -57,7 +58,7 @@ use self::{
     lock::StoreLock,
 };
 use crate::{
-    backend::{Backend, Listing, Revision, ScanOutcome, ScanSink, StoredHeader, TornTail},
+    backend::{Backend, HeaderPage, Listing, PageRequest, Revision, ScanOutcome, ScanSink, StoredHeader, TornTail},
     error::{PersistenceError, Result},
     format::{Compression, FrameEncoder},
 };
@@ -100,6 +101,9 @@ pub struct JsonlStore {
     encoders: Mutex<Vec<FrameEncoder>>,
     /// The hooks of a simulated disk (feature `faults`); without one they do nothing.
     hooks: Hooks,
+    /// A writable store's kept listing (`kept`), and the logs it published since that took them in.
+    kept: Mutex<Option<kept::Kept>>,
+    created: Mutex<Vec<kept::Created>>,
 }
 
 impl fmt::Debug for JsonlStore {
@@ -174,6 +178,8 @@ impl JsonlStore {
             poisoned: Mutex::default(),
             encoders: Mutex::default(),
             hooks,
+            kept: Mutex::default(),
+            created: Mutex::default(),
         }
     }
 
@@ -265,6 +271,20 @@ impl Backend for JsonlStore {
 
     fn list(&self, cancel: &CancellationToken) -> Result<Listing> {
         self.walk(cancel)
+    }
+
+    /// From the listing a writable store keeps (the `kept` module), each named log's header
+    /// read again; a walk on a read-only handle.
+    fn list_page(&self, request: &PageRequest, cancel: &CancellationToken) -> Result<HeaderPage> {
+        self.kept_page(request, cancel)
+    }
+
+    fn list_children(&self, parent: &SessionId, cancel: &CancellationToken) -> Result<Listing> {
+        self.kept_family(parent, cancel)
+    }
+
+    fn created_since(&self, since_ms: u64, cancel: &CancellationToken) -> Result<Listing> {
+        self.kept_created_since(since_ms, cancel)
     }
 
     fn locate(&self, header: &SessionHeader) -> Option<PathBuf> {

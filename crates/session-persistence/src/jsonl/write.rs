@@ -179,6 +179,7 @@ impl JsonlStore {
                 )
             });
         }
+        let before = super::kept::before_creating(&self.root, project_dir);
         ensure_dir(&self.root)?;
         ensure_dir(project_dir)?;
         ensure_dir(session_dir)?;
@@ -217,6 +218,7 @@ impl JsonlStore {
         }
         self.hooks.dir_synced(session_dir);
         self.index.lock().insert(header.id.clone(), path.to_owned());
+        self.kept_created(super::kept::Created::new(header, before));
         Ok(())
     }
 
