@@ -372,6 +372,12 @@ impl Inner {
         }
     }
 
+    /// The records of `ids`, in order, in one `get_many` on the blocking pool; `None` when the
+    /// blocking pool refused the call.
+    pub(crate) async fn records_of(&self, ids: Vec<SessionId>) -> Option<Vec<Result<Option<CheckpointRecord>>>> {
+        run_blocking_with(&self.store, move |store| Ok::<_, CacheError>(store.get_many(&ids))).await.ok()
+    }
+
     /// Flushes the session's log, then stores `record` unless a newer cut is stored.
     pub(crate) async fn write_cut(&self, id: &SessionId, record: CheckpointRecord) -> Result<WriteOutcome> {
         if let Err(error) = self.persistence.flush(id, &CancellationToken::new()).await {

@@ -158,20 +158,23 @@ struct Row {
     store: String,
     mark: Vec<f64>,
     api: Vec<f64>,
+    /// When the page sent the call (ms since navigation start): what loading the page took.
+    asked: Vec<f64>,
     api_method: &'static str,
     target: Option<f64>,
 }
 
 /// Reloads the page at `url` `n` times (after one warm-up load) and reads, each time, when
 /// `mark` came (ms since navigation start) and how long the slowest request whose URL holds
-/// `call` (`/api/session.list`, say) took from its start to the end of its answer.
-async fn navigations(browser: &Browser, url: &str, mark: &str, call: &str, n: usize) -> (Vec<f64>, Vec<f64>) {
+/// `call` (`/api/session.list`, say) took from its start to the end of its answer, and when the
+/// first of them started.
+async fn navigations(browser: &Browser, url: &str, mark: &str, call: &str, n: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     browser.goto(url).await;
     // A hash change alone keeps the document (and its marks): reload once before waiting.
     browser.refresh().await;
     let condition = format!("performance.getEntriesByName({mark:?}).length > 0");
     browser.wait_for(&condition, Duration::from_secs(60)).await;
-    let (mut marks, mut api) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut marks, mut api, mut asked) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     for _ in 0..n {
         browser.refresh().await;
         browser.wait_for(&condition, Duration::from_secs(60)).await;
@@ -180,14 +183,16 @@ async fn navigations(browser: &Browser, url: &str, mark: &str, call: &str, n: us
                 "const [mark, path] = arguments;
                  const at = performance.getEntriesByName(mark)[0].startTime;
                  const calls = performance.getEntriesByType('resource').filter(e => e.name.includes(path));
-                 return [at, Math.max(0, ...calls.map(e => e.responseEnd - e.startTime))];",
+                 return [at, Math.max(0, ...calls.map(e => e.responseEnd - e.startTime)),
+                         Math.min(...calls.map(e => e.startTime))];",
                 vec![json!(mark), json!(call)],
             )
             .await;
         marks.push(read[0].as_f64().unwrap_or(f64::NAN));
         api.push(read[1].as_f64().unwrap_or(f64::NAN));
+        asked.push(read[2].as_f64().unwrap_or(f64::NAN));
     }
-    (marks, api)
+    (marks, api, asked)
 }
 
 /// The page's JS heap in use and its DOM nodes after a full garbage collection (DevTools'
@@ -260,19 +265,20 @@ fn print_table(rows: &[Row], plan: Plan) {
         plan.n_samples, plan.n_sessions
     );
     println!(
-        "  {:<28} {:<9} {:>8} {:>8} {:>11} {:>10} {:>8}",
-        "view (mark)", "store", "median", "p95", "api call", "api median", "target"
+        "  {:<28} {:<9} {:>8} {:>8} {:>11} {:>10} {:>9} {:>8}",
+        "view (mark)", "store", "median", "p95", "api call", "api median", "asked at", "target"
     );
     for row in rows {
         let (median, p95) = median_p95(&row.mark);
         let (api_median, _) = median_p95(&row.api);
+        let (asked, _) = median_p95(&row.asked);
         let target = match row.target {
             Some(target) if p95 <= target => format!("{target:.0} ok"),
             Some(target) => format!("{target:.0} MISSED"),
             None => "-".to_owned(),
         };
         println!(
-            "  {:<28} {:<9} {median:>8.1} {p95:>8.1} {:>11} {api_median:>10.1} {target:>8}",
+            "  {:<28} {:<9} {median:>8.1} {p95:>8.1} {:>11} {api_median:>10.1} {asked:>9.1} {target:>8}",
             row.view, row.store, row.api_method
         );
     }
@@ -286,31 +292,35 @@ async fn measure(apiproxy: &Path, location: &str, label: &str, views: &[&str], p
     let base = format!("http://{}/", gateway.addr());
     let browser = Browser::start().await;
     if views.contains(&"list") {
-        let (mark, api) = navigations(&browser, &base, "dsh:list-painted", "/api/session.list", plan.n_samples).await;
+        let (mark, api, asked) =
+            navigations(&browser, &base, "dsh:list-painted", "/api/session.list", plan.n_samples).await;
         rows.push(Row {
             view: "list (first page)",
             store: label.into(),
             mark,
             api,
+            asked,
             api_method: "session.list",
             target: Some(150.0),
         });
     }
     if views.contains(&"tail") {
         let url = format!("{base}#/s/{TAIL_CHILD}");
-        let (mark, api) = navigations(&browser, &url, "dsh:history-painted", ".history", plan.n_samples).await;
+        let (mark, api, asked) = navigations(&browser, &url, "dsh:history-painted", ".history", plan.n_samples).await;
         rows.push(Row {
             view: "tail of a 10,000-event child",
             store: label.into(),
             mark,
             api,
+            asked,
             api_method: "*history",
             target: Some(300.0),
         });
     }
     if views.contains(&"tree") {
         let url = format!("{base}#/s/{TREE_PARENT}");
-        let (mark, api) = navigations(&browser, &url, "dsh:tree-painted", "/api/subagent.list", plan.n_samples).await;
+        let (mark, api, asked) =
+            navigations(&browser, &url, "dsh:tree-painted", "/api/subagent.list", plan.n_samples).await;
         let n_items = browser.js("return document.querySelectorAll('#subagent-tree > [role=treeitem]').length;").await;
         assert_eq!(n_items, json!(N_TREE_CHILDREN), "the tree shows every child");
         rows.push(Row {
@@ -318,6 +328,7 @@ async fn measure(apiproxy: &Path, location: &str, label: &str, views: &[&str], p
             store: label.into(),
             mark,
             api,
+            asked,
             api_method: "subagent.list",
             target: Some(200.0),
         });
@@ -348,22 +359,26 @@ async fn measure_warm(apiproxy: &Path, location: &str, label: &str, plan: Plan, 
     let gateway = Gateway::serve(apiproxy, location);
     let base = format!("http://{}/", gateway.addr());
     let browser = Browser::start().await;
-    let (mark, api) = navigations(&browser, &base, "dsh:list-painted", "/api/session.list", plan.n_samples).await;
+    let (mark, api, asked) =
+        navigations(&browser, &base, "dsh:list-painted", "/api/session.list", plan.n_samples).await;
     rows.push(Row {
         view: "list, warm cache",
         store: label.into(),
         mark,
         api,
+        asked,
         api_method: "session.list",
         target: Some(150.0),
     });
     let url = format!("{base}#/s/{TREE_PARENT}");
-    let (mark, api) = navigations(&browser, &url, "dsh:tree-painted", "/api/subagent.list", plan.n_samples).await;
+    let (mark, api, asked) =
+        navigations(&browser, &url, "dsh:tree-painted", "/api/subagent.list", plan.n_samples).await;
     rows.push(Row {
         view: "tree of 1,000, warm cache",
         store: label.into(),
         mark,
         api,
+        asked,
         api_method: "subagent.list",
         target: Some(200.0),
     });

@@ -17,7 +17,15 @@ async fn the_page_and_its_modules_are_served_with_a_strict_policy() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(header(&headers, "content-type"), "text/html; charset=utf-8");
     let page = String::from_utf8(body.to_vec()).unwrap();
-    assert!(page.contains(r#"<script type="module" src="/js/app.js"></script>"#), "{page}");
+    // The page names its modules under this build's version, answered immutable.
+    let start = page.find(r#"<script type="module" src="/v/"#).expect("the versioned module")
+        + r#"<script type="module" src=""#.len();
+    let app = &page[start..start + page[start..].find('"').unwrap()];
+    assert!(app.starts_with("/v/") && app.ends_with("/js/app.js"), "{app}");
+    let (status, versioned, module) = server.raw("GET", app, &[], "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(header(&versioned, "cache-control"), "public, max-age=31536000, immutable");
+    assert!(String::from_utf8_lossy(&module).contains("import"));
     let policy = header(&headers, "content-security-policy");
     assert!(policy.contains("default-src 'self'") && policy.contains("script-src 'self'"), "{policy}");
     assert_eq!(header(&headers, "x-content-type-options"), "nosniff");

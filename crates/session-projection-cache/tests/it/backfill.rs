@@ -56,3 +56,61 @@ async fn a_backfill_warms_every_session_once_and_changes_no_value() {
     cancelled.cancel();
     assert!(world.cache.backfill(BackfillOptions::default(), &cancelled, |_| {}).await.is_err());
 }
+
+/// Counts how a backfill asks for records: one at a time, or in batches (and how large).
+#[derive(Debug, Default)]
+struct CountingRecords {
+    inner: session_projection_cache::MemoryCheckpointStore,
+    gets: std::sync::atomic::AtomicUsize,
+    batches: std::sync::Mutex<Vec<usize>>,
+}
+
+impl session_projection_cache::CheckpointStore for CountingRecords {
+    fn get(
+        &self,
+        id: &session_core::SessionId,
+    ) -> session_projection_cache::Result<Option<session_projection_cache::CheckpointRecord>> {
+        self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.get(id)
+    }
+
+    fn get_many(
+        &self,
+        ids: &[session_core::SessionId],
+    ) -> Vec<session_projection_cache::Result<Option<session_projection_cache::CheckpointRecord>>> {
+        self.batches.lock().unwrap().push(ids.len());
+        ids.iter().map(|id| self.inner.get(id)).collect()
+    }
+
+    fn put(
+        &self,
+        id: &session_core::SessionId,
+        record: &session_projection_cache::CheckpointRecord,
+    ) -> session_projection_cache::Result<()> {
+        self.inner.put(id, record)
+    }
+
+    fn remove(&self, id: &session_core::SessionId) -> session_projection_cache::Result<bool> {
+        self.inner.remove(id)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_checks_records_in_batches_not_one_by_one() {
+    let records = Arc::new(CountingRecords::default());
+    let world = World::new(WorldOptions { policy: false, records: records.clone(), ..WorldOptions::default() });
+    for i in 0..600 {
+        world.stored_log(header(&format!("s{i:03}"), 0), log(1)).await;
+    }
+    let first = world.cache.backfill(BackfillOptions::default(), &CancellationToken::new(), |_| {}).await.unwrap();
+    assert_eq!((first.warmed, first.current), (600, 0));
+    records.batches.lock().unwrap().clear();
+    records.gets.store(0, std::sync::atomic::Ordering::SeqCst);
+
+    // A warm store: every record current, read 256 at a time, none on its own.
+    let options = BackfillOptions { pause: std::time::Duration::from_millis(1) };
+    let again = world.cache.backfill(options, &CancellationToken::new(), |_| {}).await.unwrap();
+    assert_eq!(again, BackfillReport { sessions: 600, done: 600, current: 600, warmed: 0, failed: 0 });
+    assert_eq!(*records.batches.lock().unwrap(), [256, 256, 88]);
+    assert_eq!(records.gets.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
