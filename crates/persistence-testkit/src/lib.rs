@@ -54,6 +54,7 @@
 //! ([`Suite::check`]). The kit asserts with panics, like any test; it is meant for
 //! `[dev-dependencies]`.
 
+pub mod answers;
 mod checkpoint;
 mod coordinator;
 pub mod inspect;

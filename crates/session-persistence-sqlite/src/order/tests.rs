@@ -3,77 +3,25 @@
 //! rowid among them, then reused), a header rewritten by this handle's first batch, one rewritten
 //! in place by another program, and rows that do not decode.
 
-use std::{path::Path, sync::Arc};
+use std::path::Path;
 
+use persistence_testkit::answers::{check_answers_agree_with_the_listing, create_session, listed_header as header};
 use rusqlite::Connection;
-use session_core::{JsonData, Origin, SessionEvent, SessionHeader, SessionId};
-use session_persistence::{Backend, HeaderPage, PageRequest};
+use session_persistence::{Backend, PageRequest};
 use tokio_util::sync::CancellationToken;
 
 use crate::{SqliteConfig, SqliteStore};
-
-fn first_batch(store: &SqliteStore, header: &SessionHeader) {
-    let event = SessionEvent::new("turn/start", 0, 10, JsonData::from_text(r#"{"turn":1}"#).unwrap());
-    store.append_batch(header, &[Arc::new(event)], false).unwrap();
-}
-
-/// A header of `id` created at `created_at`, in `/w/<cwd>`, of `owner`, child of `parent`.
-fn header(id: &str, created_at: u64, cwd: u32, owner: Option<&str>, parent: Option<&str>) -> SessionHeader {
-    let mut header = SessionHeader::new(SessionId::from(id), created_at);
-    header.cwd = Some(format!("/w/{cwd}"));
-    header.owner = owner.map(str::to_owned);
-    if let Some(parent) = parent {
-        header.parent_session = Some(SessionId::from(parent));
-        header.origin = Some(Origin::Subagent);
-        header.delegation_depth = 1;
-    }
-    header
-}
 
 fn cancel() -> CancellationToken {
     CancellationToken::new()
 }
 
-/// Filtered pages first: a page that reads every row would find any stale entry by itself.
-fn requests() -> Vec<PageRequest> {
-    let base = PageRequest { limit: 3, ..PageRequest::default() };
-    vec![
-        PageRequest { owner: Some("ann".to_owned()), ..base.clone() },
-        PageRequest { cwd: Some("/w/1".to_owned()), require_cwd: true, ..base.clone() },
-        PageRequest { exclude_subagents: true, ..base.clone() },
-        base.clone(),
-        PageRequest { limit: 1000, ..base },
-    ]
+fn first_batch(store: &SqliteStore, header: &session_core::SessionHeader) {
+    create_session(store, header);
 }
 
-/// Every page of `request` from the order, and the same cut from the whole listing, agree (faults
-/// aside: a page cut from a listing reports none); so do families and `created_since`.
 fn check(store: &SqliteStore, parents: &[&str]) {
-    for request in requests() {
-        let mut request = request;
-        loop {
-            let page = store.list_page(&request, &cancel()).unwrap();
-            let expected = HeaderPage::from_listing(store.list(&cancel()).unwrap(), &request);
-            assert_eq!(page.headers, expected.headers, "{request:?}");
-            assert_eq!(page.children, expected.children, "{request:?}");
-            assert_eq!(page.next, expected.next, "{request:?}");
-            match page.next {
-                Some(next) => request.after = Some(next),
-                None => break,
-            }
-        }
-    }
-    for parent in parents {
-        let parent = SessionId::from(*parent);
-        let family = store.list_children(&parent, &cancel()).unwrap();
-        assert_eq!(family, store.list(&cancel()).unwrap().family_of(&parent), "the family of {parent}");
-    }
-    for since in [0, 1_500, 3_000, u64::MAX] {
-        let mut expected = store.list(&cancel()).unwrap();
-        expected.headers.retain(|stored| stored.header.created_at >= since);
-        expected.faults.clear();
-        assert_eq!(store.created_since(since, &cancel()).unwrap(), expected, "created since {since}");
-    }
+    check_answers_agree_with_the_listing(store, parents);
 }
 
 fn order_len(store: &SqliteStore) -> usize {

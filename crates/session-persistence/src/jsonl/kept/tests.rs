@@ -1,6 +1,10 @@
 //! The kept listing's answers against a walk's, after this handle's creations (which walk
 //! nothing again) and after changes made behind its back: a session directory moved in, one moved
 //! out, a log replaced inside its directory.
+//!
+//! The checks are `persistence_testkit::answers`' (which the SQLite order's tests use), written
+//! again here: a unit test of this crate cannot hand its own `JsonlStore` to the test kit, which
+//! links another build of this crate.
 
 use std::{fs, path::Path, sync::Arc, sync::atomic::Ordering};
 
