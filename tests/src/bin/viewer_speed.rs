@@ -20,6 +20,8 @@
 //! reads cost there is a page-cache figure, as it is for any store that fits in memory. `--quick`
 //! writes 10,000 sessions and a 20,000-event long session, and reloads each view 3 times instead
 //! of 10; the heap is read over at most 200 pages back (40 with `--quick`). Run by `cargo xtask bench`; the figures are in `docs/benchmarks.md` ("Viewer").
+//! With `VIEWER_SPEED_KEEP` set, the stores are kept (their directory is printed at the end), to
+//! profile a gateway on them afterwards.
 
 use std::{
     path::{Path, PathBuf},
@@ -423,6 +425,9 @@ async fn run(apiproxy: PathBuf, plan: Plan) {
     measure(&apiproxy, &jsonl, "jsonl", &["list"], plan, &mut rows).await;
 
     print_table(&rows, plan);
+    if std::env::var_os("VIEWER_SPEED_KEEP").is_some() {
+        eprintln!("kept the stores in {}", dir.keep().display());
+    }
 }
 
 fn main() {
