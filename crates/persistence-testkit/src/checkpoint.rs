@@ -38,6 +38,10 @@ impl CheckpointStore for OffRuntime {
         off_runtime(|| self.0.get(id))
     }
 
+    fn get_many(&self, ids: &[SessionId]) -> Vec<session_projection_cache::Result<Option<CheckpointRecord>>> {
+        off_runtime(|| self.0.get_many(ids))
+    }
+
     fn put(&self, id: &SessionId, record: &CheckpointRecord) -> session_projection_cache::Result<()> {
         off_runtime(|| self.0.put(id, record))
     }
@@ -102,6 +106,24 @@ pub(crate) async fn absent_ids_read_as_none_and_remove_as_false(h: &Cx<'_>) {
     assert!(store.remove(&id).unwrap());
     assert_eq!(store.get(&id).unwrap(), None);
     assert!(!store.remove(&id).unwrap());
+}
+
+pub(crate) async fn get_many_answers_what_get_answers_in_order(h: &Cx<'_>) {
+    let store = h.open();
+    let ids: Vec<SessionId> = (0..600).map(|i| SessionId::from(format!("s-many-{i:03}"))).collect();
+    for (i, id) in ids.iter().enumerate().filter(|(i, _)| i % 3 != 1) {
+        store.put(id, &record(i as i64)).unwrap();
+    }
+    // Asked out of order, with absent ids and one id twice.
+    let mut asked: Vec<SessionId> = ids.iter().rev().cloned().collect();
+    asked.push(SessionId::from("s-never"));
+    asked.push(ids[4].clone());
+    let many = store.get_many(&asked);
+    assert_eq!(many.len(), asked.len());
+    for (id, got) in asked.iter().zip(many) {
+        assert_eq!(got.unwrap(), store.get(id).unwrap(), "{id}");
+    }
+    assert!(store.get_many(&[]).is_empty());
 }
 
 pub(crate) async fn removing_a_record_leaves_the_others(h: &Cx<'_>) {

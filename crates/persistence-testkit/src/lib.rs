@@ -308,6 +308,7 @@ macro_rules! __checkpoint_cases {
             checkpoint::records_round_trip,
             checkpoint::a_put_replaces_the_whole_record,
             checkpoint::absent_ids_read_as_none_and_remove_as_false,
+            checkpoint::get_many_answers_what_get_answers_in_order,
             checkpoint::removing_a_record_leaves_the_others,
             checkpoint::records_survive_reopening,
             checkpoint::records_keep_every_field,

@@ -138,40 +138,59 @@ impl SqliteCheckpointStore {
     }
 }
 
-impl CheckpointStore for SqliteCheckpointStore {
-    fn get(&self, id: &SessionId) -> session_projection_cache::Result<Option<CheckpointRecord>> {
-        let connection = self.connection.lock();
-        let row = connection
-            .prepare_cached("SELECT format, version, crc32, record FROM checkpoint_records WHERE id = ?1")
-            .and_then(|mut statement| {
-                statement
-                    .query_row([id.as_str()], |row| {
-                        Ok((
-                            row.get::<_, String>(0),
-                            row.get::<_, i64>(1),
-                            row.get::<_, i64>(2),
-                            row.get::<_, String>(3),
-                        ))
-                    })
-                    .optional()
-            })
-            .map_err(|error| cache_error(&self.shown, error))?;
-        drop(connection);
-        let Some((format, version, crc, text)) = row else { return Ok(None) };
+/// A stored record's columns as read, each with its own type check.
+type StoredColumns = (rusqlite::Result<String>, rusqlite::Result<i64>, rusqlite::Result<i64>, rusqlite::Result<String>);
+
+/// The stored columns of `id`'s record, if it has one.
+fn read_columns(connection: &Connection, id: &SessionId) -> rusqlite::Result<Option<StoredColumns>> {
+    connection
+        .prepare_cached("SELECT format, version, crc32, record FROM checkpoint_records WHERE id = ?1")?
+        .query_row([id.as_str()], |row| Ok((row.get(0), row.get(1), row.get(2), row.get(3))))
+        .optional()
+}
+
+impl SqliteCheckpointStore {
+    /// The record stored as `columns` for `id`; a damaged one is discarded with a warning.
+    fn decode_columns(&self, id: &SessionId, columns: Option<StoredColumns>) -> Option<CheckpointRecord> {
+        let (format, version, crc, text) = columns?;
         let decoded = match (format, version, crc, text) {
             (Ok(format), Ok(version), Ok(crc32), Ok(record)) => RecordRow { format, version, crc32, record }.decode(id),
             _ => Err("corrupt: a column has the wrong type".to_owned()),
         };
         match decoded {
-            Ok(record) => Ok(Some(record)),
+            Ok(record) => Some(record),
             Err(detail) => {
                 tracing::warn!(
                     session = %id,
                     path = %self.shown.display(),
                     "session projection cache: discarding the record of \"{id}\" ({detail}); the next write replaces it"
                 );
-                Ok(None)
+                None
             }
+        }
+    }
+}
+
+impl CheckpointStore for SqliteCheckpointStore {
+    fn get(&self, id: &SessionId) -> session_projection_cache::Result<Option<CheckpointRecord>> {
+        let columns = read_columns(&self.connection.lock(), id).map_err(|error| cache_error(&self.shown, error))?;
+        Ok(self.decode_columns(id, columns))
+    }
+
+    /// One read transaction for all of `ids` (one shared lock of the file, not one per record);
+    /// the records are decoded after the connection is released.
+    fn get_many(&self, ids: &[SessionId]) -> Vec<session_projection_cache::Result<Option<CheckpointRecord>>> {
+        let read: rusqlite::Result<Vec<Option<StoredColumns>>> = (|| {
+            let mut connection = self.connection.lock();
+            let transaction = connection.transaction()?;
+            let columns = ids.iter().map(|id| read_columns(&transaction, id)).collect::<rusqlite::Result<Vec<_>>>()?;
+            transaction.commit()?;
+            Ok(columns)
+        })();
+        match read {
+            Ok(columns) => ids.iter().zip(columns).map(|(id, columns)| Ok(self.decode_columns(id, columns))).collect(),
+            // The batch failed as a whole: each record on its own, so one bad read fails only itself.
+            Err(_) => ids.iter().map(|id| self.get(id)).collect(),
         }
     }
 
