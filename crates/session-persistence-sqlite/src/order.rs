@@ -97,10 +97,23 @@ impl Columns {
         Columns::at(row, [at, at + 1, at + 2, at + 3, at + 4, at + 5], interner)
     }
 
-    /// Reads a row's columns from a `SELECT {SESSION_COLUMNS}` row (id 0, created_at 2, cwd 3,
-    /// parent_session 4, origin 6, owner 9), to compare it with its entry.
-    pub(crate) fn of_session_row(row: &Row<'_>) -> rusqlite::Result<Columns> {
-        Columns::at(row, [0, 2, 3, 4, 6, 9], &mut Interner::default())
+    /// Whether a `SELECT {SESSION_COLUMNS}` row (id 0, created_at 2, cwd 3, parent_session 4,
+    /// origin 6, owner 9) holds these columns, read as [`Columns::read`] reads them, without
+    /// building them.
+    pub(crate) fn is_session_row(&self, row: &Row<'_>) -> rusqlite::Result<bool> {
+        let same = |idx: usize, kept: Option<&str>| -> rusqlite::Result<bool> {
+            Ok(text_of(row.get_ref(idx)?).as_deref() == kept)
+        };
+        let created_at = match row.get_ref(2)? {
+            ValueRef::Integer(n) => n,
+            _ => i64::MIN,
+        };
+        Ok(created_at == self.created_at
+            && same(0, Some(&self.id))?
+            && same(3, self.cwd.as_deref())?
+            && same(4, self.parent.as_deref())?
+            && same(6, self.origin.as_deref())?
+            && same(9, self.owner.as_deref())?)
     }
 
     /// The columns at `[id, created_at, cwd, parent_session, origin, owner]`. Ids are unique, so
@@ -110,6 +123,7 @@ impl Columns {
         [id, created_at, cwd, parent, origin, owner]: [usize; 6],
         interner: &mut Interner,
     ) -> rusqlite::Result<Columns> {
+        // A NULL id (a damaged row) is kept as empty; `is_session_row` reads it the same way.
         let id = text_of(row.get_ref(id)?).map_or_else(|| Arc::from(""), |text| Arc::from(text.as_ref()));
         let created_at = match row.get_ref(created_at)? {
             ValueRef::Integer(n) => n,
@@ -204,7 +218,7 @@ impl Order {
             return self.build(connection);
         }
         self.data_version = data_version;
-        self.last = self.last_of(connection)?;
+        self.last = last_of_table(connection)?;
         Ok(())
     }
 
@@ -214,18 +228,13 @@ impl Order {
         *self = Order::default();
         self.add_rows(connection, "", [])?;
         self.data_version = data_version;
-        self.last = self.last_of(connection)?;
+        self.last = last_of_table(connection)?;
         Ok(())
     }
 
     /// Records that this handle wrote `id`'s header: the next use reads its row again.
     pub(crate) fn touch(&mut self, id: &str) {
         self.touched.insert(id.to_owned());
-    }
-
-    fn last_of(&self, connection: &Connection) -> rusqlite::Result<Option<Last>> {
-        let Some(rowid) = self.rows.keys().max().copied() else { return Ok(None) };
-        last_row(connection, rowid)
     }
 
     fn add_rows<P: rusqlite::Params>(
@@ -334,6 +343,15 @@ impl Order {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.rows.len()
+    }
+}
+
+/// The row with the largest rowid in the snapshot (the order's too, once it caught up).
+fn last_of_table(connection: &Connection) -> rusqlite::Result<Option<Last>> {
+    let largest: Option<i64> = connection.query_row("SELECT max(rowid) FROM sessions", [], |row| row.get(0))?;
+    match largest {
+        Some(rowid) => last_row(connection, rowid),
+        None => Ok(None),
     }
 }
 

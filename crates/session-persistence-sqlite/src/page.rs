@@ -22,7 +22,7 @@ use session_persistence::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    order::{Columns, Order},
+    order::Order,
     sessions::{SESSION_COLUMNS, StoredSession, row_label},
     store::SqliteStore,
 };
@@ -331,8 +331,8 @@ impl SqliteStore {
             let mut rows = statement.query(rusqlite::params_from_iter(chunk.iter())).map_err(self.sql_error())?;
             while let Some(row) = rows.next().map_err(self.sql_error())? {
                 let rowid: i64 = row.get(12).map_err(self.sql_error())?;
-                let columns = Columns::of_session_row(row).map_err(self.sql_error())?;
-                if order.columns(rowid) != Some(&columns) {
+                let kept = order.columns(rowid).map(|columns| columns.is_session_row(row)).transpose();
+                if kept.map_err(self.sql_error())? != Some(true) {
                     return Ok(None);
                 }
                 found.insert(rowid, self.stored_row(row));

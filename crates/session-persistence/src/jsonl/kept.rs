@@ -237,12 +237,10 @@ impl JsonlStore {
                     kept.created(created);
                 }
             }
-            let current = slot.as_ref().is_some_and(Kept::is_current);
-            if !current || attempt > 0 {
-                *slot = Some(self.walk_kept(cancel)?);
-            }
-            // Invariant: the slot was filled just above if it was empty.
-            let kept = slot.as_ref().expect("a kept listing");
+            let kept = match slot.as_ref() {
+                Some(kept) if attempt == 0 && kept.is_current() => kept,
+                _ => &*slot.insert(self.walk_kept(cancel)?),
+            };
             let (headers, faults) = select(kept);
             if let Some(headers) = self.read_again(&headers, cancel)? {
                 let mut listing = Listing { headers, faults };
