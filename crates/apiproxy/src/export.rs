@@ -18,8 +18,7 @@ pub const CHUNK_BYTES: usize = 64 * 1024;
 
 /// Appends one event's line: its compact stored JSON and a newline.
 pub fn push_event_line(out: &mut Vec<u8>, event: &SessionEvent) {
-    // Invariant: a stored event is JSON with string keys and finite numbers, so it serializes.
-    serde_json::to_writer(&mut *out, event).expect("a stored event serializes");
+    event.write_json(out);
     out.push(b'\n');
 }
 

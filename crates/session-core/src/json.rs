@@ -281,13 +281,20 @@ impl fmt::Display for JsonData {
     }
 }
 
-/// Serializes the text verbatim. `serde_json` only writes raw text through its own `RawValue`,
-/// so the text is borrowed as one (a validating scan); the log writer does not come this way
-/// (`SessionEvent::write_json`).
+/// The name under which `serde_json` serializes its `RawValue`: a struct of this name with one
+/// field of this name holding the text, which its serializers write verbatim (and its `Value`
+/// serializer parses). `RawValue` itself only comes from a validating scan of the text.
+const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+
+/// Serializes the text verbatim, as `serde_json`'s `RawValue` does, without scanning it again:
+/// a `JsonData` holds valid JSON text by construction.
+/// `tests::serializes_as_a_raw_value_does` holds this to `RawValue`'s own output.
 impl Serialize for JsonData {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let raw: &RawValue = serde_json::from_str(&self.text).map_err(serde::ser::Error::custom)?;
-        raw.serialize(serializer)
+        use serde::ser::SerializeStruct;
+        let mut raw = serializer.serialize_struct(RAW_VALUE_TOKEN, 1)?;
+        raw.serialize_field(RAW_VALUE_TOKEN, self.text.as_str())?;
+        raw.end()
     }
 }
 
@@ -344,6 +351,23 @@ mod tests {
         assert_eq!(as_safe_u64(&negative_zero), None);
         assert_eq!(as_safe_i64(&json!(-7)), Some(-7));
         assert_eq!(as_safe_i64(&negative_zero), None);
+    }
+
+    #[test]
+    fn serializes_as_a_raw_value_does() {
+        let texts = [r#"{"a":[1,2.5,"x\"y"],"b":{"c":null}}"#, r#"{ "spaced" : [ 1 , true ] }"#, "-3", r#""s""#, "[]"];
+        for text in texts {
+            let data = JsonData::from_raw(serde_json::from_str(text).unwrap());
+            let raw: &RawValue = serde_json::from_str(text).unwrap();
+            let wrapped = json!({"k": 1});
+            assert_eq!(serde_json::to_string(&data).unwrap(), serde_json::to_string(raw).unwrap(), "{text}");
+            assert_eq!(serde_json::to_string_pretty(&[&data]).unwrap(), serde_json::to_string_pretty(&[raw]).unwrap());
+            assert_eq!(serde_json::to_value(&data).unwrap(), serde_json::to_value(raw).unwrap(), "{text}");
+            assert_eq!(serde_json::to_string(&(&data, &wrapped)).unwrap(), serde_json::to_string(&(raw, &wrapped)).unwrap());
+        }
+        let out_of_range = JsonData::from_raw(serde_json::from_str("[1e400]").unwrap());
+        assert!(serde_json::to_value(&out_of_range).is_err());
+        assert_eq!(serde_json::to_string(&out_of_range).unwrap(), "[1e400]");
     }
 
     #[test]
