@@ -50,6 +50,12 @@ fn refused(error: PersistenceError) -> CacheError {
 }
 
 impl SqliteCheckpointStore {
+    /// The store's connection, for tests of how it was opened.
+    #[cfg(test)]
+    pub(crate) fn connection_for_tests(&self) -> impl std::ops::DerefMut<Target = Connection> + '_ {
+        self.connection.lock()
+    }
+
     /// The conventional checkpoint database of the session database at `session_database`:
     /// the same path with `.projection-cache` appended.
     pub fn beside(session_database: &Path) -> PathBuf {
@@ -77,6 +83,7 @@ impl SqliteCheckpointStore {
         };
         let error = |error| cache_error(&shown, error);
         connection.busy_timeout(std::time::Duration::from_secs(5)).map_err(error)?;
+        crate::schema::stable_plans(&connection).map_err(error)?;
         // Records are derived data: a crash may lose the newest ones, never mix two.
         connection
             .execute_batch("PRAGMA trusted_schema = OFF; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")
