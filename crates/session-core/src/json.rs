@@ -363,7 +363,10 @@ mod tests {
             assert_eq!(serde_json::to_string(&data).unwrap(), serde_json::to_string(raw).unwrap(), "{text}");
             assert_eq!(serde_json::to_string_pretty(&[&data]).unwrap(), serde_json::to_string_pretty(&[raw]).unwrap());
             assert_eq!(serde_json::to_value(&data).unwrap(), serde_json::to_value(raw).unwrap(), "{text}");
-            assert_eq!(serde_json::to_string(&(&data, &wrapped)).unwrap(), serde_json::to_string(&(raw, &wrapped)).unwrap());
+            assert_eq!(
+                serde_json::to_string(&(&data, &wrapped)).unwrap(),
+                serde_json::to_string(&(raw, &wrapped)).unwrap()
+            );
         }
         let out_of_range = JsonData::from_raw(serde_json::from_str("[1e400]").unwrap());
         assert!(serde_json::to_value(&out_of_range).is_err());
