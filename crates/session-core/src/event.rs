@@ -396,18 +396,8 @@ fn fast_envelope(line: &str) -> Option<SessionEvent> {
     cursor.need(b",\"data\":")?;
     let data_start = cursor.idx;
     let kind = &line[kind_start..kind_end];
-    // A message is walked with its shape check, which validates it in the same pass; any other
-    // payload (or a message the walk leaves to the full rules) is validated on its own.
-    let walked = crate::messages::MessageKind::of(kind).and_then(|message| {
-        let (len, masked) = crate::messages::walk_message(message, &line[data_start..])?;
-        // A range that does not fit the compact offsets is simply not recorded.
-        let masked = masked.and_then(|range| Some((u32::try_from(range.start).ok()?, u32::try_from(range.end).ok()?)));
-        Some((data_start + len, crate::json::Verified { kind: message, masked }))
-    });
-    let (data_end, verified) = match walked {
-        Some((end, verified)) => (end, Some(verified)),
-        None => (crate::jsontext::skip_value(bytes, data_start)?, None),
-    };
+    let (data_len, verified) = scan_payload(kind, &line[data_start..])?;
+    let data_end = data_start + data_len;
     cursor.idx = data_end;
     let data_text = &line[data_start..data_end];
     let data = JsonData::from_scanned(data_text, verified);
@@ -444,6 +434,79 @@ fn fast_envelope(line: &str) -> Option<SessionEvent> {
         return None;
     }
     Some(SessionEvent { kind: EventType::new(kind), seq, time, data, source_event_seqs, surface_op, ignorable })
+}
+
+/// The length of the one JSON value `text` starts with, the payload of an event of type `kind`:
+/// a message is walked with its shape check, which validates it in the same pass; any other
+/// payload (or a message the walk leaves to the full rules) is validated on its own.
+fn scan_payload(kind: &str, text: &str) -> Option<(usize, Option<crate::json::Verified>)> {
+    let walked = crate::messages::MessageKind::of(kind).and_then(|message| {
+        let (len, masked) = crate::messages::walk_message(message, text)?;
+        // A range that does not fit the compact offsets is simply not recorded.
+        let masked = masked.and_then(|range| Some((u32::try_from(range.start).ok()?, u32::try_from(range.end).ok()?)));
+        Some((len, crate::json::Verified { kind: message, masked }))
+    });
+    match walked {
+        Some((len, verified)) => Some((len, Some(verified))),
+        None => Some((crate::jsontext::skip_value(text.as_bytes(), 0)?, None)),
+    }
+}
+
+/// The decoded fields of an event stored column by column (a SQLite row), for
+/// [`SessionEvent::from_stored_parts`].
+#[derive(Debug, Clone, Copy)]
+pub struct StoredParts<'a> {
+    /// `type`.
+    pub kind: &'a str,
+    /// `seq`, at most [`MAX_SAFE_INTEGER`].
+    pub seq: u64,
+    /// `time`, within ±[`MAX_SAFE_INTEGER`].
+    pub time: i64,
+    /// `data`: JSON text.
+    pub data: &'a str,
+    /// `sourceEventSeqs`.
+    pub sources: Option<&'a [u64]>,
+    /// `surfaceOp`.
+    pub surface_op: Option<SurfaceOp>,
+    /// `ignorable`.
+    pub ignorable: bool,
+}
+
+impl SessionEvent {
+    /// The event whose canonical line ([`SessionEvent::write_json`]) `parts` make,
+    /// without writing that line: exactly what [`SessionEvent::from_json_line`] decodes from it
+    /// on its fast path. `None` where that path would not take the line (a type that needs
+    /// escaping, a payload that is not one plain JSON value, a number out of the safe range):
+    /// the caller then decodes the written line, which gives the same event or the same error.
+    pub fn from_stored_parts(parts: StoredParts<'_>) -> Option<SessionEvent> {
+        let StoredParts { kind, seq, time, data, sources, surface_op, ignorable } = parts;
+        let plain_kind = |byte: u8| byte.is_ascii_alphanumeric() || b"/-_.:".contains(&byte);
+        if kind.is_empty() || !kind.bytes().all(plain_kind) {
+            return None;
+        }
+        let safe = |value: u64| value <= MAX_SAFE_INTEGER;
+        if !safe(seq) || !safe(time.unsigned_abs()) || !sources.unwrap_or_default().iter().all(|s| safe(*s)) {
+            return None;
+        }
+        if let Some(SurfaceOp::Replace { start, end }) = surface_op
+            && !(safe(start) && safe(end))
+        {
+            return None;
+        }
+        let (len, verified) = scan_payload(kind, data)?;
+        if len != data.len() {
+            return None;
+        }
+        Some(SessionEvent {
+            kind: EventType::new(kind),
+            seq,
+            time,
+            data: JsonData::from_scanned(data, verified),
+            source_event_seqs: sources.map(Box::from),
+            surface_op,
+            ignorable,
+        })
+    }
 }
 
 struct Cursor<'a> {
@@ -626,5 +689,104 @@ mod tests {
             plain.check_markers().unwrap_err(),
             "session event \"turn/start\" is not surface-eligible and cannot carry surfaceOp"
         );
+    }
+
+    /// The canonical line of `parts`, written as the SQLite codec writes a row's line.
+    fn line_of(parts: &StoredParts<'_>) -> String {
+        let mut line = format!(
+            "{{\"type\":{},\"seq\":{},\"time\":{},\"data\":{}",
+            serde_json::to_string(parts.kind).unwrap(),
+            parts.seq,
+            parts.time,
+            parts.data
+        );
+        if let Some(sources) = parts.sources {
+            let listed: Vec<String> = sources.iter().map(u64::to_string).collect();
+            line.push_str(&format!(",\"sourceEventSeqs\":[{}]", listed.join(",")));
+        }
+        match parts.surface_op {
+            None => {}
+            Some(SurfaceOp::Append) => line.push_str(",\"surfaceOp\":\"append\""),
+            Some(SurfaceOp::Replace { start, end }) => {
+                line.push_str(&format!(",\"surfaceOp\":{{\"op\":\"replace\",\"start\":{start},\"end\":{end}}}"))
+            }
+        }
+        if parts.ignorable {
+            line.push_str(",\"ignorable\":true");
+        }
+        line.push('}');
+        line
+    }
+
+    /// `from_stored_parts` answers what the fast path of `from_json_line` decodes from the
+    /// parts' line, payload verification included, or nothing where that path declines.
+    #[test]
+    fn stored_parts_decode_as_their_line_does() {
+        let user = r#"{"content":[{"type":"text","text":"The nightly build went red. Can you find out what broke?"}],"source":{"kind":"user"},"role":"user","id":"5eed0000-0000-4000-a000-000000000001"}"#;
+        let result = r#"{"turn":1,"step":1,"message":{"source":{"kind":"tool","callId":"call_o5e1"},"content":[{"type":"tool-result","toolCallId":"call_o5e1","content":[{"type":"text","text":"NODE_ENV=test\nLANG=C.UTF-8\n"}],"isError":false}],"role":"user","id":"5eed0000-0000-4000-a000-000000000014"}}"#;
+        let call = r#"{"turn":1,"step":1,"callId":"call_n1a7","name":"read_file","arguments":"{\"path\":\"ci/nightly.log\"}"}"#;
+        let part = |kind, data, sources, surface_op, ignorable| StoredParts {
+            kind,
+            seq: 7,
+            time: -12,
+            data,
+            sources,
+            surface_op,
+            ignorable,
+        };
+        let replace = Some(SurfaceOp::Replace { start: 2, end: 5 });
+        let taken = [
+            part("user/message", user, None, Some(SurfaceOp::Append), false),
+            part("tool/result", result, Some(&[6][..]), Some(SurfaceOp::Append), false),
+            part(
+                "assistant/message",
+                r#"{"turn":1,"step":1,"message":{"role":"assistant","content":[]}}"#,
+                Some(&[][..]),
+                replace,
+                false,
+            ),
+            part("tool/call", call, None, None, false),
+            part("turn/start", r#"{"turn":1}"#, None, None, false),
+            part("host/custom", r#"[1,"two",{"three":null},true,-0.5e3]"#, None, None, true),
+            part("host/custom", r#""a \"quoted\" string""#, None, None, false),
+            part("host/custom", "5", None, None, false),
+            // A message the fast walk does not verify is still taken, unverified, as on the line.
+            part("user/message", r#"{"role":"user","content":"plain"}"#, None, Some(SurfaceOp::Append), false),
+        ];
+        for parts in taken {
+            let line = line_of(&parts);
+            let direct = SessionEvent::from_stored_parts(parts).unwrap_or_else(|| panic!("taken: {line}"));
+            let fast = fast_envelope(&line).unwrap_or_else(|| panic!("the line's fast path: {line}"));
+            assert_eq!(direct, fast, "{line}");
+            assert_eq!(direct.data.as_str(), fast.data.as_str());
+            assert_eq!(direct.data.verified_message(), fast.data.verified_message(), "{line}");
+            assert_eq!(direct.data.masked_content(), fast.data.masked_content(), "{line}");
+            assert_eq!(direct.source_event_seqs, fast.source_event_seqs);
+            let mut written = Vec::new();
+            direct.write_json(&mut written);
+            assert_eq!(String::from_utf8(written).unwrap(), line);
+        }
+        let big = MAX_SAFE_INTEGER + 1;
+        let too_far = [big];
+        let declined = [
+            part("host/custom", " {}", None, None, false),
+            part("host/custom", "{} ", None, None, false),
+            part("host/custom", "{}{}", None, None, false),
+            part("host/custom", "{", None, None, false),
+            part("host \"odd\"", "{}", None, None, false),
+            part("", "{}", None, None, false),
+            part("host/custom", "{}", Some(&too_far[..]), None, false),
+            part("assistant/message", "{}", None, Some(SurfaceOp::Replace { start: 0, end: big }), false),
+        ];
+        for parts in declined {
+            let line = line_of(&parts);
+            assert!(SessionEvent::from_stored_parts(parts).is_none(), "declined: {line}");
+        }
+        let mut far = part("turn/start", "{}", None, None, false);
+        far.seq = big;
+        assert!(SessionEvent::from_stored_parts(far).is_none());
+        far.seq = 0;
+        far.time = -(big as i64);
+        assert!(SessionEvent::from_stored_parts(far).is_none());
     }
 }

@@ -113,7 +113,7 @@ pub use crate::{
     error::{ForkError, ForkErrorCode, ObserverError, SessionError, StoreError, panic_text},
     event::{
         END_SEED, EventType, INVALID_ENVELOPE, KNOWN_SESSION_EVENT_TYPES, SURFACE_ELIGIBLE_TYPES, SessionEvent,
-        SurfaceOp, is_surface_eligible,
+        StoredParts, SurfaceOp, is_surface_eligible,
     },
     header::{HeaderError, HeaderMeta, Origin, SESSION_FORMAT_VERSION, SessionHeader, is_absolute_path},
     id::SessionId,

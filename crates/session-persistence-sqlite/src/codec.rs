@@ -9,7 +9,7 @@
 use std::{borrow::Borrow, fmt::Write, io::Read};
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
-use session_core::{MAX_EVENT_BYTES, SessionEvent, SurfaceOp, json::MAX_SAFE_INTEGER};
+use session_core::{MAX_EVENT_BYTES, SessionEvent, StoredParts, SurfaceOp, json::MAX_SAFE_INTEGER};
 use session_persistence::{ChunkKind, ChunkRow, MIN_RUN, Record, chunk_runs, decode_record};
 
 /// `data` of at least this many bytes is stored as a zstd BLOB when that is shorter.
@@ -349,6 +349,45 @@ fn text(value: ValueRef<'_>, column: &str) -> Result<String, String> {
     }
 }
 
+/// The event of a plain scalar row of [`ROW_COLUMNS`], decoded from the columns in place (no
+/// copy of its text before the event's own): every column as the reference writes it for a
+/// common event, `data` as text. `None` for any other row, which [`StoredRow::read`] and
+/// [`StoredRow::decode`] then take (and refuse or decode) as before, so the answer is the same.
+pub(crate) fn decode_plain_row(row: &rusqlite::Row<'_>) -> Option<SessionEvent> {
+    let get = |idx: usize| row.get_ref(idx).ok();
+    let ValueRef::Integer(seq) = get(0)? else { return None };
+    let ValueRef::Text(kind) = get(1)? else { return None };
+    let ValueRef::Integer(time) = get(2)? else { return None };
+    let ValueRef::Text(data) = get(3)? else { return None };
+    let sources = match get(4)? {
+        ValueRef::Null => None,
+        ValueRef::Blob(bytes) => Some(decode_sources(bytes).ok()?),
+        _ => return None,
+    };
+    let surface_op = match get(5)? {
+        ValueRef::Null => None,
+        ValueRef::Text(text) if text == APPEND_JSON.as_bytes() => Some(SurfaceOp::Append),
+        _ => return None,
+    };
+    let ignorable = match get(6)? {
+        ValueRef::Null => false,
+        ValueRef::Integer(1) => true,
+        _ => return None,
+    };
+    if time.unsigned_abs() > MAX_SAFE_INTEGER {
+        return None;
+    }
+    SessionEvent::from_stored_parts(StoredParts {
+        kind: std::str::from_utf8(kind).ok()?,
+        seq: u64::try_from(seq).ok()?,
+        time,
+        data: std::str::from_utf8(data).ok()?,
+        sources: sources.as_deref(),
+        surface_op,
+        ignorable,
+    })
+}
+
 impl StoredRow {
     /// Reads and checks the columns of [`ROW_COLUMNS`]. A failure is the reference's message,
     /// fatal for the read whatever the row's place (§5.1).
@@ -427,6 +466,19 @@ impl StoredRow {
             }
         };
         let data = decode_data(data, MAX_EVENT_BYTES)?;
+        // The common row becomes its event without its line being written and scanned again.
+        let stored = StoredParts {
+            kind: &kind,
+            seq,
+            time,
+            data: &data,
+            sources: sources.as_deref(),
+            surface_op,
+            ignorable: ignorable == Some(1),
+        };
+        if let Some(event) = SessionEvent::from_stored_parts(stored) {
+            return Ok(event);
+        }
         let parts =
             LineParts { kind: &kind, seq, time, data: &data, sources: sources.as_deref(), surface_op, ignorable };
         // One line buffer per thread, reused from row to row.

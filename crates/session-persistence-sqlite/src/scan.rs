@@ -8,7 +8,7 @@ use session_persistence::{CorruptKind, Location, PersistenceError};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    codec::{MAX_PACKED_MEMBERS, ROW_COLUMNS, RowError, StoredRow},
+    codec::{MAX_PACKED_MEMBERS, ROW_COLUMNS, RowError, StoredRow, decode_plain_row},
     error::sqlite_error,
 };
 
@@ -26,6 +26,24 @@ pub(crate) struct RowScan {
     pub(crate) torn_from: Option<u64>,
     /// Bytes of event payload handed on.
     pub(crate) n_bytes: u64,
+}
+
+impl RowScan {
+    /// Takes the next decoded event, handing it to `emit` from `emit_from` on.
+    fn take(
+        &mut self,
+        event: SessionEvent,
+        emit_from: u64,
+        emit: &mut dyn FnMut(SessionEvent) -> Result<(), PersistenceError>,
+    ) -> Result<(), PersistenceError> {
+        self.next_seq = event.seq + 1;
+        if event.seq >= emit_from {
+            self.n_events += 1;
+            self.n_bytes += event.data.as_str().len() as u64;
+            emit(event)?;
+        }
+        Ok(())
+    }
 }
 
 /// The context of one session's scan, for errors.
@@ -118,6 +136,12 @@ pub(crate) fn scan_rows(
         if n_rows.is_multiple_of(CANCEL_EVERY_ROWS) && cancel.is_cancelled() {
             return Err(PersistenceError::Cancelled);
         }
+        if stop.is_none()
+            && let Some(event) = decode_plain_row(row).filter(|event| event.seq == scan.next_seq)
+        {
+            scan.take(event, emit_from, emit)?;
+            continue;
+        }
         let row = StoredRow::read(row).map_err(|error| ctx.row_error(error))?;
         if stop.is_some() {
             continue;
@@ -133,12 +157,7 @@ pub(crate) fn scan_rows(
             continue;
         }
         for event in decoded.drain(..) {
-            scan.next_seq = event.seq + 1;
-            if event.seq >= emit_from {
-                scan.n_events += 1;
-                scan.n_bytes += event.data.as_str().len() as u64;
-                emit(event)?;
-            }
+            scan.take(event, emit_from, emit)?;
         }
     }
     match stop {

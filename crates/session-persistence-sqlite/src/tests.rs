@@ -99,3 +99,79 @@ fn runs_are_cut_as_the_reference_cuts_them() {
     let short: Vec<_> = (0..2).map(|seq| delta(seq, "b")).collect();
     assert_eq!(layout(&short).len(), 2, "a run of two stays scalar");
 }
+
+/// A row decoded in place is the event the full read and decode give; a row it declines (a
+/// packed row, compressed or odd columns) is left to them.
+#[test]
+fn rows_decoded_in_place_match_the_full_decode() {
+    use rusqlite::{Connection, params};
+
+    use crate::codec::{ROW_COLUMNS, StoredRow, decode_plain_row};
+
+    let connection = Connection::open_in_memory().unwrap();
+    connection
+        .execute_batch(
+            "CREATE TABLE events (seq, type, time, data, source_event_seqs, surface_op, ignorable, n INTEGER PRIMARY KEY)",
+        )
+        .unwrap();
+    let user = r#"{"content":[{"type":"text","text":"hi"}],"source":{"kind":"user"},"role":"user","id":"u-1"}"#;
+    let insert = |values: [rusqlite::types::Value; 7]| {
+        connection
+            .execute("INSERT INTO events (seq, type, time, data, source_event_seqs, surface_op, ignorable) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", params![values[0], values[1], values[2], values[3], values[4], values[5], values[6]])
+            .unwrap();
+    };
+    use rusqlite::types::Value::{Blob, Integer, Null, Real, Text};
+    let text = |text: &str| Text(text.to_owned());
+    let taken = [
+        [Integer(0), text("turn/start"), Integer(-5), text(r#"{"turn":1}"#), Null, Null, Null],
+        [Integer(1), text("user/message"), Integer(7), text(user), Null, text("\"append\""), Null],
+        [
+            Integer(2),
+            text("tool/result"),
+            Integer(7),
+            text("{}"),
+            Blob(encode_sources(&[1, 0])),
+            text("\"append\""),
+            Null,
+        ],
+        [Integer(3), text("host/x"), Integer(7), text("[1,2]"), Null, Null, Integer(1)],
+    ];
+    let declined = [
+        [
+            Integer(4),
+            text("tool/result"),
+            Integer(7),
+            text("{}"),
+            Null,
+            text(r#"{"op":"replace","start":0,"end":1}"#),
+            Null,
+        ],
+        [Integer(5), text("text-chunks"), Integer(7), text("{}"), Null, Null, Integer(0)],
+        [Integer(6), text("turn/start"), Integer(7), Blob(vec![1, 2]), Null, Null, Null],
+        [Integer(7), text("turn/start"), Real(7.0), text("{}"), Null, Null, Null],
+        [Integer(-1), text("turn/start"), Integer(7), text("{}"), Null, Null, Null],
+        [Integer(8), text(""), Integer(7), text("{}"), Null, Null, Null],
+        [Integer(9), text("turn/start"), Integer(7), text("{} "), Null, Null, Null],
+        [Integer(10), text("turn/start"), Integer(7), text("{}"), Blob(vec![0x80]), Null, Null],
+    ];
+    let n_taken = taken.len();
+    for values in taken.into_iter().chain(declined) {
+        insert(values);
+    }
+    let mut statement = connection.prepare(&format!("SELECT {ROW_COLUMNS} FROM events ORDER BY n")).unwrap();
+    let mut rows = statement.query([]).unwrap();
+    let mut idx = 0;
+    while let Some(row) = rows.next().unwrap() {
+        let in_place = decode_plain_row(row);
+        if idx < n_taken {
+            let mut decoded = Vec::new();
+            StoredRow::read(row).unwrap().decode(&mut decoded).unwrap();
+            assert_eq!(in_place.as_ref(), decoded.first(), "row {idx}");
+            assert_eq!(decoded.len(), 1);
+        } else {
+            assert!(in_place.is_none(), "row {idx} is left to the full decode");
+        }
+        idx += 1;
+    }
+    assert_eq!(idx, 12);
+}
