@@ -91,6 +91,11 @@ impl StoreArgs {
     fn options(&self) -> Result<StoreLocation> {
         Ok(StoreLocation::parse(&self.store, self.compression.map(Into::into))?)
     }
+
+    /// [`options`](Self::options) for a command that reads the one session `id`.
+    fn options_for_session(&self, id: &str) -> Result<StoreLocation> {
+        Ok(StoreLocation::parse_for_session(&self.store, self.compression.map(Into::into), id)?)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -444,17 +449,17 @@ async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Sessions { command: SessionsCommand::Show { id, store, jsonl: true, .. } } => {
-            let persistence = ops::open_location_read_only(&store.options()?)?;
+            let persistence = ops::open_location_read_only(&store.options_for_session(&id)?)?;
             ops::stream_session(&*persistence, &id).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Sessions { command: SessionsCommand::Export { id, store, descendants } } => {
-            let persistence = ops::open_location_read_only(&store.options()?)?;
+            let persistence = ops::open_location_read_only(&store.options_for_session(&id)?)?;
             ops::export_sessions(&*persistence, &id, descendants).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Sessions { command: SessionsCommand::Show { id, store, json, jsonl: false } } => {
-            let persistence = ops::open_location_read_only(&store.options()?)?;
+            let persistence = ops::open_location_read_only(&store.options_for_session(&id)?)?;
             let inspection = ops::show_session(&*persistence, &id).await?;
             let mut out = std::io::stdout().lock();
             if json {

@@ -146,8 +146,8 @@ pub use crate::{
     // The header-line codec, for backends that store a log's header as its JSONL line.
     format::{decode_header_line, encode_header_line},
     jsonl::{
-        HeaderCacheStats, JsonlConfig, JsonlStore, LOCK_WAIT, StoreEncoding, detect_encoding, encode_segment,
-        project_key,
+        HeaderCacheStats, JsonlConfig, JsonlStore, LOCK_WAIT, StoreEncoding, detect_encoding, detect_session_encoding,
+        encode_segment, project_key,
     },
     memory::MemoryStore,
     persistence::{

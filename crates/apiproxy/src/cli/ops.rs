@@ -108,6 +108,24 @@ impl StoreLocation {
         }
     }
 
+    /// [`parse`](Self::parse) for a command that reads the one session `id` (and, for an export,
+    /// its family): a JSONL store without `compression` takes the encoding of that session's own
+    /// log, found by one probe per project directory instead of a walk of every session. Where
+    /// the session has no single log, the store's encoding is detected as for any command.
+    pub(crate) fn parse_for_session(
+        text: &str,
+        compression: Option<Compression>,
+        id: &str,
+    ) -> Result<StoreLocation, ProxyError> {
+        if compression.is_none() && !is_postgres_url(text) && !text.starts_with(SQLITE_PREFIX) {
+            let dir = PathBuf::from(text);
+            if let Ok(Some(compression)) = session_persistence::detect_session_encoding(&dir, id) {
+                return Ok(StoreLocation::Jsonl(StoreOptions { dir, compression }));
+            }
+        }
+        StoreLocation::parse(text, compression)
+    }
+
     /// The directory or file (for PostgreSQL, the URL without its password), for messages.
     pub(crate) fn path(&self) -> &std::path::Path {
         match self {

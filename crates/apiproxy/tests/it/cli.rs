@@ -317,6 +317,12 @@ async fn the_store_encoding_is_detected() {
     // Naming the encoding still opens it (the other kind is then refused per log).
     let output = run(owned(&["sessions", "list", "--store", &raw, "--compression", "none"]));
     assert!(output.status.success(), "{output:?}");
+    // A command that reads one session takes that session's own encoding, without a walk of
+    // the store: a raw session reads in the mixed store.
+    let output = run(owned(&["sessions", "show", "open", "--jsonl", "--store", &raw]));
+    assert!(output.status.success(), "{output:?}");
+    let first: Value = serde_json::from_str(stdout(&output).lines().next().unwrap()).unwrap();
+    assert_eq!(first["seq"], 0);
 }
 
 /// `sessions show --jsonl` streams one compact event per line: the same events as `--json`.

@@ -330,6 +330,29 @@ pub fn detect_encoding(root: &Path) -> Result<StoreEncoding> {
     })
 }
 
+/// The encoding of the one session `id` in the store at `root`, found from its own directory (one
+/// probe per project directory, not a walk of every session): `None` when no project holds a log
+/// of it, or its directories hold more than one log (the caller then decides as for the store).
+pub fn detect_session_encoding(root: &Path, id: &str) -> Result<Option<Compression>> {
+    let segment = super::layout::encode_segment(id)?;
+    let mut found = Vec::new();
+    for project in super::files::subdirectories(root)? {
+        if project.file_name().is_some_and(|name| name.to_string_lossy().starts_with('.')) {
+            continue;
+        }
+        let dir = project.join(&segment);
+        for compression in [Compression::None, Compression::Zstd] {
+            if fs::symlink_metadata(dir.join(compression.file_name())).is_ok() {
+                found.push(compression);
+            }
+        }
+    }
+    Ok(match found.as_slice() {
+        [compression] => Some(*compression),
+        _ => None,
+    })
+}
+
 /// Lists `headers`, where each id is found once. An id found several times is listed once if
 /// every copy is the same file seen through aliases (a symlinked session directory): the copy at
 /// its header's own path is kept, or the first. Distinct files under one id are all reported as

@@ -45,7 +45,7 @@ use session_core::{SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
 
 pub use self::{
-    discovery::{StoreEncoding, detect_encoding},
+    discovery::{StoreEncoding, detect_encoding, detect_session_encoding},
     header_cache::HeaderCacheStats,
     layout::{encode_segment, project_key},
     lock::LOCK_WAIT,
