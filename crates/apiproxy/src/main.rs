@@ -82,7 +82,8 @@ struct StoreArgs {
     store: String,
     /// The encoding of a JSONL store (one store holds one encoding). Without it, an existing
     /// store is opened in the encoding its logs use (a store holding both is refused), and an
-    /// empty or new one gets zstd.
+    /// empty or new one gets zstd; `sessions show` and `sessions export` use the named session's
+    /// own log's.
     #[arg(long, value_enum)]
     compression: Option<Encoding>,
 }
