@@ -44,9 +44,7 @@ impl JsonlStore {
     /// keeps its projection checkpoints in `.projection-cache`). Symlinks are not followed. An
     /// unreadable root fails: that is a fault of the whole store.
     pub(super) fn project_dirs(&self) -> Result<Vec<PathBuf>> {
-        let mut dirs = super::files::subdirectories(&self.root)?;
-        dirs.retain(|dir| !dir.file_name().is_some_and(|name| name.to_string_lossy().starts_with('.')));
-        Ok(dirs)
+        project_dirs(&self.root)
     }
 
     /// The entries of a project directory, sorted: session directories, and everything else
@@ -305,10 +303,7 @@ pub enum StoreEncoding {
 pub fn detect_encoding(root: &Path) -> Result<StoreEncoding> {
     let mut raw: (u64, Option<PathBuf>) = (0, None);
     let mut zstd: (u64, Option<PathBuf>) = (0, None);
-    let projects = super::files::subdirectories(root)?;
-    for project in
-        projects.iter().filter(|dir| !dir.file_name().is_some_and(|name| name.to_string_lossy().starts_with('.')))
-    {
+    for project in &project_dirs(root)? {
         let Ok(sessions) = super::files::subdirectories(project) else { continue };
         for dir in sessions {
             for (compression, seen) in [(Compression::None, &mut raw), (Compression::Zstd, &mut zstd)] {
@@ -330,16 +325,21 @@ pub fn detect_encoding(root: &Path) -> Result<StoreEncoding> {
     })
 }
 
+/// The project directories of the store at `root`: its subdirectories but the hidden ones
+/// (`.projection-cache`, say).
+fn project_dirs(root: &Path) -> Result<Vec<PathBuf>> {
+    let mut dirs = super::files::subdirectories(root)?;
+    dirs.retain(|dir| !dir.file_name().is_some_and(|name| name.to_string_lossy().starts_with('.')));
+    Ok(dirs)
+}
+
 /// The encoding of the one session `id` in the store at `root`, found from its own directory (one
 /// probe per project directory, not a walk of every session): `None` when no project holds a log
 /// of it, or its directories hold more than one log (the caller then decides as for the store).
 pub fn detect_session_encoding(root: &Path, id: &str) -> Result<Option<Compression>> {
     let segment = super::layout::encode_segment(id)?;
     let mut found = Vec::new();
-    for project in super::files::subdirectories(root)? {
-        if project.file_name().is_some_and(|name| name.to_string_lossy().starts_with('.')) {
-            continue;
-        }
+    for project in project_dirs(root)? {
         let dir = project.join(&segment);
         for compression in [Compression::None, Compression::Zstd] {
             if fs::symlink_metadata(dir.join(compression.file_name())).is_ok() {
