@@ -11,8 +11,8 @@ use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
     Backend, ChangeKind, CorruptKind, FencedWrite, HeaderPage, Listing, Location, LogFault, PageKey, PageRequest,
-    PersistenceError, Result, Revision, ScanOutcome, ScanSink, SessionPosition, SharedChangeSink, StoredHeader,
-    TornTail, Watch, WatchOptions, decode_header_line, encode_header_line,
+    PersistenceError, PrefetchedLog, Result, Revision, ScanOutcome, ScanSink, SessionPosition, SharedChangeSink,
+    StoredHeader, TornTail, Watch, WatchOptions, decode_header_line, encode_header_line,
 };
 use tokio_postgres::{Row, types::ToSql};
 use tokio_util::sync::CancellationToken;
@@ -76,6 +76,8 @@ struct Sql {
     /// The session row and its events from a seq on, one row per event (`store::read`).
     session_events: String,
     events_from: String,
+    /// Many whole short logs, one row per event (`store::read`'s read ahead).
+    sessions_events: String,
     lock_session: String,
     insert_session: String,
     insert_events: String,
@@ -95,6 +97,9 @@ struct Sql {
 }
 
 const HEADER_COLUMNS: &str = "id, header, incarnation, revision, n_bytes";
+/// [`HEADER_COLUMNS`] of the table aliased `s`, and of the row set aliased `w`.
+const HEADER_COLUMNS_S: &str = "id, s.header, s.incarnation, s.revision, s.n_bytes";
+const HEADER_COLUMNS_W: &str = "w.id, w.header, w.incarnation, w.revision, w.n_bytes";
 
 /// A release's notification: the payload's parts around the next seq that the session's row
 /// holds (no seq when there is no row).
@@ -114,6 +119,18 @@ impl Sql {
             )),
             events_from: q("SELECT seq, record, record_zstd FROM {s}.events WHERE session_id = $1 AND seq >= $2 \
                  ORDER BY seq LIMIT $3"),
+            // The sessions of `$1` with at most `$2` events, in the order asked, as long as
+            // their stored bytes add up to at most `$3`; each with every event row (one more
+            // than `next_seq` says, if stored, so that a read sees it).
+            sessions_events: q(&format!(
+                "WITH wanted AS (SELECT s.{HEADER_COLUMNS_S}, s.next_seq, w.ord, \
+                 sum(s.n_bytes) OVER (ORDER BY w.ord) AS running \
+                 FROM unnest($1::text[]) WITH ORDINALITY AS w (id, ord) JOIN {{s}}.sessions s ON s.id = w.id \
+                 WHERE s.next_seq <= $2 AND s.n_bytes <= $3) \
+                 SELECT {HEADER_COLUMNS_W}, w.next_seq, e.seq, e.record, e.record_zstd FROM wanted w \
+                 LEFT JOIN LATERAL (SELECT seq, record, record_zstd FROM {{s}}.events WHERE session_id = w.id \
+                 ORDER BY seq LIMIT w.next_seq + 1) e ON true WHERE w.running <= $3 ORDER BY w.ord, e.seq"
+            )),
             lock_session: q("SELECT next_seq FROM {s}.sessions WHERE id = $1 FOR UPDATE"),
             insert_session: q("INSERT INTO {s}.sessions (id, header, created_at, cwd, parent_session, origin, owner, \
                  incarnation, revision, next_seq, n_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 0, 0) \
@@ -461,6 +478,15 @@ impl Backend for PgStore {
         sink: &mut dyn ScanSink,
     ) -> Result<Option<ScanOutcome>> {
         self.read(id, from_seq, cancel, sink)
+    }
+
+    fn prefetch_batch(&self) -> usize {
+        read::PREFETCH_SESSIONS
+    }
+
+    /// Short logs, many in one statement: see `store::read`.
+    fn prefetch(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<(SessionId, PrefetchedLog)>> {
+        self.read_ahead(ids, cancel)
     }
 
     fn revision(&self, id: &SessionId) -> Result<Option<Revision>> {

@@ -275,6 +275,27 @@ pub struct ScanOutcome {
     pub n_bytes: u64,
 }
 
+/// One whole log read ahead of its scan by [`Backend::prefetch`]: what
+/// [`scan`](Backend::scan) would hand a sink, and its outcome.
+#[derive(Debug, Clone)]
+pub struct PrefetchedLog {
+    /// What the scan reports; its `torn` is `None` (only a log that reads cleanly is prefetched).
+    pub outcome: ScanOutcome,
+    /// Every event of the log, in seq order.
+    pub events: Vec<Arc<SessionEvent>>,
+}
+
+impl PrefetchedLog {
+    /// Hands the log to `sink` as its scan would, and returns the scan's outcome.
+    pub fn replay(&self, sink: &mut dyn ScanSink) -> Result<Option<ScanOutcome>> {
+        sink.header(&self.outcome.header)?;
+        for event in &self.events {
+            sink.event(Arc::clone(event))?;
+        }
+        Ok(Some(self.outcome.clone()))
+    }
+}
+
 /// Receives a scan's output in order: the header once, then every event of the valid prefix.
 pub trait ScanSink {
     /// Receives the log's header, once, before any event. Returning an error stops the scan with
@@ -355,6 +376,23 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     ) -> Result<Option<ScanOutcome>> {
         let _ = from_seq;
         self.scan(id, cancel, sink)
+    }
+
+    /// How many logs one [`prefetch`](Self::prefetch) reads best: more than 1 where one round
+    /// trip for many short logs beats a round trip per log (a database server). The default, 1,
+    /// says reading ahead gains nothing, and callers then read log by log.
+    fn prefetch_batch(&self) -> usize {
+        1
+    }
+
+    /// Reads ahead, in one go, the logs of `ids` that are short and read cleanly: each as its
+    /// [`scan`](Self::scan) would have read it at the moment of this call. An id left out (not
+    /// stored, long, past the call's memory budget, or with anything a scan would report: a
+    /// fault, a torn tail) is read by its own scan, which gives its exact answer. An error fails
+    /// the read ahead only; every id is then scanned. The default reads nothing ahead.
+    fn prefetch(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<(SessionId, PrefetchedLog)>> {
+        let _ = (ids, cancel);
+        Ok(Vec::new())
     }
 
     /// The current revision of `id`'s log without reading the log. `Ok(None)` if not stored.

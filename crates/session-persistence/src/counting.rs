@@ -5,7 +5,7 @@ use std::{
     path::PathBuf,
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
 };
 
@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     backend::{
-        Backend, HeaderPage, Listing, PageRequest, Revision, ScanOutcome, ScanSink, StoredHeader, SurveyEntry, TornTail,
+        Backend, CollectSink, HeaderPage, Listing, PageRequest, PrefetchedLog, Revision, ScanOutcome, ScanSink,
+        StoredHeader, SurveyEntry, TornTail,
     },
     error::{PersistenceError, Result},
 };
@@ -32,6 +33,10 @@ pub struct CountingBackend {
     appended: tokio::sync::watch::Sender<u64>,
     fail_appends: AtomicBool,
     lose_next_reply: AtomicBool,
+    prefetches: AtomicU64,
+    /// When not 0, reads ahead in runs of this many by scanning each log
+    /// ([`CountingBackend::read_ahead_by_scans`]).
+    read_ahead: AtomicUsize,
 }
 
 impl CountingBackend {
@@ -44,7 +49,21 @@ impl CountingBackend {
             appended: tokio::sync::watch::Sender::new(0),
             fail_appends: AtomicBool::new(false),
             lose_next_reply: AtomicBool::new(false),
+            prefetches: AtomicU64::new(0),
+            read_ahead: AtomicUsize::new(0),
         }
+    }
+
+    /// Read-aheads ([`Backend::prefetch`]) asked for so far.
+    pub fn prefetches(&self) -> u64 {
+        self.prefetches.load(Ordering::SeqCst)
+    }
+
+    /// Makes this backend read ahead in runs of `batch` logs (0: as the inner backend does), each
+    /// log by its own counted scan: a stand-in for a backend that reads many logs in one round
+    /// trip, for testing the callers of [`Backend::prefetch`].
+    pub fn read_ahead_by_scans(&self, batch: usize) {
+        self.read_ahead.store(batch, Ordering::SeqCst);
     }
 
     /// Scans started so far: every cold read of a log, whole or from a seq, whatever its outcome.
@@ -100,6 +119,34 @@ impl Backend for CountingBackend {
 
     fn header(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Option<StoredHeader>> {
         self.inner.header(id, cancel)
+    }
+
+    fn prefetch_batch(&self) -> usize {
+        match self.read_ahead.load(Ordering::SeqCst) {
+            0 => self.inner.prefetch_batch(),
+            batch => batch,
+        }
+    }
+
+    /// Counts one prefetch, and each log it read as a scan.
+    fn prefetch(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<(SessionId, PrefetchedLog)>> {
+        self.prefetches.fetch_add(1, Ordering::SeqCst);
+        if self.read_ahead.load(Ordering::SeqCst) == 0 {
+            let logs = self.inner.prefetch(ids, cancel)?;
+            self.scans.fetch_add(logs.len() as u64, Ordering::SeqCst);
+            return Ok(logs);
+        }
+        let mut logs = Vec::new();
+        for id in ids {
+            let mut collect = CollectSink::default();
+            if let Ok(Some(outcome)) = self.scan(id, cancel, &mut collect)
+                && outcome.torn.is_none()
+            {
+                let events = collect.events.into_iter().map(Arc::new).collect();
+                logs.push((id.clone(), PrefetchedLog { outcome, events }));
+            }
+        }
+        Ok(logs)
     }
 
     fn revision(&self, id: &SessionId) -> Result<Option<Revision>> {

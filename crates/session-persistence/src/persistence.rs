@@ -29,7 +29,7 @@ pub struct Inspection {
 }
 
 /// What a streaming inspection delivered besides its events.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamSummary {
     /// The session's header, as handed to the sink.
     pub header: Arc<SessionHeader>,

@@ -15,7 +15,7 @@ use session_core::{
 };
 
 use crate::{
-    backend::{Backend, ScanSink},
+    backend::{Backend, PrefetchedLog, ScanSink},
     error::{CorruptKind, Location, PersistenceError, Result},
 };
 
@@ -257,10 +257,45 @@ pub(crate) fn scan_validated(
     cancel: &tokio_util::sync::CancellationToken,
     inner: &mut (dyn ScanSink + Send),
 ) -> Result<Option<(crate::backend::ScanOutcome, Vec<SessionEvent>)>> {
+    validated(backend, id, Source::From(from_seq), known, threads, cancel, inner)
+}
+
+/// [`scan_validated`] of a whole log that [`Backend::prefetch`] read ahead: the same validation,
+/// closers and answer, from the events in memory.
+pub(crate) fn replay_validated(
+    backend: &dyn Backend,
+    id: &SessionId,
+    log: &PrefetchedLog,
+    known: &KnownTypes,
+    threads: ReadThreads,
+    cancel: &tokio_util::sync::CancellationToken,
+    inner: &mut (dyn ScanSink + Send),
+) -> Result<Option<(crate::backend::ScanOutcome, Vec<SessionEvent>)>> {
+    validated(backend, id, Source::Prefetched(log), known, threads, cancel, inner)
+}
+
+/// Where a validated read takes its events from.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    /// The backend's scan from a seq.
+    From(u64),
+    /// A whole log read ahead.
+    Prefetched(&'a PrefetchedLog),
+}
+
+fn validated(
+    backend: &dyn Backend,
+    id: &SessionId,
+    source: Source<'_>,
+    known: &KnownTypes,
+    threads: ReadThreads,
+    cancel: &tokio_util::sync::CancellationToken,
+    inner: &mut (dyn ScanSink + Send),
+) -> Result<Option<(crate::backend::ScanOutcome, Vec<SessionEvent>)>> {
     let (_in_flight, others) = InFlight::enter();
     let helpers = threads.allows_helpers(others);
     let mut validating = ValidatingSink::new(id.clone(), backend, known, inner);
-    let run = |validating: &mut ValidatingSink<'_>, from_seq: u64| {
+    let run = |validating: &mut ValidatingSink<'_>, source: Source<'_>| {
         std::thread::scope(|scope| {
             let mut relay = Relay {
                 validating: Some(validating),
@@ -271,10 +306,10 @@ pub(crate) fn scan_validated(
                 batch: Vec::new(),
                 returned: None,
             };
-            let scanned = if from_seq == 0 {
-                backend.scan(id, cancel, &mut relay)
-            } else {
-                backend.scan_from(id, from_seq, cancel, &mut relay)
+            let scanned = match source {
+                Source::Prefetched(log) => log.replay(&mut relay),
+                Source::From(0) => backend.scan(id, cancel, &mut relay),
+                Source::From(from_seq) => backend.scan_from(id, from_seq, cancel, &mut relay),
             };
             match (scanned, relay.finish()) {
                 (_, Err(error)) => Err(error),
@@ -282,7 +317,7 @@ pub(crate) fn scan_validated(
             }
         })
     };
-    let mut scanned = run(&mut validating, from_seq);
+    let mut scanned = run(&mut validating, source);
     if validating.needs_prefix && !cancel.is_cancelled() {
         // A seek read whose suffix needs the legacy prefix reads the prefix: the whole log, from
         // which the caller keeps the suffix.
@@ -291,7 +326,7 @@ pub(crate) fn scan_validated(
                 "the read of session \"{id}\" must start over from seq 0 for its legacy records, and its sink cannot"
             )));
         }
-        scanned = run(&mut validating, 0);
+        scanned = run(&mut validating, Source::From(0));
     }
     Ok(scanned?.map(|outcome| (outcome, validating.closers())))
 }

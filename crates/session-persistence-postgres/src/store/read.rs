@@ -3,12 +3,16 @@
 //! one round trip where the paged read takes four (begin, the session row, the events, commit),
 //! which is what a listing of many small sessions, a `verify` and a blank probe pay per session.
 //! A longer one is read page by page in a read-only repeatable-read transaction.
+//!
+//! A lane of a batched read (a listing's cold children, say) reads many short logs ahead in one
+//! statement ([`Backend::prefetch`](session_persistence::Backend::prefetch)): one round trip,
+//! and one pass of the server's executor, for up to [`PREFETCH_SESSIONS`] sessions.
 
 use std::sync::Arc;
 
-use session_core::SessionId;
-use session_persistence::{CorruptKind, Location, PersistenceError, Result, ScanOutcome, ScanSink};
-use tokio_postgres::IsolationLevel;
+use session_core::{SessionEvent, SessionId};
+use session_persistence::{CorruptKind, Location, PersistenceError, PrefetchedLog, Result, ScanOutcome, ScanSink};
+use tokio_postgres::{IsolationLevel, Row};
 use tokio_util::sync::CancellationToken;
 
 use super::{PAGE_ROWS, PgStore, to_sql_seq};
@@ -16,6 +20,13 @@ use crate::codec;
 
 /// The events a one-statement read takes at most; a log with more from the seq is read paged.
 const SHORT_ROWS: i64 = 256;
+
+/// The most sessions one read ahead asks for.
+pub(super) const PREFETCH_SESSIONS: usize = 64;
+
+/// The stored bytes of event records one read ahead holds at most (the sum of its sessions'
+/// `n_bytes`, in the order asked): what a lane keeps in memory before its reads replay it.
+const PREFETCH_BYTES: i64 = 4 << 20;
 
 /// Checks the event rows of a read as they come, in seq order, and hands their events over.
 struct RowCheck<'a> {
@@ -91,6 +102,17 @@ impl<'a> RowCheck<'a> {
     }
 }
 
+/// Keeps what a read ahead decodes.
+#[derive(Default)]
+struct Gather(Vec<Arc<SessionEvent>>);
+
+impl ScanSink for Gather {
+    fn event(&mut self, event: Arc<SessionEvent>) -> Result<()> {
+        self.0.push(event);
+        Ok(())
+    }
+}
+
 /// What the one-statement read found.
 enum Short {
     Absent,
@@ -118,6 +140,67 @@ impl PgStore {
             Short::Read(outcome) => Ok(Some(outcome)),
             Short::Long => self.read_paged(id, from_seq, cancel, sink),
         }
+    }
+
+    /// [`Backend::prefetch`](session_persistence::Backend::prefetch): the sessions of `ids`
+    /// (the first [`PREFETCH_SESSIONS`] distinct ones) with at most [`SHORT_ROWS`] events, whole,
+    /// in one statement, within [`PREFETCH_BYTES`]. A log whose rows or header do not read
+    /// cleanly is left out, so that its own scan reports it.
+    pub(super) fn read_ahead(
+        &self,
+        ids: &[SessionId],
+        cancel: &CancellationToken,
+    ) -> Result<Vec<(SessionId, PrefetchedLog)>> {
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        let mut seen = std::collections::HashSet::new();
+        let wanted: Vec<&str> =
+            ids.iter().map(SessionId::as_str).filter(|id| seen.insert(*id)).take(PREFETCH_SESSIONS).collect();
+        let db = &self.db;
+        let rows = db.run(async |client| {
+            let statement =
+                db.timed("preparing a read ahead", client.prepare_cached(&self.sql.sessions_events)).await?;
+            db.timed("reading sessions ahead", client.query(&statement, &[&wanted, &SHORT_ROWS, &PREFETCH_BYTES])).await
+        })?;
+        let same_session = |a: &Row, b: &Row| a.try_get::<_, &str>(0).ok() == b.try_get::<_, &str>(0).ok();
+        let mut logs = Vec::new();
+        for rows in rows.chunk_by(same_session) {
+            match self.prefetched(rows) {
+                Ok(log) => logs.push((log.outcome.header.id.clone(), log)),
+                Err(error) => {
+                    tracing::debug!(%error, "a log read ahead does not read cleanly; its own read will report it");
+                }
+            }
+        }
+        Ok(logs)
+    }
+
+    /// One session's rows of a read ahead, as its own scan reads them.
+    fn prefetched(&self, rows: &[Row]) -> Result<PrefetchedLog> {
+        let db = &self.db;
+        // Invariant: `chunk_by` yields no empty run.
+        let first = &rows[0];
+        let next_seq: i64 = db.column(first, 5)?;
+        let session = self.session_row(first)?;
+        let header = Arc::new(session.header?);
+        let n_events = rows.len() - usize::from(db.column::<Option<i64>>(first, 6)?.is_none());
+        let mut check = RowCheck::new(&session.id, 0);
+        let mut gather = Gather::default();
+        for row in rows.iter().take(n_events) {
+            check.row(db.column(row, 6)?, db.column(row, 7)?, db.column(row, 8)?, &mut gather)?;
+        }
+        check.finish(next_seq)?;
+        Ok(PrefetchedLog {
+            outcome: ScanOutcome {
+                revision: self.revision_of(&session.incarnation, session.revision),
+                header,
+                n_events: check.n_events,
+                torn: None,
+                n_bytes: check.n_bytes,
+            },
+            events: gather.0,
+        })
     }
 
     /// The session row and its first [`SHORT_ROWS`] events from `from_seq`, in one statement.

@@ -13,6 +13,7 @@ mod contract;
 mod faults;
 mod lease;
 mod queries;
+mod read_ahead;
 mod restart;
 mod runtimes;
 mod settings;

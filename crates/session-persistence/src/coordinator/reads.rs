@@ -4,6 +4,7 @@
 //! one read that commits a repair. A live session is served from its snapshot instead.
 
 use std::{
+    collections::HashMap,
     panic::AssertUnwindSafe,
     sync::{
         Arc,
@@ -21,10 +22,10 @@ use super::{
     state::{IdState, Inner, blocking, check_cancel},
 };
 use crate::{
-    backend::ScanSink,
+    backend::{PrefetchedLog, ScanSink},
     error::{PersistenceError, Result},
     persistence::{Inspection, StreamSink, StreamSummary},
-    validate::scan_validated,
+    validate::{replay_validated, scan_validated},
 };
 
 /// The balanced view of `id`, without changing storage.
@@ -68,6 +69,35 @@ pub(super) async fn inspect(
     Ok(inspection)
 }
 
+/// A read waiting in a lane's queue, with its place in the answer.
+type Queued = (usize, (SessionId, Box<dyn StreamSink>));
+
+/// The short logs of a run of reads, read ahead in one go where the backend gains by it (none
+/// for a single read, or for sessions served live). A failed read ahead is only a lost shortcut:
+/// every read then scans its own log and meets the failure itself.
+fn read_ahead(
+    inner: &Inner,
+    live: &LiveSessions,
+    run: &[Queued],
+    cancel: &CancellationToken,
+) -> HashMap<SessionId, PrefetchedLog> {
+    if run.len() < 2 || cancel.is_cancelled() {
+        return HashMap::new();
+    }
+    let cold: Vec<SessionId> =
+        run.iter().map(|(_, (id, _))| id).filter(|id| live.session(id).is_none()).cloned().collect();
+    if cold.len() < 2 {
+        return HashMap::new();
+    }
+    match inner.backend.prefetch(&cold, cancel) {
+        Ok(logs) => logs.into_iter().collect(),
+        Err(error) => {
+            tracing::debug!(%error, n_sessions = cold.len(), "a batched read ahead failed; reading the logs one by one");
+            HashMap::new()
+        }
+    }
+}
+
 /// One streamed read, on a blocking thread.
 pub(super) async fn inspect_stream(
     inner: &Arc<Inner>,
@@ -78,11 +108,13 @@ pub(super) async fn inspect_stream(
 ) -> Result<StreamSummary> {
     check_cancel(cancel)?;
     let (inner, live, id, cancel) = (Arc::clone(inner), Arc::clone(live), id.clone(), cancel.clone());
-    run_blocking(move || stream(&inner, &live, &id, &cancel, sink)).await?
+    run_blocking(move || stream(&inner, &live, &id, &cancel, sink, None)).await?
 }
 
 /// Keeps `lanes` blocking threads reading back to back: each takes the next read when it
-/// finishes one, so no read waits for a hand-off through the async side.
+/// finishes one, so no read waits for a hand-off through the async side. Over a backend that
+/// reads best in batches ([`Backend::prefetch_batch`](crate::Backend::prefetch_batch)), a lane
+/// takes a run of reads at a time and reads their short logs ahead in one go.
 pub(super) async fn inspect_streams(
     inner: &Arc<Inner>,
     live: &Arc<LiveSessions>,
@@ -94,23 +126,43 @@ pub(super) async fn inspect_streams(
         return Vec::new();
     }
     let n_reads = reads.len();
-    let queue = Arc::new(Mutex::new(reads.into_iter().enumerate()));
+    let n_lanes = lanes.clamp(1, n_reads);
+    // About two runs per lane (so a lane held up by a long log leaves the rest to the others),
+    // each at most what one read ahead takes. Runs stride over the reads, so that runs read side
+    // by side start with different sessions: a session asked twice is not read twice at once.
+    let run_len = n_reads.div_ceil(2 * n_lanes).clamp(1, inner.backend.prefetch_batch().max(1));
+    let n_runs = n_reads.div_ceil(run_len);
+    let mut runs: Vec<Vec<_>> = std::iter::repeat_with(|| Vec::with_capacity(run_len)).take(n_runs).collect();
+    for (idx, read) in reads.into_iter().enumerate() {
+        runs[idx % n_runs].push((idx, read));
+    }
+    let queue = Arc::new(Mutex::new(runs.into_iter()));
     // Set when this call is dropped or a read panics: the lanes then take no further read.
     let stop = Arc::new(AtomicBool::new(false));
     let _stop_on_drop = StopOnDrop(Arc::clone(&stop));
-    let lanes: Vec<_> = (0..lanes.clamp(1, n_reads))
+    let lanes: Vec<_> = (0..n_lanes)
         .map(|_| {
             let (inner, live, queue, stop, cancel) =
                 (Arc::clone(inner), Arc::clone(live), Arc::clone(&queue), Arc::clone(&stop), cancel.clone());
             run_blocking(move || {
                 let mut done = Vec::new();
                 while !stop.load(Ordering::Acquire) {
-                    let Some((idx, (id, sink))) = queue.lock().next() else { break };
-                    match std::panic::catch_unwind(AssertUnwindSafe(|| stream(&inner, &live, &id, &cancel, sink))) {
-                        Ok(result) => done.push((idx, result)),
-                        Err(panic) => {
-                            stop.store(true, Ordering::Release);
-                            return Err(panic);
+                    let Some(run) = queue.lock().next() else { break };
+                    let ahead = std::panic::catch_unwind(AssertUnwindSafe(|| read_ahead(&inner, &live, &run, &cancel)))
+                        .inspect_err(|_| stop.store(true, Ordering::Release))?;
+                    for (idx, (id, sink)) in run {
+                        if stop.load(Ordering::Acquire) {
+                            break;
+                        }
+                        let log = ahead.get(&id);
+                        match std::panic::catch_unwind(AssertUnwindSafe(|| {
+                            stream(&inner, &live, &id, &cancel, sink, log)
+                        })) {
+                            Ok(result) => done.push((idx, result)),
+                            Err(panic) => {
+                                stop.store(true, Ordering::Release);
+                                return Err(panic);
+                            }
                         }
                     }
                 }
@@ -223,6 +275,7 @@ fn stream(
     id: &SessionId,
     cancel: &CancellationToken,
     mut sink: Box<dyn StreamSink>,
+    ahead: Option<&PrefetchedLog>,
 ) -> Result<StreamSummary> {
     check_cancel(cancel)?;
     if let Some(session) = live.session(id) {
@@ -231,15 +284,21 @@ fn stream(
     let _guard = inner.lock_id_blocking(id);
     check_cancel(cancel)?;
     let cached = inner.cache.lock().peek(id);
-    if let Some(cached) = cached
-        && cached.revision == inner.backend.revision(id)?
-    {
-        return feed(&mut *sink, cached);
+    if let Some(cached) = cached {
+        let revision = match ahead {
+            Some(log) => Some(log.outcome.revision.clone()),
+            None => inner.backend.revision(id)?,
+        };
+        if cached.revision == revision {
+            return feed(&mut *sink, cached);
+        }
     }
-    let threads = inner.config.read_threads;
-    let Some((outcome, closers)) =
-        scan_validated(&*inner.backend, id, 0, &inner.config.known_types, threads, cancel, &mut *sink)?
-    else {
+    let (backend, known, threads) = (&*inner.backend, &inner.config.known_types, inner.config.read_threads);
+    let validated = match ahead {
+        Some(log) => replay_validated(backend, id, log, known, threads, cancel, &mut *sink)?,
+        None => scan_validated(backend, id, 0, known, threads, cancel, &mut *sink)?,
+    };
+    let Some((outcome, closers)) = validated else {
         return Err(PersistenceError::NotFound { id: id.clone() });
     };
     let n_closers = closers.len() as u64;

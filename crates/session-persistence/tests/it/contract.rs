@@ -1,16 +1,21 @@
 //! The persistence and coordinator contracts of the backend test kit (`persistence-testkit`), run
-//! on the memory store and on the JSONL store raw and zstd. The places here also serve the
+//! on the memory store, on the memory store read ahead in runs of three (as a database backend's
+//! batched reads are), and on the JSONL store raw and zstd. The places here also serve the
 //! bounds tests (`bounds`).
 
 use std::{fs, path::PathBuf, sync::Arc, time::Duration};
 
 use session_core::SessionHeader;
-use session_persistence::{Backend, Compression, Coordinator, CoordinatorConfig, JsonlConfig, JsonlStore, MemoryStore};
+use session_persistence::{
+    Backend, Compression, Coordinator, CoordinatorConfig, CountingBackend, JsonlConfig, JsonlStore, MemoryStore,
+};
 
 /// One kind of storage, reopenable as a fresh coordinator over the same bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     Memory,
+    /// The memory store behind a backend that reads ahead ([`Backend::prefetch`]) in runs of 3.
+    MemoryReadAhead,
     JsonlRaw,
     JsonlZstd,
 }
@@ -35,7 +40,7 @@ impl Harness {
 
     fn config(&self) -> Option<JsonlConfig> {
         let compression = match self.kind {
-            Kind::Memory => return None,
+            Kind::Memory | Kind::MemoryReadAhead => return None,
             Kind::JsonlRaw => Compression::None,
             Kind::JsonlZstd => Compression::Zstd,
         };
@@ -54,6 +59,11 @@ impl Harness {
 impl persistence_testkit::Place for Harness {
     fn open(&self) -> Arc<dyn Backend> {
         match self.config() {
+            None if self.kind == Kind::MemoryReadAhead => {
+                let counting = CountingBackend::new(self.memory.clone());
+                counting.read_ahead_by_scans(3);
+                Arc::new(counting)
+            }
             None => self.memory.clone(),
             Some(config) => Arc::new(JsonlStore::open(config).unwrap()),
         }
@@ -69,6 +79,8 @@ impl persistence_testkit::Place for Harness {
 persistence_testkit::persistence_contract!(memory_persistence, || Harness::new(Kind::Memory));
 persistence_testkit::persistence_contract!(jsonl_raw_persistence, || Harness::new(Kind::JsonlRaw));
 persistence_testkit::persistence_contract!(jsonl_zstd_persistence, || Harness::new(Kind::JsonlZstd));
+persistence_testkit::persistence_contract!(memory_read_ahead_persistence, || Harness::new(Kind::MemoryReadAhead));
 persistence_testkit::coordinator_contract!(memory_coordinator, || Harness::new(Kind::Memory));
+persistence_testkit::coordinator_contract!(memory_read_ahead_coordinator, || Harness::new(Kind::MemoryReadAhead));
 persistence_testkit::coordinator_contract!(jsonl_raw_coordinator, || Harness::new(Kind::JsonlRaw));
 persistence_testkit::coordinator_contract!(jsonl_zstd_coordinator, || Harness::new(Kind::JsonlZstd));

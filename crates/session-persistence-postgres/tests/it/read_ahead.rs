@@ -1,0 +1,118 @@
+//! Reading short logs ahead (`Backend::prefetch`): one statement takes the short logs that read
+//! cleanly, each exactly as its own scan reads it, and leaves out whatever a scan must report or
+//! that is too large to hold; a coordinator's batched reads use it and read each log once.
+
+use std::sync::Arc;
+
+use session_core::{JsonData, SessionEvent, SessionHeader, SessionId};
+use session_persistence::{
+    Backend, CollectSink, Coordinator, CoordinatorConfig, CountingBackend, ScanOutcome, SessionPersistence,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::TestSchema;
+
+fn header(id: &str) -> SessionHeader {
+    let mut header = SessionHeader::new(SessionId::from(id), 1_000);
+    header.cwd = Some("/work/project".to_owned());
+    header
+}
+
+/// `n` events of a type the coordinator does not know, marked ignorable so that it reads them.
+fn events(n: u64, data: &str) -> Vec<Arc<SessionEvent>> {
+    (0..n)
+        .map(|seq| {
+            let mut event = SessionEvent::new("test/n", seq, seq as i64, JsonData::from_text(data).unwrap());
+            event.ignorable = true;
+            Arc::new(event)
+        })
+        .collect()
+}
+
+fn scan(store: &dyn Backend, id: &SessionId) -> (ScanOutcome, Vec<SessionEvent>) {
+    let mut sink = CollectSink::default();
+    let outcome = store.scan(id, &CancellationToken::new(), &mut sink).unwrap().expect("stored");
+    (outcome, sink.events)
+}
+
+fn ids(names: &[&str]) -> Vec<SessionId> {
+    names.iter().copied().map(SessionId::from).collect()
+}
+
+/// Writes the sessions of the tests below: five short ones, a long one, three of about 1.8 MB
+/// each (two fit in one read ahead's budget, the third does not), one with a missing row and
+/// one whose header is damaged.
+fn write_sessions(schema: &TestSchema, store: &dyn Backend) {
+    for n in 1..=5 {
+        store.append_batch(&header(&format!("short-{n}")), &events(n, &format!("{{\"n\":{n}}}")), false).unwrap();
+    }
+    store.append_batch(&header("long"), &events(300, "{\"n\":1}"), false).unwrap();
+    let big = format!("{{\"text\":\"{}\"}}", "x".repeat(600_000));
+    for name in ["big-1", "big-2", "big-3"] {
+        store.append_batch(&header(name), &events(3, &big), false).unwrap();
+    }
+    store.append_batch(&header("gap"), &events(5, "{}"), false).unwrap();
+    schema.sql("DELETE FROM {s}.events WHERE session_id = 'gap' AND seq = 2");
+    store.append_batch(&header("damaged"), &events(2, "{}"), false).unwrap();
+    schema.sql("UPDATE {s}.sessions SET header = 'not json' WHERE id = 'damaged'");
+}
+
+#[test]
+fn a_read_ahead_takes_the_short_clean_logs_as_their_scans_read_them() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = schema.open();
+    write_sessions(&schema, &store);
+    assert!(store.prefetch_batch() > 1);
+    let asked = ids(&[
+        "short-1", "long", "gap", "short-2", "missing", "damaged", "short-1", "short-3", "big-1", "big-2", "big-3",
+        "short-4",
+    ]);
+    let logs = store.prefetch(&asked, &CancellationToken::new()).unwrap();
+    let got: Vec<&str> = logs.iter().map(|(id, _)| id.as_str()).collect();
+    // In the order asked, each once; the long, damaged, missing and torn ones are left to their
+    // own scans, and so is everything from the first that overflows the budget.
+    assert_eq!(got, ["short-1", "short-2", "short-3", "big-1", "big-2"]);
+    for (id, log) in &logs {
+        let (outcome, scanned) = scan(&store, id);
+        assert_eq!(log.outcome, outcome, "{id}");
+        let read: Vec<SessionEvent> = log.events.iter().map(|event| SessionEvent::clone(event)).collect();
+        assert_eq!(read, scanned, "{id}");
+    }
+    assert!(store.prefetch(&[], &CancellationToken::new()).unwrap().is_empty());
+    let cancelled = CancellationToken::new();
+    cancelled.cancel();
+    assert!(store.prefetch(&asked, &cancelled).is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_reads_of_a_coordinator_read_each_log_once_and_answer_as_single_reads() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = Arc::new(schema.open());
+    write_sessions(&schema, store.as_ref());
+    let counting = Arc::new(CountingBackend::new(store));
+    let persistence = Coordinator::new(counting.clone(), CoordinatorConfig::default()).unwrap();
+    let names = ["short-1", "long", "gap", "short-2", "missing", "damaged", "short-3", "big-1", "short-4", "short-5"];
+    let reads = ids(&names).into_iter().map(|id| (id, CollectSink::default())).collect();
+    let cancel = CancellationToken::new();
+    let batch = session_persistence::inspect_each_into(&persistence, reads, 2, &cancel).await;
+    // Two lanes, two runs each (of 3, 3, 2 and 2 reads), each run read ahead in one statement.
+    assert_eq!(counting.prefetches(), 4);
+    assert_eq!(counting.scans(), names.len() as u64, "each log is read once");
+    for (name, streamed) in names.iter().zip(batch) {
+        let id = SessionId::from(*name);
+        let single = session_persistence::inspect_into(&persistence, &id, &cancel, CollectSink::default()).await;
+        match (streamed, single) {
+            (Ok((sink, summary)), Ok((single_sink, single_summary))) => {
+                assert!(!["gap", "missing", "damaged"].contains(name), "{name} read");
+                assert_eq!(sink.events, single_sink.events, "{name}");
+                assert_eq!(summary, single_summary, "{name}");
+            }
+            (Err(error), Err(single_error)) => {
+                assert!(["gap", "missing", "damaged"].contains(name), "{name}: {error}");
+                assert_eq!(error.to_string(), single_error.to_string(), "{name}");
+            }
+            (streamed, single) => panic!("{name}: batched {streamed:?}, single {single:?}"),
+        }
+    }
+    assert_eq!(persistence.inspect(&SessionId::from("short-3"), &cancel).await.unwrap().events.len(), 3);
+}
