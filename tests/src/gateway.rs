@@ -29,7 +29,20 @@ impl Gateway {
 
     /// [`Gateway::serve`] with more flags for `serve`.
     pub fn serve_with(apiproxy: &Path, store: &str, flags: &[&str]) -> Gateway {
-        let mut child = Command::new(apiproxy)
+        Gateway::start(Command::new(apiproxy), apiproxy, store, flags)
+    }
+
+    /// [`Gateway::serve`] on the CPUs `cpus` only (`taskset -c`, say `1` or `0-1`), every thread
+    /// of it from its start.
+    pub fn serve_on_cpus(apiproxy: &Path, store: &str, cpus: &str) -> Gateway {
+        let mut taskset = Command::new("taskset");
+        // `taskset` execs the gateway, so the child is the gateway itself.
+        taskset.args(["-c", cpus]).arg(apiproxy);
+        Gateway::start(taskset, apiproxy, store, &[])
+    }
+
+    fn start(mut command: Command, apiproxy: &Path, store: &str, flags: &[&str]) -> Gateway {
+        let mut child = command
             .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
             .args(flags)
             .stdout(Stdio::piped())

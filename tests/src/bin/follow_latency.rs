@@ -4,7 +4,12 @@
 //! durable append throughput with 0, 1 and 4 other gateways following the store; and the cost of
 //! one sweep's position query over 10,000 tracked sessions.
 //!
-//! `follow_latency [--quick] [APIPROXY]` needs the PostgreSQL server of `SESSION_PG_URL`
+//! With `--own-cores` it measures the throughput cases only, with the other gateways on cores of
+//! their own, as on hosts of their own: the database server, A and this probe on CPU 0; every
+//! other gateway, and the clients that watch them, on CPU 1 (`taskset`; the server's processes
+//! get their CPUs back at the end).
+//!
+//! `follow_latency [--quick] [--own-cores] [APIPROXY]` needs the PostgreSQL server of `SESSION_PG_URL`
 //! (default `postgres://postgres@127.0.0.1:5432/test`) and the `apiproxy` binary beside this one
 //! (build it with the same profile first). Each run works in schemas of its own, dropped at the
 //! end. Run by `cargo xtask bench`.
@@ -154,26 +159,110 @@ async fn listeners(channel: &str, n: usize) -> Vec<tokio::task::JoinHandle<()>> 
     tasks
 }
 
-/// Durable appends per second through A, one client per session, with `others` on the store.
-async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize) -> f64 {
+/// Runs `taskset` with `args`.
+fn taskset(args: &[&str]) {
+    let status = std::process::Command::new("taskset")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run taskset");
+    assert!(status.success(), "taskset {args:?} failed");
+}
+
+/// The process ids of the PostgreSQL server on this machine (its postmaster and every backend).
+fn postgres_pids() -> Vec<String> {
+    let found = std::process::Command::new("pgrep").args(["-x", "postgres"]).output().expect("run pgrep");
+    String::from_utf8_lossy(&found.stdout).split_whitespace().map(str::to_owned).collect()
+}
+
+/// `--own-cores`: the server's processes (new backends fork from the pinned postmaster) and this
+/// probe (so A, which it starts, too) on CPU 0 while it lives; on drop, all CPUs again.
+struct OwnCores {
+    all: String,
+}
+
+/// The CPUs of the other gateways and their watching clients under `--own-cores`.
+const OTHERS_CPU: &str = "1";
+
+impl OwnCores {
+    fn pin() -> OwnCores {
+        let n_cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        assert!(n_cpus >= 2, "--own-cores needs two CPUs");
+        let pids = postgres_pids();
+        assert!(!pids.is_empty(), "--own-cores needs the PostgreSQL server on this machine");
+        for pid in &pids {
+            taskset(&["-a", "-p", "-c", "0", pid]);
+        }
+        taskset(&["-a", "-p", "-c", "0", &std::process::id().to_string()]);
+        OwnCores { all: format!("0-{}", n_cpus - 1) }
+    }
+}
+
+impl Drop for OwnCores {
+    fn drop(&mut self) {
+        for pid in postgres_pids() {
+            let _ = std::process::Command::new("taskset")
+                .args(["-a", "-p", "-c", &self.all, &pid])
+                .stdout(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Mux clients of `addrs` that read every frame, on a thread of their own (on `cpus` when
+/// given); they stop when the returned sender is dropped.
+fn watch_all(
+    addrs: Vec<String>,
+    cpus: Option<&'static str>,
+) -> (std::thread::JoinHandle<()>, tokio::sync::oneshot::Sender<()>) {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (ready, is_ready) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        if let Some(cpus) = cpus {
+            // "PID/task/TID": this thread alone.
+            let me = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+            let tid = me.file_name().and_then(|tid| tid.to_str()).expect("a thread id").to_owned();
+            taskset(&["-p", "-c", cpus, &tid]);
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(async move {
+            let mut taps = Vec::new();
+            for addr in addrs {
+                let (mut socket, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/api/events.mux"))
+                    .await
+                    .expect("a follower's downlink opens");
+                taps.push(tokio::spawn(async move { while let Some(Ok(_)) = socket.next().await {} }));
+            }
+            let _ = ready.send(());
+            let _ = stopped.await;
+            for tap in taps {
+                tap.abort();
+            }
+        });
+    });
+    is_ready.recv().expect("the watching clients connect");
+    (thread, stop)
+}
+
+/// Durable appends per second through A, one client per session, with `others` on the store
+/// (on a core of their own with `own_cores`).
+async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, own_cores: bool) -> f64 {
     const SESSIONS: usize = 8;
     let schema = Schema::new(&format!("tp{}", std::process::id() % 1000 + rand_tag()));
     let a = Gateway::serve(apiproxy, &schema.url);
-    let (gateways, taps): (Vec<Gateway>, _) = match others {
-        Others::Gateways(n) => ((0..n).map(|_| Gateway::serve(apiproxy, &schema.url)).collect(), Vec::new()),
+    let follower = || match own_cores {
+        true => Gateway::serve_on_cpus(apiproxy, &schema.url, OTHERS_CPU),
+        false => Gateway::serve(apiproxy, &schema.url),
+    };
+    let (gateways, taps, watchers): (Vec<Gateway>, _, _) = match others {
+        Others::Gateways(n) => ((0..n).map(|_| follower()).collect(), Vec::new(), None),
         Others::WatchedGateways(n) => {
-            let gateways: Vec<Gateway> = (0..n).map(|_| Gateway::serve(apiproxy, &schema.url)).collect();
-            let mut taps = Vec::new();
-            for gateway in &gateways {
-                let (mut socket, _) =
-                    tokio_tungstenite::connect_async(format!("ws://{}/api/events.mux", gateway.addr()))
-                        .await
-                        .expect("a follower's downlink opens");
-                taps.push(tokio::spawn(async move { while let Some(Ok(_)) = socket.next().await {} }));
-            }
-            (gateways, taps)
+            let gateways: Vec<Gateway> = (0..n).map(|_| follower()).collect();
+            let addrs = gateways.iter().map(|gateway| gateway.addr().to_owned()).collect();
+            let watchers = watch_all(addrs, own_cores.then_some(OTHERS_CPU));
+            (gateways, Vec::new(), Some(watchers))
         }
-        Others::Listeners(n) => (Vec::new(), listeners(schema.store.notification_channel(), n).await),
+        Others::Listeners(n) => (Vec::new(), listeners(schema.store.notification_channel(), n).await, None),
     };
     let mut clients = Vec::new();
     for s in 0..SESSIONS {
@@ -190,6 +279,10 @@ async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize) 
     });
     futures::future::join_all(runs).await;
     let rate = (SESSIONS * appends) as f64 / started.elapsed().as_secs_f64();
+    if let Some((thread, stop)) = watchers {
+        drop(stop);
+        thread.join().expect("the watching clients stop");
+    }
     drop(gateways);
     for tap in taps {
         tap.abort();
@@ -223,24 +316,9 @@ fn sweep_cost(n: usize) -> Vec<Duration> {
     samples
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let quick = std::env::args().any(|arg| arg == "--quick");
-    let apiproxy = apiproxy_binary();
-    let (latency_samples, sweep_samples, appends, tracked) =
-        if quick { (50, 10, 20, 1_000) } else { (300, 40, 100, 10_000) };
-
-    println!("follow_latency: PostgreSQL at {}", session_persistence_postgres::redact_url(&server_url()));
-    for (name, sweep_only, n) in [("notification", false, latency_samples), ("sweep only (1 s)", true, sweep_samples)] {
-        let samples = ack_to_frame(&apiproxy, sweep_only, n).await;
-        println!(
-            "A's durable ack to B's frame, {name}: p50 {}, p95 {}, p99 {}, max {} ({n} appends)",
-            ms(percentile(&samples, 0.50)),
-            ms(percentile(&samples, 0.95)),
-            ms(percentile(&samples, 0.99)),
-            ms(*samples.last().expect("samples")),
-        );
-    }
+/// A's durable append throughput with nobody else on the store and with each kind of other,
+/// interleaved over 3 rounds; prints the medians.
+async fn throughputs(apiproxy: &std::path::Path, appends: usize, own_cores: bool) {
     // Interleaved, so drift on a noisy machine spreads over every case.
     let cases = [
         Others::Listeners(0),
@@ -254,7 +332,7 @@ async fn main() {
     let mut rates = vec![Vec::new(); cases.len()];
     for _ in 0..3 {
         for (case, rate) in cases.iter().zip(rates.iter_mut()) {
-            rate.push(throughput(&apiproxy, *case, appends).await);
+            rate.push(throughput(apiproxy, *case, appends, own_cores).await);
         }
     }
     let median = |rates: &mut Vec<f64>| {
@@ -267,6 +345,34 @@ async fn main() {
         let rate = median(rates);
         println!("A's durable appends/s, {case:?}: {rate:.0} ({:+.1} % against none)", (rate / alone - 1.0) * 100.0);
     }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let quick = std::env::args().any(|arg| arg == "--quick");
+    let own_cores = std::env::args().any(|arg| arg == "--own-cores");
+    let apiproxy = apiproxy_binary();
+    let (latency_samples, sweep_samples, appends, tracked) =
+        if quick { (50, 10, 20, 1_000) } else { (300, 40, 100, 10_000) };
+
+    println!("follow_latency: PostgreSQL at {}", session_persistence_postgres::redact_url(&server_url()));
+    if own_cores {
+        let _pinned = OwnCores::pin();
+        println!("the database, A and this probe on CPU 0; the other gateways and their clients on CPU {OTHERS_CPU}");
+        throughputs(&apiproxy, appends, true).await;
+        return;
+    }
+    for (name, sweep_only, n) in [("notification", false, latency_samples), ("sweep only (1 s)", true, sweep_samples)] {
+        let samples = ack_to_frame(&apiproxy, sweep_only, n).await;
+        println!(
+            "A's durable ack to B's frame, {name}: p50 {}, p95 {}, p99 {}, max {} ({n} appends)",
+            ms(percentile(&samples, 0.50)),
+            ms(percentile(&samples, 0.95)),
+            ms(percentile(&samples, 0.99)),
+            ms(*samples.last().expect("samples")),
+        );
+    }
+    throughputs(&apiproxy, appends, false).await;
     let samples = tokio::task::spawn_blocking(move || sweep_cost(tracked)).await.expect("the sweep probe");
     println!(
         "one sweep's positions over {tracked} tracked sessions: median {}, min {}, max {}",
