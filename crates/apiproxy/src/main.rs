@@ -474,8 +474,7 @@ async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Subagents { command: SubagentsCommand::List { parent, store, descendants, json } } => {
-            let persistence: Arc<dyn SessionPersistence> = ops::open_location_read_only(&store.options()?)?;
-            let rows = ops::list_subagents(persistence, &parent, descendants).await?;
+            let rows = ops::list_subagents(&store.options()?, &parent, descendants).await?;
             let mut out = std::io::stdout().lock();
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
@@ -600,11 +599,8 @@ async fn gateway(
     config: ProxyConfig,
     purpose: Purpose,
 ) -> Result<(Arc<Coordinator>, ApiProxy)> {
-    // A PostgreSQL store serves as many reads side by side as its pool holds connections.
     let mut config = config;
-    if let StoreLocation::Postgres(pg) = options {
-        config.subagent_cold_read_lanes = pg.config.pool_size.clamp(1, subagent::MAX_COLD_READ_LANES);
-    }
+    config.subagent_cold_read_lanes = options.cold_read_lanes();
     // Opening waits (briefly) for a held lock and creates directories: blocking work, so it runs
     // on the blocking pool, as does opening the checkpoint store below.
     let opening = options.clone();

@@ -1,8 +1,10 @@
-//! An event row's record: the event's canonical JSON line, byte for byte what a JSONL log holds
-//! (so key order and number spelling survive), as `text`, or from [`COMPRESS_MIN_BYTES`] as one
-//! zstd frame when that is shorter.
+//! An event row's record: a run of a batch's consecutive events (`n_events` of them, one for a
+//! row of schema version 1), their canonical JSON lines, byte for byte what a JSONL log holds (so
+//! key order and number spelling survive), joined by newlines, as `text`, or from
+//! [`COMPRESS_MIN_BYTES`] as one zstd frame when that is shorter. A canonical line holds no raw
+//! newline, so the lines split back exactly.
 
-use std::io::Read;
+use std::{cell::RefCell, io::Read};
 
 use session_core::{MAX_EVENT_BYTES, SessionEvent};
 
@@ -10,56 +12,231 @@ use session_core::{MAX_EVENT_BYTES, SessionEvent};
 pub const COMPRESS_MIN_BYTES: usize = 4096;
 /// The zstd level of compressed records.
 pub const ZSTD_LEVEL: i32 = 3;
+/// The most events one row holds.
+pub const RUN_EVENTS: usize = 512;
+/// A run takes no further event once its lines reach this many bytes (an event larger than that
+/// is a run of its own), so a read from a seq inside a run decodes at most this much before it.
+pub const RUN_BYTES: usize = 128 * 1024;
 
-/// One event as its row stores it.
+/// One row as it is stored: a run of consecutive events.
 #[derive(Debug)]
-pub(crate) struct EncodedEvent {
+pub(crate) struct EncodedRow {
+    /// The first event's seq, type and time.
     pub(crate) seq: i64,
     pub(crate) kind: String,
     pub(crate) time: i64,
     pub(crate) text: Option<String>,
     pub(crate) zstd: Option<Vec<u8>>,
-    /// The record's length as text.
+    pub(crate) n_events: i32,
+    /// The lines' length as text, the newlines between them not counted (what the sessions'
+    /// `n_bytes` adds up).
     pub(crate) n_bytes: i64,
 }
 
-pub(crate) fn encode(event: &SessionEvent) -> EncodedEvent {
-    let mut line = Vec::with_capacity(event.encoded_len());
-    event.write_json(&mut line);
-    let n_bytes = line.len() as i64;
-    // Invariant: an event writes UTF-8 JSON.
-    let line = String::from_utf8(line).expect("an event record is UTF-8");
-    let compressed = (line.len() >= COMPRESS_MIN_BYTES)
-        .then(|| zstd::bulk::compress(line.as_bytes(), ZSTD_LEVEL).ok())
-        .flatten()
-        .filter(|blob| blob.len() < line.len());
-    let seq = i64::try_from(event.seq).unwrap_or(i64::MAX);
-    let (text, zstd) = match compressed {
-        Some(blob) => (None, Some(blob)),
-        None => (Some(line), None),
-    };
-    EncodedEvent { seq, kind: event.kind.as_str().to_owned(), time: event.time, text, zstd, n_bytes }
+/// `events` (consecutive, in seq order) as rows: runs of at most [`RUN_EVENTS`] events, each
+/// closed once its lines reach [`RUN_BYTES`].
+pub(crate) fn encode_runs(events: &[&SessionEvent]) -> Vec<EncodedRow> {
+    let mut rows = Vec::new();
+    let mut run: Vec<u8> = Vec::new();
+    let (mut first, mut n_events, mut n_bytes) = (None::<&SessionEvent>, 0, 0);
+    for event in events {
+        if first.is_some() && (n_events == RUN_EVENTS || run.len() >= RUN_BYTES) {
+            rows.push(finish_run(first, &mut run, n_events, n_bytes));
+            (first, n_events, n_bytes) = (None, 0, 0);
+        }
+        if first.is_some() {
+            run.push(b'\n');
+        }
+        let start = run.len();
+        event.write_json(&mut run);
+        n_bytes += run.len() - start;
+        n_events += 1;
+        first = first.or(Some(event));
+    }
+    if first.is_some() {
+        rows.push(finish_run(first, &mut run, n_events, n_bytes));
+    }
+    rows
 }
 
-/// The event a row stores: its text, or its frame decompressed (at most one record's bound),
-/// decoded as an event line. The error says why the row does not decode.
-pub(crate) fn decode(text: Option<String>, zstd: Option<Vec<u8>>) -> Result<SessionEvent, String> {
-    let line = match (text, zstd) {
+fn finish_run(first: Option<&SessionEvent>, run: &mut Vec<u8>, n_events: usize, n_bytes: usize) -> EncodedRow {
+    // Invariant: a run is closed only once it holds an event.
+    let first = first.expect("a run holds an event");
+    // Invariant: events write UTF-8 JSON, and the separators are ASCII.
+    let text = String::from_utf8(std::mem::take(run)).expect("a run's records are UTF-8");
+    let compressed = (text.len() >= COMPRESS_MIN_BYTES)
+        .then(|| zstd::bulk::compress(text.as_bytes(), ZSTD_LEVEL).ok())
+        .flatten()
+        .filter(|blob| blob.len() < text.len());
+    let (text, zstd) = match compressed {
+        Some(blob) => (None, Some(blob)),
+        None => (Some(text), None),
+    };
+    EncodedRow {
+        seq: i64::try_from(first.seq).unwrap_or(i64::MAX),
+        kind: first.kind.as_str().to_owned(),
+        time: first.time,
+        text,
+        zstd,
+        n_events: i32::try_from(n_events).unwrap_or(i32::MAX),
+        n_bytes: n_bytes as i64,
+    }
+}
+
+/// The events a row stores, in order, each handed to `each` with its line's length: its text, or
+/// its frame decompressed (at most `n_events` records' bound), split into `n_events` lines, each
+/// decoded as an event line. The error says why the row does not decode; `each`'s own error
+/// stops the decode and is returned as it is.
+pub(crate) fn decode_run<E>(
+    text: Option<String>,
+    zstd: Option<Vec<u8>>,
+    n_events: i32,
+    mut each: impl FnMut(SessionEvent, usize) -> Result<(), E>,
+) -> Result<(), RunError<E>> {
+    let n_events = usize::try_from(n_events)
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| RunError::Row(format!("the row says it holds {n_events} events")))?;
+    let bound = (MAX_EVENT_BYTES + 1).saturating_mul(n_events);
+    let text = match (text, zstd) {
         (Some(text), None) => text,
         (None, Some(blob)) => {
-            let decoder = zstd::stream::read::Decoder::new(blob.as_slice())
-                .map_err(|error| format!("not a zstd frame: {error}"))?;
+            let bytes = decompress(&blob, bound).map_err(RunError::Row)?;
+            String::from_utf8(bytes).map_err(|_| RunError::Row("the record is not UTF-8".to_owned()))?
+        }
+        _ => return Err(RunError::Row("the row holds neither or both of record and record_zstd".to_owned())),
+    };
+    if n_events == 1 {
+        let event = SessionEvent::from_json_line(&text).map_err(|error| RunError::Row(error.to_string()))?;
+        return each(event, text.len()).map_err(RunError::Sink);
+    }
+    let mut lines = text.split('\n');
+    for _ in 0..n_events {
+        let Some(line) = lines.next() else {
+            return Err(RunError::Row(format!("the row says it holds {n_events} events, and holds fewer")));
+        };
+        let event = SessionEvent::from_json_line(line).map_err(|error| RunError::Row(error.to_string()))?;
+        each(event, line.len()).map_err(RunError::Sink)?;
+    }
+    if lines.next().is_some() {
+        return Err(RunError::Row(format!("the row says it holds {n_events} events, and holds more")));
+    }
+    Ok(())
+}
+
+thread_local! {
+    /// A decompression context per reading thread: creating one costs more than decompressing a
+    /// run of a few kilobytes.
+    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+}
+
+/// One zstd frame's content, at most `bound` bytes: in one call into a reused context when the
+/// frame says its size (ours always do), else streamed.
+fn decompress(blob: &[u8], bound: usize) -> Result<Vec<u8>, String> {
+    let too_long = || format!("the record exceeds {MAX_EVENT_BYTES} bytes");
+    match zstd::zstd_safe::get_frame_content_size(blob) {
+        Ok(Some(size)) if size > bound as u64 => Err(too_long()),
+        Ok(Some(size)) => DECOMPRESSOR.with(|slot| {
+            let mut slot = slot.borrow_mut();
+            let decompressor = match &mut *slot {
+                Some(decompressor) => decompressor,
+                None => slot
+                    .insert(zstd::bulk::Decompressor::new().map_err(|error| format!("no zstd decompressor: {error}"))?),
+            };
+            // A frame whose content is larger than it says fails here: the buffer holds no more.
+            let mut bytes = Vec::with_capacity(size as usize);
+            decompressor
+                .decompress_to_buffer(blob, &mut bytes)
+                .map_err(|error| format!("not a valid zstd frame: {error}"))?;
+            if bytes.len() as u64 != size {
+                return Err(format!("the zstd frame holds {} bytes, not the {size} it says", bytes.len()));
+            }
+            Ok(bytes)
+        }),
+        _ => {
+            let decoder =
+                zstd::stream::read::Decoder::new(blob).map_err(|error| format!("not a zstd frame: {error}"))?;
             let mut bytes = Vec::new();
             decoder
-                .take(MAX_EVENT_BYTES as u64 + 1)
+                .take(bound as u64 + 1)
                 .read_to_end(&mut bytes)
                 .map_err(|error| format!("not a valid zstd frame: {error}"))?;
-            if bytes.len() > MAX_EVENT_BYTES {
-                return Err(format!("the record exceeds {MAX_EVENT_BYTES} bytes"));
+            if bytes.len() > bound {
+                return Err(too_long());
             }
-            String::from_utf8(bytes).map_err(|_| "the record is not UTF-8".to_owned())?
+            Ok(bytes)
         }
-        _ => return Err("the row holds neither or both of record and record_zstd".to_owned()),
-    };
-    SessionEvent::from_json_line(&line).map_err(|error| error.to_string())
+    }
+}
+
+/// Why [`decode_run`] stopped.
+#[derive(Debug)]
+pub(crate) enum RunError<E> {
+    /// The row does not decode: why.
+    Row(String),
+    /// The callback failed.
+    Sink(E),
+}
+
+#[cfg(test)]
+mod tests {
+    use session_core::JsonData;
+
+    use super::*;
+
+    fn event(seq: u64, text: &str) -> SessionEvent {
+        SessionEvent::new("test/n", seq, seq as i64, JsonData::from_text(format!("{{\"t\":\"{text}\"}}")).unwrap())
+    }
+
+    fn decoded(row: EncodedRow) -> Vec<SessionEvent> {
+        let mut events = Vec::new();
+        decode_run(row.text, row.zstd, row.n_events, |event, _| {
+            events.push(event);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        events
+    }
+
+    #[test]
+    fn runs_split_by_count_and_bytes_and_decode_back() {
+        let small: Vec<SessionEvent> = (0..1_050).map(|seq| event(seq, "a\\nb")).collect();
+        let refs: Vec<&SessionEvent> = small.iter().collect();
+        let rows = encode_runs(&refs);
+        assert_eq!(rows.iter().map(|row| row.n_events).collect::<Vec<_>>(), [512, 512, 26]);
+        assert_eq!(rows.iter().map(|row| row.seq).collect::<Vec<_>>(), [0, 512, 1024]);
+        // Runs of 4 KiB and more compress; the last, shorter one stays text.
+        assert_eq!(rows.iter().map(|row| row.zstd.is_some()).collect::<Vec<_>>(), [true, true, false]);
+        let total: i64 = small.iter().map(|event| event.encoded_len() as i64).sum();
+        assert_eq!(rows.iter().map(|row| row.n_bytes).sum::<i64>(), total);
+        let back: Vec<SessionEvent> = rows.into_iter().flat_map(decoded).collect();
+        assert_eq!(back, small);
+
+        let big: Vec<SessionEvent> = (0..5).map(|seq| event(seq, &"x".repeat(60_000))).collect();
+        let refs: Vec<&SessionEvent> = big.iter().collect();
+        let rows = encode_runs(&refs);
+        assert_eq!(rows.iter().map(|row| row.n_events).collect::<Vec<_>>(), [3, 2]);
+        assert_eq!(rows.into_iter().flat_map(decoded).collect::<Vec<_>>(), big);
+
+        let one = [event(7, "z")];
+        let rows = encode_runs(&[&one[0]]);
+        let mut line = Vec::new();
+        one[0].write_json(&mut line);
+        assert_eq!(rows[0].text.as_deref().map(str::as_bytes), Some(line.as_slice()), "a run of one is its line");
+    }
+
+    #[test]
+    fn a_row_that_miscounts_its_events_does_not_decode() {
+        let events: Vec<SessionEvent> = (0..3).map(|seq| event(seq, "a")).collect();
+        let refs: Vec<&SessionEvent> = events.iter().collect();
+        let row = encode_runs(&refs).remove(0);
+        let text = row.text.clone();
+        let run = |n: i32| decode_run(text.clone(), None, n, |_, _| Ok::<(), ()>(()));
+        assert!(run(3).is_ok());
+        for n in [0, -1, 2, 4] {
+            assert!(matches!(run(n), Err(RunError::Row(_))), "{n}");
+        }
+        let stop = decode_run(text, None, 3, |event, _| if event.seq == 1 { Err("stop") } else { Ok(()) });
+        assert!(matches!(stop, Err(RunError::Sink("stop"))));
+    }
 }

@@ -45,7 +45,7 @@ mod tls;
 
 pub use crate::{
     checkpoint::PgCheckpointStore,
-    codec::{COMPRESS_MIN_BYTES, ZSTD_LEVEL},
+    codec::{COMPRESS_MIN_BYTES, RUN_BYTES, RUN_EVENTS, ZSTD_LEVEL},
     config::{DEFAULT_SCHEMA, PgConfig, PgEnv, is_postgres_url, is_valid_schema, redact_url},
     schema::{SCHEMA_VERSION, SetupOutcome},
     store::PgStore,

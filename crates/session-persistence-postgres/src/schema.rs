@@ -13,18 +13,20 @@ use crate::{
 };
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
-/// The tables and indexes of version 1, `{s}` standing for the schema name.
+/// The tables and indexes of the current version, `{s}` standing for the schema name.
 ///
 /// - `store_meta`: one row, the schema version and the store's random id (part of revisions).
 /// - `sessions`: one row per stored session: the header line exactly as a JSONL log's first line
 ///   (`header`), the columns queries filter on (`created_at`, `cwd`, `parent_session`,
 ///   `origin`, `owner`), the lifetime's `incarnation`, the `revision` every append and repair
 ///   bumps, the `next_seq` an append must start at (the writer fence), and the bytes stored.
-/// - `events`: one row per event, keyed by `(session_id, seq)`: its canonical JSON record
-///   (`record`, exactly a JSONL line) or, from 4 KiB when shorter, one zstd frame of it
-///   (`record_zstd`); `type` and `time` as columns.
+/// - `events`: one row per run of a batch's consecutive events (`n_events` of them; version 1
+///   wrote one event per row), keyed by `(session_id, seq)`, the first event's seq: their
+///   canonical JSON records (`record`, exactly JSONL lines, joined by newlines) or, from 4 KiB
+///   when shorter, one zstd frame of them (`record_zstd`); the first event's `type` and `time` as
+///   columns.
 /// - `checkpoints`: the projection cache's records, one row per session.
 const TABLES_V1: &str = "
 CREATE TABLE {s}.store_meta (
@@ -56,6 +58,7 @@ CREATE TABLE {s}.events (
   time        bigint NOT NULL,
   record      text,
   record_zstd bytea,
+  n_events    integer NOT NULL DEFAULT 1 CHECK (n_events >= 1),
   PRIMARY KEY (session_id, seq),
   CHECK ((record IS NULL) <> (record_zstd IS NULL))
 );
@@ -66,6 +69,13 @@ CREATE TABLE {s}.checkpoints (
   crc32      bigint NOT NULL,
   record     text NOT NULL
 );
+";
+
+/// From version 1 to 2: rows may hold runs of events. Every version-1 row is a run of one, so the
+/// column's default is the whole migration (no row is rewritten).
+const MIGRATE_V1_V2: &str = "
+ALTER TABLE {s}.events ADD COLUMN n_events integer NOT NULL DEFAULT 1 CHECK (n_events >= 1);
+UPDATE {s}.store_meta SET schema_version = 2;
 ";
 
 /// `sql` with `{s}` replaced by the schema name, quoted (so a reserved word such as `user` or
@@ -143,6 +153,11 @@ pub(crate) async fn setup(db: &Db, client: &mut Client, schema: &str) -> Result<
         }
         Some((version, _)) if version > SCHEMA_VERSION => return Err(newer(db, version)),
         Some((version, store_id)) if version == SCHEMA_VERSION => (store_id, SetupOutcome::Current),
+        Some((1, store_id)) => {
+            db.timed("migrating the schema to version 2", transaction.batch_execute(&qualify(MIGRATE_V1_V2, schema)))
+                .await?;
+            (store_id, SetupOutcome::Migrated { from: 1 })
+        }
         // Version 1 is the first: an older version is not one this crate ever wrote.
         Some((version, _)) => {
             return Err(refused(

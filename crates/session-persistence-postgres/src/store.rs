@@ -18,7 +18,7 @@ use tokio_postgres::{Row, types::ToSql};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    codec::{self, EncodedEvent},
+    codec::{self, EncodedRow},
     config::PgConfig,
     db::{Client, Db, is_unique_violation, plain},
     listen,
@@ -31,9 +31,6 @@ mod positions;
 mod read;
 
 const LEASE_APPLICATION: &str = "session lease: ";
-
-/// How many event rows one query of a read fetches.
-const PAGE_ROWS: i64 = 1024;
 
 /// The PostgreSQL backend. See the module documentation.
 pub struct PgStore {
@@ -76,6 +73,8 @@ struct Sql {
     /// The session row and its events from a seq on, one row per event (`store::read`).
     session_events: String,
     events_from: String,
+    /// `events_from` from the run that holds `$2`: a read's first page.
+    events_from_run: String,
     /// Many whole short logs, one row per event (`store::read`'s read ahead).
     sessions_events: String,
     lock_session: String,
@@ -97,6 +96,9 @@ struct Sql {
 }
 
 const HEADER_COLUMNS: &str = "id, header, incarnation, revision, n_bytes";
+/// The first seq of the run that holds seq `$2` of session `$1` (`$2` itself when no row starts
+/// at or before it).
+const RUN_START: &str = "(SELECT coalesce(max(r.seq), $2) FROM {s}.events r WHERE r.session_id = $1 AND r.seq <= $2)";
 /// [`HEADER_COLUMNS`] of the table aliased `s`, and of the row set aliased `w`.
 const HEADER_COLUMNS_S: &str = "id, s.header, s.incarnation, s.revision, s.n_bytes";
 const HEADER_COLUMNS_W: &str = "w.id, w.header, w.incarnation, w.revision, w.n_bytes";
@@ -111,14 +113,19 @@ impl Sql {
         let q = |sql: &str| qualify(sql, schema);
         Sql {
             session: q(&format!("SELECT {HEADER_COLUMNS}, next_seq FROM {{s}}.sessions WHERE id = $1")),
+            // From the run that holds `$2` (the last row at or before it).
             session_events: q(&format!(
-                "SELECT {HEADER_COLUMNS}, next_seq, e.seq, e.record, e.record_zstd FROM {{s}}.sessions \
-                 LEFT JOIN LATERAL (SELECT seq, record, record_zstd FROM {{s}}.events WHERE session_id = $1 \
-                 AND seq >= $2 AND next_seq - $2 < $3 ORDER BY seq LIMIT $3) e ON true WHERE id = $1 \
+                "SELECT {HEADER_COLUMNS}, next_seq, e.seq, e.record, e.record_zstd, e.n_events FROM {{s}}.sessions \
+                 LEFT JOIN LATERAL (SELECT seq, record, record_zstd, n_events FROM {{s}}.events WHERE session_id = $1 \
+                 AND seq >= {RUN_START} AND next_seq - $2 < $3 ORDER BY seq LIMIT $3) e ON true WHERE id = $1 \
                  ORDER BY e.seq"
             )),
-            events_from: q("SELECT seq, record, record_zstd FROM {s}.events WHERE session_id = $1 AND seq >= $2 \
-                 ORDER BY seq LIMIT $3"),
+            events_from: q("SELECT seq, record, record_zstd, n_events FROM {s}.events WHERE session_id = $1 \
+                 AND seq >= $2 ORDER BY seq LIMIT $3"),
+            events_from_run: q(&format!(
+                "SELECT seq, record, record_zstd, n_events FROM {{s}}.events WHERE session_id = $1 \
+                 AND seq >= {RUN_START} ORDER BY seq LIMIT $3"
+            )),
             // The sessions of `$1` with at most `$2` events, in the order asked, as long as
             // their stored bytes add up to at most `$3`; each with every event row (one more
             // than `next_seq` says, if stored, so that a read sees it).
@@ -127,16 +134,17 @@ impl Sql {
                  sum(s.n_bytes) OVER (ORDER BY w.ord) AS running \
                  FROM unnest($1::text[]) WITH ORDINALITY AS w (id, ord) JOIN {{s}}.sessions s ON s.id = w.id \
                  WHERE s.next_seq <= $2 AND s.n_bytes <= $3) \
-                 SELECT {HEADER_COLUMNS_W}, w.next_seq, e.seq, e.record, e.record_zstd FROM wanted w \
-                 LEFT JOIN LATERAL (SELECT seq, record, record_zstd FROM {{s}}.events WHERE session_id = w.id \
+                 SELECT {HEADER_COLUMNS_W}, w.next_seq, e.seq, e.record, e.record_zstd, e.n_events FROM wanted w \
+                 LEFT JOIN LATERAL (SELECT seq, record, record_zstd, n_events FROM {{s}}.events WHERE session_id = w.id \
                  ORDER BY seq LIMIT w.next_seq + 1) e ON true WHERE w.running <= $3 ORDER BY w.ord, e.seq"
             )),
             lock_session: q("SELECT next_seq FROM {s}.sessions WHERE id = $1 FOR UPDATE"),
             insert_session: q("INSERT INTO {s}.sessions (id, header, created_at, cwd, parent_session, origin, owner, \
                  incarnation, revision, next_seq, n_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 0, 0) \
                  ON CONFLICT (id) DO NOTHING"),
-            insert_events: q("INSERT INTO {s}.events (session_id, seq, type, time, record, record_zstd) \
-                 SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::bytea[])"),
+            insert_events: q("INSERT INTO {s}.events (session_id, seq, type, time, record, record_zstd, n_events) \
+                 SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::bytea[], \
+                 $7::integer[]) WHERE NOT EXISTS (SELECT 1 FROM {s}.events WHERE session_id = $1 AND seq >= $2[1])"),
             bump: q("UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1, n_bytes = n_bytes + $3 \
                  WHERE id = $1"),
             bump_notify: q("WITH bumped AS (UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1, \
@@ -304,7 +312,7 @@ impl PgStore {
     fn write(&self, header: &SessionHeader, events: &[&SessionEvent], materialize: bool, repair: bool) -> Result<()> {
         let Some(first) = events.first() else { return Ok(()) };
         let id = &header.id;
-        let encoded: Vec<EncodedEvent> = events.iter().map(|event| codec::encode(event)).collect();
+        let encoded: Vec<EncodedRow> = codec::encode_runs(events);
         let last_seq = to_sql_seq(events[events.len() - 1].seq);
         let n_bytes: i64 = encoded.iter().map(|event| event.n_bytes).sum();
         // A repair of a session that no lease of this store covers must hold the lease key
@@ -368,23 +376,29 @@ impl PgStore {
             let times: Vec<i64> = encoded.iter().map(|event| event.time).collect();
             let texts: Vec<Option<&str>> = encoded.iter().map(|event| event.text.as_deref()).collect();
             let frames: Vec<Option<&[u8]>> = encoded.iter().map(|event| event.zstd.as_deref()).collect();
+            let counts: Vec<i32> = encoded.iter().map(|event| event.n_events).collect();
             let inserted = db
                 .timed_raw(
                     "inserting events",
-                    transaction
-                        .execute(&self.sql.insert_events, &[&id.as_str(), &seqs, &kinds, &times, &texts, &frames]),
+                    transaction.execute(
+                        &self.sql.insert_events,
+                        &[&id.as_str(), &seqs, &kinds, &times, &texts, &frames, &counts],
+                    ),
                 )
                 .await?;
+            // The session row is locked and the batch starts at its next seq: a row already there
+            // or after it (which the insert's guard finds, as a run would not collide with it)
+            // means the rows and the row's next seq disagree.
+            let past_next_seq = || {
+                PersistenceError::inconsistent(
+                    id,
+                    format!("session {id} holds event rows from seq {} on, past its stored next seq", first.seq),
+                )
+            };
             match inserted {
+                Ok(0) => return Err(past_next_seq()),
                 Ok(_) => {}
-                // The session row is locked and the batch starts at its next seq: a row already
-                // there means the rows and the row's next seq disagree.
-                Err(error) if is_unique_violation(&error) => {
-                    return Err(PersistenceError::inconsistent(
-                        id,
-                        format!("session {id} holds event rows from seq {} on, past its stored next seq", first.seq),
-                    ));
-                }
+                Err(error) if is_unique_violation(&error) => return Err(past_next_seq()),
                 Err(error) => return Err(db.error(error)),
             }
             let (next_seq, name) = (last_seq + 1, id.as_str());

@@ -85,6 +85,16 @@ impl PgLocation {
 pub(crate) const SQLITE_PREFIX: &str = "sqlite:";
 
 impl StoreLocation {
+    /// How many cold reads of a listing run side by side here: a PostgreSQL store serves as many
+    /// as its pool holds connections (its reads mostly wait on round trips); a local one the
+    /// reference's bound for local media.
+    pub(crate) fn cold_read_lanes(&self) -> usize {
+        match self {
+            StoreLocation::Postgres(pg) => pg.config.pool_size.clamp(1, subagent::MAX_COLD_READ_LANES),
+            StoreLocation::Jsonl(_) | StoreLocation::Sqlite { .. } => subagent::COLD_READ_CONCURRENCY,
+        }
+    }
+
     /// Reads a `--store` argument: a `postgres://` (or `postgresql://`) URL is a PostgreSQL
     /// store (what it leaves out comes from libpq's environment variables and password file in
     /// the process environment: see [`PgConfig::from_url_and_env`]), `sqlite:PATH` a SQLite
@@ -360,17 +370,19 @@ pub(crate) async fn export_sessions(
 /// The subagents of `parent` in a stored (cold) store, as wire `SubagentListEntry` rows; with
 /// `descendants`, every subagent below it with `parentId` and `depth`.
 pub(crate) async fn list_subagents(
-    persistence: Arc<dyn SessionPersistence>,
+    location: &StoreLocation,
     parent: &str,
     descendants: bool,
 ) -> Result<Vec<Value>, ProxyError> {
+    let persistence: Arc<dyn SessionPersistence> = open_location_read_only(location)?;
     let store = Arc::new(SessionStore::new(service_clock()));
     let runtime = subagent::SubagentRuntime::new(subagent::SubagentServices {
         sessions: Some(store),
         projections: Some(ProjectionRegistry::new()),
         persistence: Some(persistence),
         cache: None,
-    })?;
+    })?
+    .with_cold_read_lanes(location.cold_read_lanes());
     let cancel = CancellationToken::new();
     let parent = SessionId::from(parent);
     let failed =

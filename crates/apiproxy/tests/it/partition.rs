@@ -220,17 +220,23 @@ impl Lab {
             .collect()
     }
 
-    /// Every stored event, per session, as `(seq, type, record)`, read on the cluster directly.
+    /// Every stored event, per session, as `(seq, type, record)`, read on the cluster directly
+    /// (a store of the test's own, from outside the namespaces).
     fn stored(&self) -> BTreeMap<String, Vec<(u64, String, Value)>> {
-        let rows =
-            self.cluster().sql(SCHEMA, "SELECT session_id, seq, type, record FROM {s}.events ORDER BY session_id, seq");
+        use session_persistence::{Backend, CollectSink};
+        let config = session_persistence_postgres::PgConfig::from_url(&self.cluster().url(SCHEMA)).unwrap();
+        let store = session_persistence_postgres::PgStore::open(&config).unwrap();
+        let cancel = tokio_util::sync::CancellationToken::new();
         let mut stored: BTreeMap<String, Vec<(u64, String, Value)>> = BTreeMap::new();
-        for row in rows {
-            let [Some(id), Some(seq), Some(kind), Some(record)] = <[Option<String>; 4]>::try_from(row).unwrap() else {
-                panic!("a small event's row holds its record as text");
-            };
-            let record: Value = serde_json::from_str(&record).unwrap();
-            stored.entry(id).or_default().push((seq.parse().unwrap(), kind, record));
+        for header in store.list(&cancel).unwrap().headers {
+            let mut sink = CollectSink::default();
+            store.scan(&header.header.id, &cancel, &mut sink).unwrap().expect("a listed session is stored");
+            let events = sink.events.iter().map(|event| {
+                let mut line = Vec::new();
+                event.write_json(&mut line);
+                (event.seq, event.kind.as_str().to_owned(), serde_json::from_slice(&line).unwrap())
+            });
+            stored.entry(header.header.id.to_string()).or_default().extend(events);
         }
         stored
     }

@@ -15,11 +15,17 @@ use session_persistence::{CorruptKind, Location, PersistenceError, PrefetchedLog
 use tokio_postgres::{IsolationLevel, Row};
 use tokio_util::sync::CancellationToken;
 
-use super::{PAGE_ROWS, PgStore, to_sql_seq};
+use super::{PgStore, to_sql_seq};
 use crate::codec;
 
 /// The events a one-statement read takes at most; a log with more from the seq is read paged.
 const SHORT_ROWS: i64 = 256;
+
+/// About how many events one page of a paged read holds.
+const PAGE_EVENTS: i64 = 1024;
+
+/// The rows of a paged read's first page, before the rows say how many events they hold.
+const FIRST_PAGE_ROWS: i64 = 16;
 
 /// The most sessions one read ahead asks for.
 pub(super) const PREFETCH_SESSIONS: usize = 64;
@@ -32,48 +38,68 @@ const PREFETCH_BYTES: i64 = 4 << 20;
 struct RowCheck<'a> {
     id: &'a SessionId,
     expected: u64,
+    /// Whether a row came yet: the first may be a run that starts before the read's seq.
+    started: bool,
     n_events: u64,
     n_bytes: u64,
 }
 
 impl<'a> RowCheck<'a> {
     fn new(id: &'a SessionId, from_seq: u64) -> RowCheck<'a> {
-        RowCheck { id, expected: from_seq, n_events: 0, n_bytes: 0 }
+        RowCheck { id, expected: from_seq, started: false, n_events: 0, n_bytes: 0 }
     }
 
     fn location(&self) -> Location {
         Location::Session { id: self.id.clone() }
     }
 
-    /// One row: `seq`, and its record as text or as a zstd frame.
-    fn row(&mut self, seq: i64, text: Option<String>, zstd: Option<Vec<u8>>, sink: &mut dyn ScanSink) -> Result<()> {
+    /// One row: `seq` (its first event's), and its run of `n_events` records as text or as a zstd
+    /// frame. The events before the read's seq in the read's first row are skipped.
+    fn row(
+        &mut self,
+        seq: i64,
+        text: Option<String>,
+        zstd: Option<Vec<u8>>,
+        n_events: i32,
+        sink: &mut dyn ScanSink,
+    ) -> Result<()> {
         let expected = self.expected;
-        if seq != to_sql_seq(expected) {
+        let head = !std::mem::replace(&mut self.started, true) && seq < to_sql_seq(expected);
+        if seq != to_sql_seq(expected) && !head {
             return Err(PersistenceError::corrupt(
                 CorruptKind::SeqGap,
                 self.location(),
                 format!("corrupt session log: the event at seq {expected} is missing (next stored: {seq})"),
             ));
         }
-        self.n_bytes += text.as_ref().map_or(0, |text| text.len() as u64);
-        let event = codec::decode(text, zstd).map_err(|why| {
-            PersistenceError::corrupt(
+        let mut next = seq;
+        let decoded = codec::decode_run(text, zstd, n_events, |event, n_bytes| {
+            if event.seq as i64 != next {
+                return Err(PersistenceError::corrupt(
+                    CorruptKind::Record,
+                    self.location(),
+                    format!("corrupt session log: the row at seq {seq} holds an event with seq {}", event.seq),
+                ));
+            }
+            next += 1;
+            if event.seq < self.expected {
+                return Ok(());
+            }
+            self.n_bytes += n_bytes as u64;
+            sink.event(Arc::new(event))?;
+            self.expected += 1;
+            self.n_events += 1;
+            Ok(())
+        });
+        match decoded {
+            Ok(()) => Ok(()),
+            Err(codec::RunError::Sink(error)) => Err(error),
+            Err(codec::RunError::Row(why)) => Err(PersistenceError::corrupt(
                 CorruptKind::Record,
                 self.location(),
                 format!("corrupt session log: invalid committed row at seq {seq}: {why}"),
-            )
-        })?;
-        if event.seq != expected {
-            return Err(PersistenceError::corrupt(
-                CorruptKind::Record,
-                self.location(),
-                format!("corrupt session log: the row at seq {seq} holds an event with seq {}", event.seq),
-            ));
+            )),
         }
-        sink.event(Arc::new(event))?;
-        self.expected += 1;
-        self.n_events += 1;
-        Ok(())
     }
 
     /// The rows ended: they must end where the session row's `next_seq` says.
@@ -188,7 +214,7 @@ impl PgStore {
         let mut check = RowCheck::new(&session.id, 0);
         let mut gather = Gather::default();
         for row in rows.iter().take(n_events) {
-            check.row(db.column(row, 6)?, db.column(row, 7)?, db.column(row, 8)?, &mut gather)?;
+            check.row(db.column(row, 6)?, db.column(row, 7)?, db.column(row, 8)?, db.column(row, 9)?, &mut gather)?;
         }
         check.finish(next_seq)?;
         Ok(PrefetchedLog {
@@ -226,7 +252,7 @@ impl PgStore {
         sink.header(&header)?;
         let mut check = RowCheck::new(id, from_seq);
         for row in rows.iter().take(n_events) {
-            check.row(db.column(row, 6)?, db.column(row, 7)?, db.column(row, 8)?, sink)?;
+            check.row(db.column(row, 6)?, db.column(row, 7)?, db.column(row, 8)?, db.column(row, 9)?, sink)?;
         }
         check.finish(next_seq)?;
         Ok(Short::Read(ScanOutcome {
@@ -264,25 +290,40 @@ impl PgStore {
             let session = self.session_row(&row)?;
             let header = Arc::new(session.header?);
             sink.header(&header)?;
-            let statement = db.timed("preparing a read", transaction.prepare_cached(&self.sql.events_from)).await?;
+            let first_page =
+                db.timed("preparing a read", transaction.prepare_cached(&self.sql.events_from_run)).await?;
+            let next_page = db.timed("preparing a read", transaction.prepare_cached(&self.sql.events_from)).await?;
             let mut check = RowCheck::new(id, from_seq);
+            // Pages of about `PAGE_EVENTS` events: the first of a few rows, the others of as many
+            // rows as the rows so far say hold that many (runs hold many events, version-1 rows one).
+            let (mut page_rows, mut n_rows_read) = (FIRST_PAGE_ROWS, 0_i64);
             loop {
                 if cancel.is_cancelled() {
                     return Err(PersistenceError::Cancelled);
                 }
+                let statement = if n_rows_read == 0 { &first_page } else { &next_page };
                 let rows = db
                     .timed(
                         "reading events",
-                        transaction.query(&statement, &[&id.as_str(), &to_sql_seq(check.expected), &PAGE_ROWS]),
+                        transaction.query(statement, &[&id.as_str(), &to_sql_seq(check.expected), &page_rows]),
                     )
                     .await?;
-                let n_rows = rows.len();
+                let n_rows = rows.len() as i64;
                 for row in rows {
-                    check.row(db.column(&row, 0)?, db.column(&row, 1)?, db.column(&row, 2)?, sink)?;
+                    check.row(
+                        db.column(&row, 0)?,
+                        db.column(&row, 1)?,
+                        db.column(&row, 2)?,
+                        db.column(&row, 3)?,
+                        sink,
+                    )?;
                 }
-                if (n_rows as i64) < PAGE_ROWS {
+                if n_rows < page_rows {
                     break;
                 }
+                n_rows_read += n_rows;
+                let per_row = (check.expected.saturating_sub(from_seq) as i64 / n_rows_read).max(1);
+                page_rows = (PAGE_EVENTS / per_row).clamp(1, PAGE_EVENTS);
             }
             check.finish(next_seq)?;
             db.timed("ending a read", transaction.commit()).await?;

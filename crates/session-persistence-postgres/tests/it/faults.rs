@@ -1,6 +1,7 @@
 //! Setup and faults: the explicit setup step (created, then current; a newer schema refused by
-//! setup and open alike; an unset schema refused by open), the password kept out of every
-//! message, a damaged row or a missing one read as `Corrupt`, a bad header row as its own
+//! setup and open alike; an unset schema refused by open; version 1 migrated, its rows read as
+//! they were), the password kept out of every message, a damaged row or a missing one read as
+//! `Corrupt` (runs of events too), a bad header row as its own
 //! listing fault, a column of an unexpected type as a typed error, and a connection the server
 //! drops: a typed error, then recovery by itself.
 
@@ -44,7 +45,7 @@ fn setup_is_explicit_and_a_newer_schema_is_refused() {
     schema.sql("UPDATE {s}.store_meta SET schema_version = 7");
     for error in [PgStore::open(schema.config()).unwrap_err(), PgStore::setup(schema.config()).unwrap_err()] {
         assert!(
-            error.to_string().contains("has schema version 7, newer than this build's 1")
+            error.to_string().contains("has schema version 7, newer than this build's 2")
                 && error.to_string().contains("upgrade"),
             "{error}"
         );
@@ -80,8 +81,11 @@ fn the_password_never_appears_in_a_message() {
 fn damaged_and_missing_rows_are_corrupt_and_a_bad_header_is_its_own_fault() {
     let Some(schema) = TestSchema::new() else { return };
     let store = schema.open();
+    // One event per append: one row per event, as schema version 1 wrote every row.
     for id in ["a", "b", "c"] {
-        store.append_batch(&header(id), &events(0..5), false).unwrap();
+        for seq in 0..5 {
+            store.append_batch(&header(id), &events(seq..seq + 1), false).unwrap();
+        }
     }
     schema.sql("UPDATE {s}.events SET record = '{\"type\":' WHERE session_id = 'a' AND seq = 2");
     let error = scan(&store, "a").unwrap_err();
@@ -169,4 +173,52 @@ fn a_column_of_an_unexpected_type_is_a_typed_error() {
     check("list", store.list(&cancel).map(drop), "(revision)");
     check("header", store.header(&SessionId::from("s"), &cancel).map(drop), "(revision)");
     check("scan", scan(&store, "s").map(drop), "(revision)");
+}
+
+#[test]
+fn a_version_1_schema_is_migrated_and_its_rows_read_as_before() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = schema.open();
+    // Rows of one event each, then the schema taken back to version 1's shape.
+    for seq in 0..6 {
+        store.append_batch(&header("old"), &events(seq..seq + 1), false).unwrap();
+    }
+    drop(store);
+    schema.sql("ALTER TABLE {s}.events DROP COLUMN n_events; UPDATE {s}.store_meta SET schema_version = 1");
+    let error = PgStore::open(schema.config()).unwrap_err();
+    assert!(error.to_string().contains("has schema version 1; run the setup step to migrate it"), "{error}");
+    assert_eq!(PgStore::setup(schema.config()).unwrap().1, SetupOutcome::Migrated { from: 1 });
+    assert_eq!(PgStore::setup(schema.config()).unwrap().1, SetupOutcome::Current);
+    let store = PgStore::open(schema.config()).unwrap();
+    assert_eq!(scan(&store, "old").unwrap(), 6);
+    // New appends after the old rows are runs.
+    store.append_batch(&header("old"), &events(6..20), false).unwrap();
+    let mut sink = CollectSink::default();
+    store.scan(&SessionId::from("old"), &CancellationToken::new(), &mut sink).unwrap();
+    assert_eq!(sink.events.iter().map(|event| event.seq).collect::<Vec<_>>(), (0..20).collect::<Vec<_>>());
+    assert_eq!(schema.value("SELECT count(*) FROM {s}.events"), Some("7".to_owned()));
+}
+
+#[test]
+fn a_damaged_run_is_corrupt() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = schema.open();
+    for id in ["short", "long", "gap"] {
+        store.append_batch(&header(id), &events(0..10), false).unwrap();
+        store.append_batch(&header(id), &events(10..20), false).unwrap();
+    }
+    assert_eq!(
+        schema.value("SELECT n_events FROM {s}.events WHERE session_id = 'short' AND seq = 10"),
+        Some("10".to_owned())
+    );
+    schema.sql("UPDATE {s}.events SET n_events = 9 WHERE session_id = 'short' AND seq = 10");
+    schema.sql("UPDATE {s}.events SET n_events = 11 WHERE session_id = 'long' AND seq = 0");
+    schema.sql("DELETE FROM {s}.events WHERE session_id = 'gap' AND seq = 0");
+    for (id, kind) in [("short", CorruptKind::Record), ("long", CorruptKind::Record), ("gap", CorruptKind::SeqGap)] {
+        let error = scan(&store, id).unwrap_err();
+        assert!(matches!(&error, PersistenceError::Corrupt { kind: found, .. } if *found == kind), "{id}: {error:?}");
+        let mut sink = CollectSink::default();
+        let error = store.scan_from(&SessionId::from(id), 5, &CancellationToken::new(), &mut sink).unwrap_err();
+        assert!(matches!(&error, PersistenceError::Corrupt { .. }), "{id} from 5: {error:?}");
+    }
 }

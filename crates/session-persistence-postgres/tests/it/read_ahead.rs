@@ -51,7 +51,9 @@ fn write_sessions(schema: &TestSchema, store: &dyn Backend) {
     for name in ["big-1", "big-2", "big-3"] {
         store.append_batch(&header(name), &events(3, &big), false).unwrap();
     }
-    store.append_batch(&header("gap"), &events(5, "{}"), false).unwrap();
+    for event in events(5, "{}") {
+        store.append_batch(&header("gap"), &[event], false).unwrap();
+    }
     schema.sql("DELETE FROM {s}.events WHERE session_id = 'gap' AND seq = 2");
     store.append_batch(&header("damaged"), &events(2, "{}"), false).unwrap();
     schema.sql("UPDATE {s}.sessions SET header = 'not json' WHERE id = 'damaged'");

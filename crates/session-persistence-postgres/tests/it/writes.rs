@@ -6,7 +6,7 @@
 use std::sync::{Arc, Barrier};
 
 use session_core::{JsonData, SessionEvent, SessionHeader, SessionId};
-use session_persistence::{Backend, CollectSink, PersistenceError};
+use session_persistence::{Backend, CollectSink, CorruptKind, PersistenceError};
 use tokio_util::sync::CancellationToken;
 
 use crate::TestSchema;
@@ -35,7 +35,10 @@ fn events_round_trip_byte_for_byte_and_large_records_are_compressed() {
     let odd = r#"{"z":1,"a":[1.0,2e3,1E+2,0.10],"m":{"y":"é\u00e9","b":null}}"#;
     let big = format!(r#"{{"text":"{}","n":1.50}}"#, "lorem ipsum ".repeat(2_000));
     let events = vec![event("test/odd", 0, odd), event("test/big", 1, &big)];
-    store.append_batch(&header("s-1"), &events, false).unwrap();
+    // One event per append: a row of one event each.
+    for event in &events {
+        store.append_batch(&header("s-1"), std::slice::from_ref(event), false).unwrap();
+    }
     let read = scan(&store, "s-1");
     assert_eq!(read.len(), 2);
     assert_eq!(read[0].data.as_str(), odd);
@@ -158,11 +161,32 @@ fn reads_of_every_length_around_the_one_statement_bound_agree() {
             assert_eq!(outcome.n_events, n - from, "{id} from {from}");
         }
     }
-    for id in ["n-255", "n-600"] {
-        schema.sql(&format!("DELETE FROM {{s}}.events WHERE session_id = '{id}' AND seq = 100"));
+    // Each was one append: runs of 512 events, at seqs 0, 512, ...
+    let runs = |id: &str| {
+        schema.value(&format!(
+            "SELECT string_agg(seq || ':' || n_events, ' ' ORDER BY seq) FROM {{s}}.events WHERE session_id = '{id}'"
+        ))
+    };
+    assert_eq!(runs("n-255").as_deref(), Some("0:255"));
+    assert_eq!(runs("n-600").as_deref(), Some("0:512 512:88"));
+    for (id, message) in [
+        ("n-255", "events end at seq 0, but the session row says 255"),
+        ("n-600", "the event at seq 0 is missing (next stored: 512)"),
+    ] {
+        schema.sql(&format!("DELETE FROM {{s}}.events WHERE session_id = '{id}' AND seq = 0"));
         let mut sink = CollectSink::default();
         let error = store.scan(&SessionId::from(id), &CancellationToken::new(), &mut sink).unwrap_err();
-        assert!(matches!(&error, PersistenceError::Corrupt { .. }), "{id}: {error}");
-        assert!(error.to_string().contains("the event at seq 100 is missing (next stored: 101)"), "{id}: {error}");
+        assert!(matches!(&error, PersistenceError::Corrupt { kind: CorruptKind::SeqGap, .. }), "{id}: {error}");
+        assert!(error.to_string().contains(message), "{id}: {error}");
+        // A seek into the missing run, into the next one, and past the end.
+        for from in [130, 520, 700] {
+            let mut sink = CollectSink::default();
+            let read = store.scan_from(&SessionId::from(id), from, &CancellationToken::new(), &mut sink);
+            match (id, from) {
+                ("n-600", 520) => assert_eq!(read.unwrap().unwrap().n_events, 80),
+                ("n-600", 700) | ("n-255", 520 | 700) => assert_eq!(read.unwrap().unwrap().n_events, 0),
+                _ => assert!(matches!(read, Err(PersistenceError::Corrupt { .. })), "{id} from {from}: {read:?}"),
+            }
+        }
     }
 }
