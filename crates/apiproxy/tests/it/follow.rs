@@ -510,14 +510,7 @@ async fn two_gateway_processes_over_postgres_follow_through_listener_kills_and_l
                 std::thread::sleep(Duration::from_millis(50));
             }
         },
-        move || {
-            let table = format!("\"{}\".events", reader.name());
-            reader
-                .sql(&format!("SELECT seq::text AS s, type FROM {table} WHERE session_id = 'far' ORDER BY seq"))
-                .into_iter()
-                .map(|row| (row[0].as_deref().unwrap().parse().unwrap(), row[1].clone().unwrap()))
-                .collect()
-        },
+        move || stored_in(&reader.open(), "far"),
     )
     .await;
     assert!(kills.load(Ordering::SeqCst) >= 10, "the listeners were cut at least 10 times");

@@ -29,7 +29,7 @@ fn two_gateways_share_one_postgres_store() {
     let store = schema.url().to_owned();
     let output = apiproxy(&["setup", "--store", &store]);
     assert!(output.status.success(), "{output:?}");
-    assert!(String::from_utf8_lossy(&output.stdout).contains("created the schema (version 1)"), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("created the schema (version 2)"), "{output:?}");
     let (one, two) = (Gateway::start(&store), Gateway::start(&store));
 
     // Created and written through one, listed, paged and read through the other.
