@@ -514,19 +514,22 @@ pub(crate) struct VerifyOptions {
     pub(crate) writer_active: bool,
 }
 
-/// Checks one log with one validating streamed inspection (structure, torn tail, session rules,
-/// crash closers; a raw scan for the torn tail only when the inspection came from memory). With
-/// `repair`, a torn or interrupted log is loaded, which cuts the torn tail and appends the closers
-/// durably.
-pub(crate) async fn verify_log(coordinator: &Coordinator, header: &SessionHeader, options: VerifyOptions) -> LogReport {
+/// Checks one log from its validating streamed inspection (`read`: structure, torn tail, session
+/// rules, crash closers; a raw scan for the torn tail only when the inspection came from memory).
+/// With `repair`, a torn or interrupted log is loaded, which cuts the torn tail and appends the
+/// closers durably.
+async fn judge_log(
+    coordinator: &Coordinator,
+    header: &SessionHeader,
+    read: Result<(CountSink, session_persistence::StreamSummary), PersistenceError>,
+    options: VerifyOptions,
+) -> LogReport {
     let repair = options.repair;
     let id = header.id.clone();
     let cancel = CancellationToken::new();
     let path = coordinator.locate(header);
     let report = |n_events, status| LogReport { id: id.clone(), path: path.clone(), n_events, status };
-    // One validating read says everything: its events, the closers a crash left owed, and
-    // whether the stored log ends torn.
-    let (n_events, closers, torn) = match inspect_into(coordinator, &id, &cancel, CountSink::default()).await {
+    let (n_events, closers, torn) = match read {
         Ok((sink, summary)) => (sink.n_events, summary.n_closers, summary.torn),
         Err(PersistenceError::NotFound { .. }) => {
             return report(0, LogStatus::Unreadable { message: "the log vanished during the scan".to_owned() });
@@ -576,37 +579,51 @@ pub(crate) async fn verify_log(coordinator: &Coordinator, header: &SessionHeader
     }
 }
 
-/// Surveys the store and verifies every log, [`VERIFY_LANES`] at a time, calling
-/// `progress(done, total)` after each one. A log whose header cannot be read is reported
-/// (corrupt, unsupported or unreadable) instead of hiding the others.
+/// Surveys the store and verifies every log, calling `progress(done, total)` after each one. The
+/// logs' validating reads go in batches of [`VERIFY_BATCH`], [`VERIFY_LANES`] at a time (one
+/// batched read, so a backend that reads short logs ahead reads many in one round trip). A log
+/// whose header cannot be read is reported (corrupt, unsupported or unreadable) instead of hiding
+/// the others.
 pub(crate) async fn verify(
     coordinator: &Coordinator,
     options: VerifyOptions,
     mut progress: impl FnMut(usize, usize, &LogReport),
 ) -> Result<Vec<LogReport>, ProxyError> {
-    use futures::StreamExt;
+    let cancel = CancellationToken::new();
     let survey = run_blocking_with(coordinator.backend(), |backend| backend.survey(&CancellationToken::new())).await?;
     let total = survey.len();
     let mut reports = Vec::with_capacity(total);
-    let mut checks = futures::stream::iter(survey)
-        .map(|entry| async move {
+    let mut entries = survey.into_iter().peekable();
+    while entries.peek().is_some() {
+        let mut headers = Vec::with_capacity(VERIFY_BATCH);
+        for entry in entries.by_ref().take(VERIFY_BATCH) {
             match entry.header {
-                Ok(stored) => verify_log(coordinator, &stored.header, options).await,
-                Err(error) => LogReport { id: entry.id, path: entry.path, n_events: 0, status: classify(error) },
+                Ok(stored) => headers.push(stored.header),
+                Err(error) => {
+                    let report = LogReport { id: entry.id, path: entry.path, n_events: 0, status: classify(error) };
+                    progress(reports.len() + 1, total, &report);
+                    reports.push(report);
+                }
             }
-        })
-        .buffer_unordered(VERIFY_LANES);
-    while let Some(report) = checks.next().await {
-        progress(reports.len() + 1, total, &report);
-        reports.push(report);
+        }
+        let reads = headers.iter().map(|header| (header.id.clone(), CountSink::default())).collect();
+        let read = session_persistence::inspect_each_into(coordinator, reads, VERIFY_LANES, &cancel).await;
+        for (header, read) in headers.iter().zip(read) {
+            let report = judge_log(coordinator, header, read, options).await;
+            progress(reports.len() + 1, total, &report);
+            reports.push(report);
+        }
     }
     reports.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(reports)
 }
 
-/// Logs `verify` checks at once: each check is a few reads, which on PostgreSQL are round trips,
-/// so several in flight keep the server (and both cores of a local store) busy.
+/// Logs `verify` reads at once: on PostgreSQL each read is a round trip, so several in flight keep
+/// the server (and both cores of a local store) busy.
 const VERIFY_LANES: usize = 8;
+
+/// Logs `verify` hands to one batched read.
+const VERIFY_BATCH: usize = 512;
 
 /// The header and balanced events of a session as one JSON value.
 pub(crate) fn inspection_json(inspection: &Inspection) -> Value {
