@@ -34,7 +34,8 @@ pub(crate) struct EncodedRow {
 }
 
 /// `events` (consecutive, in seq order) as rows: runs of at most [`RUN_EVENTS`] events, each
-/// closed once its lines reach [`RUN_BYTES`].
+/// closed once its lines reach [`RUN_BYTES`]. A line that holds a raw newline (an imported
+/// payload's own whitespace) is a run of its own, which is read whole as one line.
 pub(crate) fn encode_runs(events: &[&SessionEvent]) -> Vec<EncodedRow> {
     let mut rows = Vec::new();
     let mut run: Vec<u8> = Vec::new();
@@ -44,11 +45,22 @@ pub(crate) fn encode_runs(events: &[&SessionEvent]) -> Vec<EncodedRow> {
             rows.push(finish_run(first, &mut run, n_events, n_bytes));
             (first, n_events, n_bytes) = (None, 0, 0);
         }
+        let start = run.len() + usize::from(first.is_some());
         if first.is_some() {
             run.push(b'\n');
         }
-        let start = run.len();
         event.write_json(&mut run);
+        if memchr::memchr(b'\n', &run[start..]).is_some() {
+            let mut line = run.split_off(start);
+            if first.is_some() {
+                run.pop();
+                rows.push(finish_run(first, &mut run, n_events, n_bytes));
+            }
+            let n_line = line.len();
+            rows.push(finish_run(Some(event), &mut line, 1, n_line));
+            (first, n_events, n_bytes) = (None, 0, 0);
+            continue;
+        }
         n_bytes += run.len() - start;
         n_events += 1;
         first = first.or(Some(event));
@@ -95,9 +107,14 @@ pub(crate) fn decode_run<E>(
 ) -> Result<(), RunError<E>> {
     let n_events = usize::try_from(n_events)
         .ok()
-        .filter(|&n| n >= 1)
+        .filter(|n| (1..=RUN_EVENTS).contains(n))
         .ok_or_else(|| RunError::Row(format!("the row says it holds {n_events} events")))?;
-    let bound = (MAX_EVENT_BYTES + 1).saturating_mul(n_events);
+    // What a writer stores at most: one record, or a run closed once it reached `RUN_BYTES`
+    // (every line but the last before that, the last one record).
+    let bound = match n_events {
+        1 => MAX_EVENT_BYTES,
+        _ => RUN_BYTES + MAX_EVENT_BYTES,
+    };
     let text = match (text, zstd) {
         (Some(text), None) => text,
         (None, Some(blob)) => {
@@ -133,7 +150,7 @@ thread_local! {
 /// One zstd frame's content, at most `bound` bytes: in one call into a reused context when the
 /// frame says its size (ours always do), else streamed.
 fn decompress(blob: &[u8], bound: usize) -> Result<Vec<u8>, String> {
-    let too_long = || format!("the record exceeds {MAX_EVENT_BYTES} bytes");
+    let too_long = || format!("the record exceeds {bound} bytes");
     match zstd::zstd_safe::get_frame_content_size(blob) {
         Ok(Some(size)) if size > bound as u64 => Err(too_long()),
         Ok(Some(size)) => DECOMPRESSOR.with(|slot| {
@@ -223,6 +240,32 @@ mod tests {
         let mut line = Vec::new();
         one[0].write_json(&mut line);
         assert_eq!(rows[0].text.as_deref().map(str::as_bytes), Some(line.as_slice()), "a run of one is its line");
+    }
+
+    #[test]
+    fn a_line_with_a_raw_newline_is_a_run_of_its_own() {
+        let pretty = SessionEvent::new("test/n", 1, 1, JsonData::from_text("{\n  \"a\": 1\n}").unwrap());
+        let events = [event(0, "a"), pretty, event(2, "b"), event(3, "c")];
+        let refs: Vec<&SessionEvent> = events.iter().collect();
+        let rows = encode_runs(&refs);
+        assert_eq!(rows.iter().map(|row| (row.seq, row.n_events)).collect::<Vec<_>>(), [(0, 1), (1, 1), (2, 2)]);
+        let total: i64 = events.iter().map(|event| event.encoded_len() as i64).sum();
+        assert_eq!(rows.iter().map(|row| row.n_bytes).sum::<i64>(), total);
+        assert_eq!(rows.into_iter().flat_map(decoded).collect::<Vec<_>>(), events);
+    }
+
+    #[test]
+    fn a_frame_larger_than_a_run_can_be_does_not_decode() {
+        let over = RUN_BYTES + MAX_EVENT_BYTES + 1;
+        // A frame that says it holds more than any run may: refused before anything is allocated.
+        let mut blob = zstd::bulk::compress(&vec![b'x'; 1 << 20], 1).unwrap();
+        assert!(zstd::zstd_safe::get_frame_content_size(&blob).unwrap().is_some());
+        assert!(decompress(&blob, 1 << 19).is_err_and(|why| why.contains("exceeds")));
+        blob.truncate(blob.len() - 1);
+        assert!(decompress(&blob, over).is_err(), "a damaged frame");
+        let huge = i32::try_from(RUN_EVENTS + 1).unwrap();
+        let run = decode_run(Some("{}".to_owned()), None, huge, |_, _| Ok::<(), ()>(()));
+        assert!(matches!(run, Err(RunError::Row(why)) if why.contains("holds 513 events")));
     }
 
     #[test]

@@ -72,9 +72,11 @@ CREATE TABLE {s}.checkpoints (
 ";
 
 /// From version 1 to 2: rows may hold runs of events. Every version-1 row is a run of one, so the
-/// column's default is the whole migration (no row is rewritten).
+/// column's default is the whole migration: no row is rewritten, and the check is added
+/// `NOT VALID` (enforced for new rows, without a scan of the table under its lock).
 const MIGRATE_V1_V2: &str = "
-ALTER TABLE {s}.events ADD COLUMN n_events integer NOT NULL DEFAULT 1 CHECK (n_events >= 1);
+ALTER TABLE {s}.events ADD COLUMN n_events integer NOT NULL DEFAULT 1;
+ALTER TABLE {s}.events ADD CONSTRAINT events_n_events_check CHECK (n_events >= 1) NOT VALID;
 UPDATE {s}.store_meta SET schema_version = 2;
 ";
 

@@ -144,7 +144,8 @@ impl Sql {
                  ON CONFLICT (id) DO NOTHING"),
             insert_events: q("INSERT INTO {s}.events (session_id, seq, type, time, record, record_zstd, n_events) \
                  SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::bytea[], \
-                 $7::integer[]) WHERE NOT EXISTS (SELECT 1 FROM {s}.events WHERE session_id = $1 AND seq >= $2[1])"),
+                 $7::integer[]) WHERE NOT EXISTS (SELECT 1 FROM (SELECT seq, n_events FROM {s}.events \
+                 WHERE session_id = $1 ORDER BY seq DESC LIMIT 1) l WHERE l.seq + l.n_events > $2[1])"),
             bump: q("UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1, n_bytes = n_bytes + $3 \
                  WHERE id = $1"),
             bump_notify: q("WITH bumped AS (UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1, \
@@ -386,9 +387,9 @@ impl PgStore {
                     ),
                 )
                 .await?;
-            // The session row is locked and the batch starts at its next seq: a row already there
-            // or after it (which the insert's guard finds, as a run would not collide with it)
-            // means the rows and the row's next seq disagree.
+            // The session row is locked and the batch starts at its next seq: a stored run that
+            // reaches that seq (which the insert's guard finds: the last row's end; a run holding
+            // it need not collide by key) means the rows and the row's next seq disagree.
             let past_next_seq = || {
                 PersistenceError::inconsistent(
                     id,

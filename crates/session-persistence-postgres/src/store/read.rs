@@ -32,7 +32,7 @@ pub(super) const PREFETCH_SESSIONS: usize = 64;
 
 /// The stored bytes of event records one read ahead holds at most (the sum of its sessions'
 /// `n_bytes`, in the order asked): what a lane keeps in memory before its reads replay it.
-const PREFETCH_BYTES: i64 = 4 << 20;
+const PREFETCH_BYTES: i64 = 1 << 20;
 
 /// Checks the event rows of a read as they come, in seq order, and hands their events over.
 struct RowCheck<'a> {
@@ -295,13 +295,14 @@ impl PgStore {
             let next_page = db.timed("preparing a read", transaction.prepare_cached(&self.sql.events_from)).await?;
             let mut check = RowCheck::new(id, from_seq);
             // Pages of about `PAGE_EVENTS` events: the first of a few rows, the others of as many
-            // rows as the rows so far say hold that many (runs hold many events, version-1 rows one).
-            let (mut page_rows, mut n_rows_read) = (FIRST_PAGE_ROWS, 0_i64);
+            // rows as the last page's rows say hold that many (runs hold many events, version-1 rows one).
+            let (mut page_rows, mut first) = (FIRST_PAGE_ROWS, true);
             loop {
                 if cancel.is_cancelled() {
                     return Err(PersistenceError::Cancelled);
                 }
-                let statement = if n_rows_read == 0 { &first_page } else { &next_page };
+                let statement = if first { &first_page } else { &next_page };
+                let before = check.expected;
                 let rows = db
                     .timed(
                         "reading events",
@@ -321,8 +322,10 @@ impl PgStore {
                 if n_rows < page_rows {
                     break;
                 }
-                n_rows_read += n_rows;
-                let per_row = (check.expected.saturating_sub(from_seq) as i64 / n_rows_read).max(1);
+                first = false;
+                // As many rows as the last page says hold `PAGE_EVENTS` events: a log's rows are
+                // one event each where an old build wrote them, runs after.
+                let per_row = (check.expected.saturating_sub(before) as i64 / n_rows).max(1);
                 page_rows = (PAGE_EVENTS / per_row).clamp(1, PAGE_EVENTS);
             }
             check.finish(next_seq)?;

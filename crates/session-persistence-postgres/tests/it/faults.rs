@@ -222,3 +222,17 @@ fn a_damaged_run_is_corrupt() {
         assert!(matches!(&error, PersistenceError::Corrupt { .. }), "{id} from 5: {error:?}");
     }
 }
+
+#[test]
+fn an_append_into_a_stored_run_past_the_next_seq_is_refused() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = schema.open();
+    store.append_batch(&header("over"), &events(0..10), false).unwrap();
+    // The row's next seq taken back into the run (as a hand edit might): no row starts at 5, so
+    // only the guard on the last run's end sees the overlap.
+    schema.sql("UPDATE {s}.sessions SET next_seq = 5 WHERE id = 'over'");
+    let error = store.append_batch(&header("over"), &events(5..8), false).unwrap_err();
+    assert!(matches!(&error, PersistenceError::Inconsistent { .. }), "{error:?}");
+    assert!(error.to_string().contains("holds event rows from seq 5 on, past its stored next seq"), "{error}");
+    assert_eq!(schema.value("SELECT count(*) FROM {s}.events WHERE session_id = 'over'"), Some("1".to_owned()));
+}

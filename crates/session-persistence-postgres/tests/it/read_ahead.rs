@@ -39,7 +39,7 @@ fn ids(names: &[&str]) -> Vec<SessionId> {
     names.iter().copied().map(SessionId::from).collect()
 }
 
-/// Writes the sessions of the tests below: five short ones, a long one, three of about 1.8 MB
+/// Writes the sessions of the tests below: five short ones, a long one, three of about 450 KB
 /// each (two fit in one read ahead's budget, the third does not), one with a missing row and
 /// one whose header is damaged.
 fn write_sessions(schema: &TestSchema, store: &dyn Backend) {
@@ -47,7 +47,7 @@ fn write_sessions(schema: &TestSchema, store: &dyn Backend) {
         store.append_batch(&header(&format!("short-{n}")), &events(n, &format!("{{\"n\":{n}}}")), false).unwrap();
     }
     store.append_batch(&header("long"), &events(300, "{\"n\":1}"), false).unwrap();
-    let big = format!("{{\"text\":\"{}\"}}", "x".repeat(600_000));
+    let big = format!("{{\"text\":\"{}\"}}", "x".repeat(150_000));
     for name in ["big-1", "big-2", "big-3"] {
         store.append_batch(&header(name), &events(3, &big), false).unwrap();
     }
