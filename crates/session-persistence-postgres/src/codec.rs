@@ -39,41 +39,40 @@ pub(crate) struct EncodedRow {
 pub(crate) fn encode_runs(events: &[&SessionEvent]) -> Vec<EncodedRow> {
     let mut rows = Vec::new();
     let mut run: Vec<u8> = Vec::new();
-    let (mut first, mut n_events, mut n_bytes) = (None::<&SessionEvent>, 0, 0);
+    // The run being built: its first event, and its lines' count and bytes.
+    let mut open: Option<(&SessionEvent, usize, usize)> = None;
     for event in events {
-        if first.is_some() && (n_events == RUN_EVENTS || run.len() >= RUN_BYTES) {
+        if let Some((first, n_events, n_bytes)) = open
+            && (n_events == RUN_EVENTS || run.len() >= RUN_BYTES)
+        {
             rows.push(finish_run(first, &mut run, n_events, n_bytes));
-            (first, n_events, n_bytes) = (None, 0, 0);
+            open = None;
         }
-        let start = run.len() + usize::from(first.is_some());
-        if first.is_some() {
+        let start = run.len() + usize::from(open.is_some());
+        if open.is_some() {
             run.push(b'\n');
         }
         event.write_json(&mut run);
         if memchr::memchr(b'\n', &run[start..]).is_some() {
             let mut line = run.split_off(start);
-            if first.is_some() {
+            if let Some((first, n_events, n_bytes)) = open.take() {
                 run.pop();
                 rows.push(finish_run(first, &mut run, n_events, n_bytes));
             }
             let n_line = line.len();
-            rows.push(finish_run(Some(event), &mut line, 1, n_line));
-            (first, n_events, n_bytes) = (None, 0, 0);
+            rows.push(finish_run(event, &mut line, 1, n_line));
             continue;
         }
-        n_bytes += run.len() - start;
-        n_events += 1;
-        first = first.or(Some(event));
+        let (first, n_events, n_bytes) = open.unwrap_or((event, 0, 0));
+        open = Some((first, n_events + 1, n_bytes + run.len() - start));
     }
-    if first.is_some() {
+    if let Some((first, n_events, n_bytes)) = open {
         rows.push(finish_run(first, &mut run, n_events, n_bytes));
     }
     rows
 }
 
-fn finish_run(first: Option<&SessionEvent>, run: &mut Vec<u8>, n_events: usize, n_bytes: usize) -> EncodedRow {
-    // Invariant: a run is closed only once it holds an event.
-    let first = first.expect("a run holds an event");
+fn finish_run(first: &SessionEvent, run: &mut Vec<u8>, n_events: usize, n_bytes: usize) -> EncodedRow {
     // Invariant: events write UTF-8 JSON, and the separators are ASCII.
     let text = String::from_utf8(std::mem::take(run)).expect("a run's records are UTF-8");
     let compressed = (text.len() >= COMPRESS_MIN_BYTES)

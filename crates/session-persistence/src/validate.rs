@@ -260,30 +260,18 @@ pub(crate) fn scan_validated(
     validated(backend, id, Source::From(from_seq), known, threads, cancel, inner)
 }
 
-/// [`scan_validated`] of a whole log that [`Backend::prefetch`] read ahead: the same validation,
-/// closers and answer, from the events in memory.
-pub(crate) fn replay_validated(
-    backend: &dyn Backend,
-    id: &SessionId,
-    log: &PrefetchedLog,
-    known: &KnownTypes,
-    threads: ReadThreads,
-    cancel: &tokio_util::sync::CancellationToken,
-    inner: &mut (dyn ScanSink + Send),
-) -> Result<Option<(crate::backend::ScanOutcome, Vec<SessionEvent>)>> {
-    validated(backend, id, Source::Prefetched(log), known, threads, cancel, inner)
-}
-
 /// Where a validated read takes its events from.
 #[derive(Clone, Copy)]
-enum Source<'a> {
+pub(crate) enum Source<'a> {
     /// The backend's scan from a seq.
     From(u64),
-    /// A whole log read ahead.
+    /// A whole log that [`Backend::prefetch`] read ahead: the same validation, closers and
+    /// answer as its scan, from the events in memory.
     Prefetched(&'a PrefetchedLog),
 }
 
-fn validated(
+/// [`scan_validated`] from any [`Source`].
+pub(crate) fn validated(
     backend: &dyn Backend,
     id: &SessionId,
     source: Source<'_>,

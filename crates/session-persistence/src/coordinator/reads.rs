@@ -25,7 +25,7 @@ use crate::{
     backend::{PrefetchedLog, ScanSink},
     error::{PersistenceError, Result},
     persistence::{Inspection, StreamSink, StreamSummary},
-    validate::{replay_validated, scan_validated},
+    validate::{Source, scan_validated, validated},
 };
 
 /// The balanced view of `id`, without changing storage.
@@ -294,11 +294,8 @@ fn stream(
         }
     }
     let (backend, known, threads) = (&*inner.backend, &inner.config.known_types, inner.config.read_threads);
-    let validated = match ahead {
-        Some(log) => replay_validated(backend, id, log, known, threads, cancel, &mut *sink)?,
-        None => scan_validated(backend, id, 0, known, threads, cancel, &mut *sink)?,
-    };
-    let Some((outcome, closers)) = validated else {
+    let source = ahead.map_or(Source::From(0), Source::Prefetched);
+    let Some((outcome, closers)) = validated(backend, id, source, known, threads, cancel, &mut *sink)? else {
         return Err(PersistenceError::NotFound { id: id.clone() });
     };
     let n_closers = closers.len() as u64;
