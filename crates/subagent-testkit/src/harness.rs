@@ -265,11 +265,14 @@ impl<S> Harness<S> {
         session
     }
 
-    /// Flushes a live session, takes it out of the store, and waits until its cache record (if
-    /// any) is written: it is cold from now on.
+    /// Flushes a live session, takes it out of the store, releases it from the coordinator (as
+    /// the gateway's `session.release` does), and waits until its cache record (if any) is
+    /// written: it is cold from now on. Without the release, the coordinator's own retire runs in
+    /// the background, and a read before it ends still answers from the live copy.
     pub async fn settle(&self, session: &Arc<Session>) {
         self.store.flush(session.id()).await.unwrap();
         self.store.detach(session.id()).unwrap();
+        self.coordinator.release(session.id(), &token()).await.unwrap();
         if let Some(cache) = &self.cache {
             cache.settle().await;
         }

@@ -731,9 +731,13 @@ impl World {
         self.persistence.append(&id, events, &cancel).await.unwrap();
     }
 
-    /// Detaches a live session and waits for the writes that follow.
+    /// Detaches a live session, releases it from the persistence (so reads are cold from now
+    /// on, not answered by the live copy the coordinator's background retire still holds), and
+    /// waits for the writes that follow.
     pub(crate) async fn retire(&self, id: &str) {
-        self.store.detach(&SessionId::from(id)).expect("the session is live");
+        let id = SessionId::from(id);
+        self.store.detach(&id).expect("the session is live");
+        self.persistence.inner.release(&id, &CancellationToken::new()).await.unwrap();
         self.cache.settle().await;
     }
 
