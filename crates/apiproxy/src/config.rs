@@ -237,6 +237,12 @@ pub struct FollowConfig {
     pub signal: bool,
     /// The safety poll: a sweep at this interval even when no signal came (1 s by default).
     pub sweep_interval: Duration,
+    /// The least time between the starts of two rounds that wake-ups start (50 ms by default;
+    /// zero starts each at once). A wake-up after a quiet stretch is read at once; the wake-ups of
+    /// a burst (a session written elsewhere many times a second) wait for the gap and are read
+    /// together, so a followed session costs the store at most one tail read per gap, not one
+    /// per append, and a frame waits at most the gap longer.
+    pub round_gap: Duration,
     /// The store's change signal (SQLite's poll interval, the listener's reconnect back-off).
     pub watch: WatchOptions,
 }
@@ -247,6 +253,7 @@ impl Default for FollowConfig {
             enabled: true,
             signal: true,
             sweep_interval: Duration::from_secs(1),
+            round_gap: Duration::from_millis(50),
             watch: WatchOptions::default(),
         }
     }

@@ -9,7 +9,11 @@
 //! and on a safety poll) does that for every followed session, every session live here, and every
 //! session created since the last sweep, so a lost notification costs latency, never an event.
 //! Wake-ups that arrive while a round runs coalesce into the next round, and a round reads each
-//! session's tail at most once, so at most one tail read per session is ever in flight.
+//! session's tail at most once, so at most one tail read per session is ever in flight. Rounds
+//! that signals start are paced ([`FollowConfig::round_gap`]): a wake-up after a quiet stretch
+//! starts one at once, and those of a burst join the next round once the gap since the last one
+//! has passed, so a session written many times a second elsewhere costs the store one tail read
+//! per gap.
 //!
 //! A session live here whose stored log another writer moved on (this copy is fenced) is handed
 //! to the hub as followed: its subscribers get a fresh `session/subscribed` baseline at what this
@@ -178,7 +182,7 @@ impl Follower {
         });
         let cancel = CancellationToken::new();
         let context = Context { hub, store, persistence, registry, folds: Mutex::default() };
-        runtime.spawn(run(context, wakes, config.sweep_interval, cancel.clone()));
+        runtime.spawn(run(context, wakes, config.sweep_interval, config.round_gap, cancel.clone()));
         Ok(Some(Follower { cancel, _watch: watch }))
     }
 }
@@ -187,16 +191,34 @@ fn now_ms(store: &SessionStore) -> u64 {
     u64::try_from(store.clock().now_ms()).unwrap_or(0)
 }
 
-async fn run(context: Context, wakes: Arc<Wakes>, sweep_interval: Duration, cancel: CancellationToken) {
+async fn run(
+    context: Context,
+    wakes: Arc<Wakes>,
+    sweep_interval: Duration,
+    round_gap: Duration,
+    cancel: CancellationToken,
+) {
     let mut poll = tokio::time::interval(sweep_interval);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut created_from = now_ms(&context.store).saturating_sub(CREATED_SLACK_MS);
+    let mut last_round: Option<tokio::time::Instant> = None;
     loop {
-        tokio::select! {
+        let woken = tokio::select! {
             () = cancel.cancelled() => return,
-            () = wakes.notify.notified() => {}
-            _ = poll.tick() => wakes.pending.lock().sweep = true,
+            () = wakes.notify.notified() => true,
+            _ = poll.tick() => {
+                wakes.pending.lock().sweep = true;
+                false
+            }
+        };
+        // A signal soon after the last round waits out the gap; the wake-ups meanwhile join it.
+        if woken && let Some(due) = last_round.map(|last| last + round_gap) {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep_until(due) => {}
+            }
         }
+        last_round = Some(tokio::time::Instant::now());
         let round = std::mem::take(&mut *wakes.pending.lock());
         let outcome = if round.sweep {
             let started = now_ms(&context.store);

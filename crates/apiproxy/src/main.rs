@@ -241,6 +241,10 @@ struct LimitArgs {
     /// (what bounds the lag when notifications are lost).
     #[arg(long, default_value_t = 1000, value_parser = positive_u64)]
     follow_sweep_ms: u64,
+    /// The least time, in milliseconds, between two of the follower's rounds that change signals
+    /// start: a burst of appends elsewhere is read once per gap (0: every signal at once).
+    #[arg(long, default_value_t = 50)]
+    follow_gap_ms: u64,
     /// How often, in milliseconds, a shared SQLite file's change counter is polled.
     #[arg(long, default_value_t = 100, value_parser = positive_u64)]
     follow_poll_ms: u64,
@@ -263,6 +267,7 @@ impl LimitArgs {
                 enabled: !self.no_follow,
                 signal: !self.follow_sweep_only,
                 sweep_interval: Duration::from_millis(self.follow_sweep_ms),
+                round_gap: Duration::from_millis(self.follow_gap_ms),
                 watch: session_persistence::WatchOptions {
                     poll_interval: Duration::from_millis(self.follow_poll_ms),
                     ..config.follow.watch.clone()

@@ -313,6 +313,41 @@ async fn a_session_nobody_watched_is_read_for_the_first_client() {
     b.stop().await;
 }
 
+/// A burst of appends elsewhere costs the follower one tail read per round gap, not one per
+/// append, and still reaches its client whole and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_written_elsewhere_is_read_once_per_round_gap() {
+    let net = Arc::new(Net::default());
+    let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
+    let b_handle = Handle::new(&net, 1);
+    let gap = Duration::from_millis(400);
+    // No sweeps during the test: every read below is one a signal started.
+    let follow = FollowConfig { sweep_interval: Duration::from_secs(600), round_gap: gap, ..FollowConfig::default() };
+    let b =
+        Server::start_on_backend(Arc::clone(&b_handle) as Arc<dyn Backend>, ProxyConfig { follow, ..config() }).await;
+    let mut mux = b.ws("/api/events.mux", None).await;
+    a.ok(None, "session.create", json!({"sessionId": "burst", "cwd": "/w"})).await;
+    a.ok(None, "session.append", json!({"sessionId": "burst", "events": turn(1), "durable": true})).await;
+    let mut replica = Replica::default();
+    converge(&mut mux, "burst", &mut replica, &stored(&net, "burst")).await;
+
+    let before = b_handle.scans.load(Ordering::SeqCst);
+    let started = std::time::Instant::now();
+    let n_appends = 20;
+    for n in 2..=n_appends + 1 {
+        a.ok(None, "session.append", json!({"sessionId": "burst", "events": turn(n), "durable": true})).await;
+    }
+    let want = stored(&net, "burst");
+    assert_eq!(want.len() as u64, 6 * (n_appends + 1), "every append stored");
+    converge(&mut mux, "burst", &mut replica, &want).await;
+    let reads = (b_handle.scans.load(Ordering::SeqCst) - before) as u64;
+    let rounds = (started.elapsed().as_secs_f64() / gap.as_secs_f64()).floor() as u64 + 1;
+    assert!(reads <= rounds && reads < n_appends, "{reads} tail reads for {n_appends} appends in {rounds} gaps");
+    assert_eq!(replica.baselines.len(), 1, "no new baseline: the events came as a continuation, {replica:?}");
+    a.stop().await;
+    b.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_signals_are_made_up_by_the_sweep() {
     let (net, a, b) = pair().await;
