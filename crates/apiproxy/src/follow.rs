@@ -138,6 +138,14 @@ struct Context {
     folds: Mutex<HashMap<SessionId, Fold>>,
 }
 
+/// A session a round brings up: the tail to read (from this seq), and whether to let go of it
+/// afterwards (no writer holds it).
+struct Prepared {
+    id: SessionId,
+    from_seq: Option<u64>,
+    release: bool,
+}
+
 /// A followed session's fold and the client values its subscribers last got.
 struct Fold {
     fold: RestoreFold,
@@ -275,16 +283,8 @@ impl Context {
                 tails.push(SessionPosition { id, next_seq, held: None });
             }
         }
-        let mut rounds = futures::stream::iter(tails)
-            .map(|position| self.bring_up(position, false, None, cancel))
-            .buffer_unordered(TAIL_READS);
-        let mut first_error = None;
-        while let Some(outcome) = rounds.next().await {
-            if let Err(error) = outcome {
-                first_error.get_or_insert(error);
-            }
-        }
-        drop(rounds);
+        let work = tails.into_iter().map(|position| (position, false, None)).collect();
+        let first_error = self.bring_up_all(work, cancel).await.err();
         let rest = self.reconcile(sessions, HashMap::new(), cancel).await;
         first_error.map_or(rest, Err)
     }
@@ -311,69 +311,107 @@ impl Context {
                 (position, created, header)
             })
             .collect();
-        let mut rounds = futures::stream::iter(work)
-            .map(|(position, created, header)| self.bring_up(position, created, header, cancel))
-            .buffer_unordered(TAIL_READS);
+        self.bring_up_all(work, cancel).await
+    }
+
+    /// Brings the hub up to each session of `work`: each session's checks ([`Self::prepare`]),
+    /// then the tails to read, [`TAIL_READS`] sessions' in one
+    /// [`read_from_many`](SessionPersistence::read_from_many) (one round trip on a database
+    /// server), then each tail delivered, then the sessions no writer holds let go of.
+    async fn bring_up_all(
+        &self,
+        work: Vec<(SessionPosition, bool, Option<Arc<SessionHeader>>)>,
+        cancel: &CancellationToken,
+    ) -> Result<(), PersistenceError> {
         let mut first_error = None;
-        while let Some(outcome) = rounds.next().await {
-            if let Err(error) = outcome {
-                tracing::debug!(%error, "following the store: one session's round failed");
-                first_error.get_or_insert(error);
+        let mut failed = |error: PersistenceError| {
+            tracing::debug!(%error, "following the store: one session's round failed");
+            first_error.get_or_insert(error);
+        };
+        let mut prepared = Vec::with_capacity(work.len());
+        let mut checks = futures::stream::iter(work)
+            .map(|(position, created, header)| self.prepare(position, created, header, cancel))
+            .buffer_unordered(TAIL_READS);
+        while let Some(outcome) = checks.next().await {
+            match outcome {
+                Ok(Some(prepared_one)) => prepared.push(prepared_one),
+                Ok(None) => {}
+                Err(error) => failed(error),
+            }
+        }
+        drop(checks);
+        let reads: Vec<(SessionId, u64)> =
+            prepared.iter().filter_map(|one| Some((one.id.clone(), one.from_seq?))).collect();
+        // A session whose tail failed stays followed: the next sweep reads it again.
+        let mut unread = HashSet::new();
+        for chunk in reads.chunks(TAIL_READS) {
+            let tails = self.persistence.read_from_many(chunk, cancel).await;
+            let deliveries = chunk
+                .iter()
+                .zip(tails)
+                .map(|((id, from_seq), tail)| async move { self.deliver_tail(id, *from_seq, tail?, cancel).await });
+            for ((id, _), outcome) in chunk.iter().zip(futures::future::join_all(deliveries).await) {
+                if let Err(error) = outcome {
+                    unread.insert(id.clone());
+                    failed(error);
+                }
+            }
+        }
+        for one in prepared.into_iter().filter(|one| one.release && !unread.contains(&one.id)) {
+            if self.hub.unfollow_remote(&one.id) {
+                self.folds.lock().remove(&one.id);
             }
         }
         first_error.map_or(Ok(()), Err)
     }
 
-    /// One session: a fence check if it is live here, else its tail (following it first if the
-    /// hub does not yet), and letting go of it once no writer holds it.
-    async fn bring_up(
+    /// One session's checks: a fence check if it is live here (`None` then), else the tail it
+    /// needs (following it first if the hub does not yet), and whether to let go of it once that
+    /// is delivered (no writer holds it).
+    async fn prepare(
         &self,
         position: SessionPosition,
         created: bool,
         header: Option<Arc<SessionHeader>>,
         cancel: &CancellationToken,
-    ) -> Result<(), PersistenceError> {
+    ) -> Result<Option<Prepared>, PersistenceError> {
         let id = &position.id;
         if self.hub.is_local(id) {
             // Written here now (resumed here): a fold from when it was followed is stale.
             self.folds.lock().remove(id);
-            return self.check_fence(&position, cancel).await;
+            self.check_fence(&position, cancel).await?;
+            return Ok(None);
         }
         let last_seq = match self.hub.remote_last_seq(id) {
             Some(last_seq) => last_seq,
             None => {
                 // Not live anywhere: nothing to follow (a cold write, a release we did not see).
                 if position.held == Some(false) {
-                    return Ok(());
+                    return Ok(None);
                 }
                 let header = match header {
                     Some(header) => header,
                     None => match self.persistence.stored_header(id, cancel).await? {
                         Some(stored) => stored.header,
-                        None => return Ok(()),
+                        None => return Ok(None),
                     },
                 };
                 let baseline =
                     if created && position.next_seq <= REPLAY_CREATED_MAX { -1 } else { position.next_seq as i64 - 1 };
                 if !self.hub.follow_remote(header, baseline, false) {
                     // It became live here, or another round follows it already.
-                    return Ok(());
+                    return Ok(None);
                 }
                 baseline
             }
         };
         // Nobody watches it here: its tail waits (a subscription wakes a sweep that reads it).
-        if position.next_seq as i64 > last_seq + 1 && self.hub.watched(id) {
-            self.read_tail(id, (last_seq + 1) as u64, cancel).await?;
-        }
-        if position.held == Some(false) && self.hub.unfollow_remote(id) {
-            self.folds.lock().remove(id);
-        }
-        Ok(())
+        let from_seq =
+            (position.next_seq as i64 > last_seq + 1 && self.hub.watched(id)).then_some((last_seq + 1) as u64);
+        Ok(Some(Prepared { id: position.id, from_seq, release: position.held == Some(false) }))
     }
 
-    /// Reads `id`'s stored events from `from_seq` and hands them to the hub, then folds what went
-    /// out into the session's projections and sends the client values that changed.
+    /// Reads `id`'s stored events from `from_seq` and delivers them ([`Self::deliver_tail`]).
     async fn read_tail(
         &self,
         id: &SessionId,
@@ -381,6 +419,18 @@ impl Context {
         cancel: &CancellationToken,
     ) -> Result<(), PersistenceError> {
         let tail = self.persistence.read_from(id, from_seq, cancel).await?;
+        self.deliver_tail(id, from_seq, tail, cancel).await
+    }
+
+    /// Hands `id`'s stored events from `from_seq` (`tail`) to the hub, then folds what went out
+    /// into the session's projections and sends the client values that changed.
+    async fn deliver_tail(
+        &self,
+        id: &SessionId,
+        from_seq: u64,
+        tail: session_persistence::Inspection,
+        cancel: &CancellationToken,
+    ) -> Result<(), PersistenceError> {
         let mut last_seq = from_seq as i64 - 1;
         for chunk in tail.events.chunks(TAIL_CHUNK) {
             self.wait_for_room(id, chunk.len(), cancel).await;

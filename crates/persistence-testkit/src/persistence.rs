@@ -202,6 +202,48 @@ pub(crate) async fn read_from_serves_stored_suffixes_without_closers(h: &Cx<'_>)
     assert_eq!(missing.to_string(), "session \"nope\" not found");
 }
 
+/// Tails asked together answer what each asked alone answers, in the order asked: from seq 0,
+/// from inside the log, past its end, a session not stored, one asked twice, and a tail longer
+/// than a short read (several appends, so several rows where rows hold runs).
+pub(crate) async fn read_from_many_answers_what_read_from_answers(h: &Cx<'_>) {
+    let persistence = h.open();
+    for (name, turns) in [("s-many-a", 1u64), ("s-many-b", 3), ("s-many-c", 60)] {
+        let id = SessionId::from(name);
+        persistence.create(header(name), &cancel()).await.unwrap();
+        for turn in 0..turns {
+            persistence.append(&id, one_turn(turn * 6, turn + 1), &cancel()).await.unwrap();
+        }
+    }
+    let reads: Vec<(SessionId, u64)> = [
+        ("s-many-a", 0),
+        ("s-many-b", 3),
+        ("nope", 0),
+        ("s-many-c", 7),
+        ("s-many-c", 355),
+        ("s-many-b", 100),
+        ("s-many-b", 12),
+        ("s-many-c", 0),
+    ]
+    .into_iter()
+    .map(|(id, from)| (SessionId::from(id), from))
+    .collect();
+    let together = persistence.read_from_many(&reads, &cancel()).await;
+    assert_eq!(together.len(), reads.len());
+    let shown = |answer: &session_persistence::Result<session_persistence::Inspection>| match answer {
+        Ok(inspection) => Ok((
+            inspection.header.id.clone(),
+            inspection.events.iter().map(|event| (event.seq, event.kind.to_string())).collect::<Vec<_>>(),
+        )),
+        Err(error) => Err(error.to_string()),
+    };
+    for ((id, from), answer) in reads.iter().zip(&together) {
+        let alone = persistence.read_from(id, *from, &cancel()).await;
+        assert_eq!(shown(answer), shown(&alone), "{id} from {from}");
+    }
+    assert_eq!(shown(&together[3]).unwrap().1.len(), 353, "the long tail whole");
+    assert_eq!(shown(&together[2]).unwrap_err(), "session \"nope\" not found");
+}
+
 pub(crate) async fn revisions_are_stable_and_change_on_append(h: &Cx<'_>) {
     let id = SessionId::from("s-rev");
     let persistence = h.open();

@@ -77,6 +77,9 @@ struct Sql {
     events_from_run: String,
     /// Many whole short logs, one row per event (`store::read`'s read ahead).
     sessions_events: String,
+    /// The sessions of `$1`, each with its events from the seq of `$2` at the same place (from
+    /// the run that holds it), when at most `$3` events are stored from there (`store::read`).
+    sessions_tails: String,
     lock_session: String,
     insert_session: String,
     insert_events: String,
@@ -137,6 +140,15 @@ impl Sql {
                  SELECT {HEADER_COLUMNS_W}, w.next_seq, e.seq, e.record, e.record_zstd, e.n_events FROM wanted w \
                  LEFT JOIN LATERAL (SELECT seq, record, record_zstd, n_events FROM {{s}}.events WHERE session_id = w.id \
                  ORDER BY seq LIMIT w.next_seq + 1) e ON true WHERE w.running <= $3 ORDER BY w.ord, e.seq"
+            )),
+            sessions_tails: q(&format!(
+                "WITH wanted AS (SELECT s.{HEADER_COLUMNS_S}, s.next_seq, w.ord, w.from_seq \
+                 FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS w (id, from_seq, ord) \
+                 JOIN {{s}}.sessions s ON s.id = w.id WHERE s.next_seq - w.from_seq <= $3) \
+                 SELECT {HEADER_COLUMNS_W}, w.next_seq, e.seq, e.record, e.record_zstd, e.n_events FROM wanted w \
+                 LEFT JOIN LATERAL (SELECT seq, record, record_zstd, n_events FROM {{s}}.events WHERE session_id = w.id \
+                 AND seq >= (SELECT coalesce(max(r.seq), w.from_seq) FROM {{s}}.events r WHERE r.session_id = w.id \
+                 AND r.seq <= w.from_seq) ORDER BY seq LIMIT $3 + 1) e ON true ORDER BY w.ord, e.seq"
             )),
             lock_session: q("SELECT next_seq FROM {s}.sessions WHERE id = $1 FOR UPDATE"),
             insert_session: q("INSERT INTO {s}.sessions (id, header, created_at, cwd, parent_session, origin, owner, \
@@ -502,6 +514,15 @@ impl Backend for PgStore {
     /// Short logs, many in one statement: see `store::read`.
     fn prefetch(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<(SessionId, PrefetchedLog)>> {
         self.read_ahead(ids, cancel)
+    }
+
+    /// Short tails, many in one statement: see `store::read`.
+    fn prefetch_tails(
+        &self,
+        reads: &[(SessionId, u64)],
+        cancel: &CancellationToken,
+    ) -> Result<Vec<(SessionId, PrefetchedLog)>> {
+        self.read_tails_ahead(reads, cancel)
     }
 
     fn revision(&self, id: &SessionId) -> Result<Option<Revision>> {

@@ -281,7 +281,7 @@ pub struct ScanOutcome {
 pub struct PrefetchedLog {
     /// What the scan reports; its `torn` is `None` (only a log that reads cleanly is prefetched).
     pub outcome: ScanOutcome,
-    /// Every event of the log, in seq order.
+    /// Every event of the log (of a tail read ahead, every event from its seq on), in seq order.
     pub events: Vec<Arc<SessionEvent>>,
 }
 
@@ -392,6 +392,20 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// the read ahead only; every id is then scanned. The default reads nothing ahead.
     fn prefetch(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<(SessionId, PrefetchedLog)>> {
         let _ = (ids, cancel);
+        Ok(Vec::new())
+    }
+
+    /// Reads ahead, in one go, the short tails of `reads` (each a session and the seq its tail
+    /// starts at) that read cleanly: each as its [`scan_from`](Self::scan_from) would have read
+    /// it at the moment of this call, with the events from its seq on. An entry left out (not
+    /// stored, a long tail, anything a scan would report) is read by its own `scan_from`. An
+    /// error fails the read ahead only. The default reads nothing ahead.
+    fn prefetch_tails(
+        &self,
+        reads: &[(SessionId, u64)],
+        cancel: &CancellationToken,
+    ) -> Result<Vec<(SessionId, PrefetchedLog)>> {
+        let _ = (reads, cancel);
         Ok(Vec::new())
     }
 

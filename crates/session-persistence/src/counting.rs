@@ -149,6 +149,31 @@ impl Backend for CountingBackend {
         Ok(logs)
     }
 
+    /// Counts one prefetch, and each tail it read as a scan.
+    fn prefetch_tails(
+        &self,
+        reads: &[(SessionId, u64)],
+        cancel: &CancellationToken,
+    ) -> Result<Vec<(SessionId, PrefetchedLog)>> {
+        self.prefetches.fetch_add(1, Ordering::SeqCst);
+        if self.read_ahead.load(Ordering::SeqCst) == 0 {
+            let logs = self.inner.prefetch_tails(reads, cancel)?;
+            self.scans.fetch_add(logs.len() as u64, Ordering::SeqCst);
+            return Ok(logs);
+        }
+        let mut logs = Vec::new();
+        for (id, from_seq) in reads {
+            let mut collect = CollectSink::default();
+            if let Ok(Some(outcome)) = self.scan_from(id, *from_seq, cancel, &mut collect)
+                && outcome.torn.is_none()
+            {
+                let events = collect.events.into_iter().filter(|event| event.seq >= *from_seq).map(Arc::new).collect();
+                logs.push((id.clone(), PrefetchedLog { outcome, events }));
+            }
+        }
+        Ok(logs)
+    }
+
     fn revision(&self, id: &SessionId) -> Result<Option<Revision>> {
         self.inner.revision(id)
     }

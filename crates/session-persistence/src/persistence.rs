@@ -235,6 +235,19 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
     /// The stored events with `seq >= from_seq`: no closers, no repair, no caching.
     async fn read_from(&self, id: &SessionId, from_seq: u64, cancel: &CancellationToken) -> Result<Inspection>;
 
+    /// [`read_from`](Self::read_from) of each `(id, from_seq)` of `reads`, answered in order,
+    /// one read's failure leaving the others alone. A persistence over a database server reads
+    /// the short ones in one round trip ([`Backend::prefetch_tails`](crate::Backend::prefetch_tails));
+    /// the default runs up to 8 of them at once.
+    async fn read_from_many(&self, reads: &[(SessionId, u64)], cancel: &CancellationToken) -> Vec<Result<Inspection>> {
+        let mut answers = Vec::with_capacity(reads.len());
+        for chunk in reads.chunks(8) {
+            let chunk: Vec<_> = chunk.iter().map(|(id, from_seq)| self.read_from(id, *from_seq, cancel)).collect();
+            answers.extend(futures::future::join_all(chunk).await);
+        }
+        answers
+    }
+
     /// The balanced view of a session, committing any repair durably (cut the torn tail, append
     /// the closers). A live session with an open turn cannot be loaded.
     async fn load(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Inspection>;

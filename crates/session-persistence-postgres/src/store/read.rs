@@ -189,21 +189,62 @@ impl PgStore {
                 db.timed("preparing a read ahead", client.prepare_cached(&self.sql.sessions_events)).await?;
             db.timed("reading sessions ahead", client.query(&statement, &[&wanted, &SHORT_ROWS, &PREFETCH_BYTES])).await
         })?;
+        Ok(self.prefetched_logs(&rows, |_| Some(0)))
+    }
+
+    /// [`Backend::prefetch_tails`](session_persistence::Backend::prefetch_tails): the sessions of
+    /// `reads` (the first [`PREFETCH_SESSIONS`] distinct ones) with at most [`SHORT_ROWS`]
+    /// events from their seqs, in one statement, each from the run that holds its seq. A tail
+    /// that does not read cleanly is left out, so that its own read reports it.
+    pub(super) fn read_tails_ahead(
+        &self,
+        reads: &[(SessionId, u64)],
+        cancel: &CancellationToken,
+    ) -> Result<Vec<(SessionId, PrefetchedLog)>> {
+        if cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        let mut wanted = std::collections::HashMap::new();
+        let (mut ids, mut seqs) = (Vec::new(), Vec::new());
+        for (id, from_seq) in reads {
+            if wanted.len() == PREFETCH_SESSIONS {
+                break;
+            }
+            // The first ask of an id is the one read ahead.
+            if let std::collections::hash_map::Entry::Vacant(entry) = wanted.entry(id.as_str()) {
+                entry.insert(*from_seq);
+                ids.push(id.as_str());
+                seqs.push(to_sql_seq(*from_seq));
+            }
+        }
+        let db = &self.db;
+        let rows = db.run(async |client| {
+            let statement =
+                db.timed("preparing a tail read ahead", client.prepare_cached(&self.sql.sessions_tails)).await?;
+            db.timed("reading tails ahead", client.query(&statement, &[&ids, &seqs, &SHORT_ROWS])).await
+        })?;
+        Ok(self.prefetched_logs(&rows, |id| wanted.get(id).copied()))
+    }
+
+    /// The logs of a read ahead's rows (each session's rows together, in seq order), each read
+    /// from the seq `from_seq` gives for its id; a log that does not read cleanly is left out.
+    fn prefetched_logs(&self, rows: &[Row], from_seq: impl Fn(&str) -> Option<u64>) -> Vec<(SessionId, PrefetchedLog)> {
         let same_session = |a: &Row, b: &Row| a.try_get::<_, &str>(0).ok() == b.try_get::<_, &str>(0).ok();
         let mut logs = Vec::new();
         for rows in rows.chunk_by(same_session) {
-            match self.prefetched(rows) {
+            let Some(from_seq) = rows[0].try_get::<_, &str>(0).ok().and_then(&from_seq) else { continue };
+            match self.prefetched(rows, from_seq) {
                 Ok(log) => logs.push((log.outcome.header.id.clone(), log)),
                 Err(error) => {
                     tracing::debug!(%error, "a log read ahead does not read cleanly; its own read will report it");
                 }
             }
         }
-        Ok(logs)
+        logs
     }
 
-    /// One session's rows of a read ahead, as its own scan reads them.
-    fn prefetched(&self, rows: &[Row]) -> Result<PrefetchedLog> {
+    /// One session's rows of a read ahead, as its own scan from `from_seq` reads them.
+    fn prefetched(&self, rows: &[Row], from_seq: u64) -> Result<PrefetchedLog> {
         let db = &self.db;
         // Invariant: `chunk_by` yields no empty run.
         let first = &rows[0];
@@ -211,7 +252,10 @@ impl PgStore {
         let session = self.session_row(first)?;
         let header = Arc::new(session.header?);
         let n_events = rows.len() - usize::from(db.column::<Option<i64>>(first, 6)?.is_none());
-        let mut check = RowCheck::new(&session.id, 0);
+        if n_events as i64 > SHORT_ROWS {
+            return Err(PersistenceError::invalid_input("a tail read ahead is longer than a short read"));
+        }
+        let mut check = RowCheck::new(&session.id, from_seq);
         let mut gather = Gather::default();
         for row in rows.iter().take(n_events) {
             check.row(db.column(row, 6)?, db.column(row, 7)?, db.column(row, 8)?, db.column(row, 9)?, &mut gather)?;

@@ -1,6 +1,7 @@
 //! Reading short logs ahead (`Backend::prefetch`): one statement takes the short logs that read
 //! cleanly, each exactly as its own scan reads it, and leaves out whatever a scan must report or
-//! that is too large to hold; a coordinator's batched reads use it and read each log once.
+//! that is too large to hold; a coordinator's batched reads use it and read each log once. The
+//! same for short tails (`Backend::prefetch_tails`), which a follower's rounds read together.
 
 use std::sync::Arc;
 
@@ -117,4 +118,85 @@ async fn batched_reads_of_a_coordinator_read_each_log_once_and_answer_as_single_
         }
     }
     assert_eq!(persistence.inspect(&SessionId::from("short-3"), &cancel).await.unwrap().events.len(), 3);
+}
+
+/// The events of `id` from `from_seq` as its own seek read hands them over.
+fn scan_from(store: &dyn Backend, id: &SessionId, from_seq: u64) -> (ScanOutcome, Vec<SessionEvent>) {
+    let mut sink = CollectSink::default();
+    let outcome = store.scan_from(id, from_seq, &CancellationToken::new(), &mut sink).unwrap().expect("stored");
+    (outcome, sink.events.into_iter().filter(|event| event.seq >= from_seq).collect())
+}
+
+#[test]
+fn tails_read_ahead_are_the_short_clean_ones_as_their_seek_reads_read_them() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = schema.open();
+    write_sessions(&schema, &store);
+    // A log of runs: three appends of 100 events, each stored as one row.
+    for batch in 0..3 {
+        let events: Vec<_> = events(300, "{\"n\":2}").into_iter().skip(batch * 100).take(100).collect();
+        store.append_batch(&header("runs"), &events, batch > 0).unwrap();
+    }
+    let asked: Vec<(SessionId, u64)> = [
+        ("runs", 150),
+        ("long", 0),
+        ("long", 290),
+        ("gap", 3),
+        ("gap", 0),
+        ("missing", 0),
+        ("damaged", 1),
+        ("short-5", 5),
+        ("short-5", 9),
+        ("runs", 0),
+    ]
+    .into_iter()
+    .map(|(id, from)| (SessionId::from(id), from))
+    .collect();
+    let logs = store.prefetch_tails(&asked, &CancellationToken::new()).unwrap();
+    let got: Vec<(&str, usize)> = logs.iter().map(|(id, log)| (id.as_str(), log.events.len())).collect();
+    // Each id once, at the seq it was first asked from (the run that holds 150 starts at 100);
+    // a tail longer than a short read (the long log from 0), a gap inside the tail (the gapped
+    // log from 0 is its second ask), a damaged header and a missing session are left to their
+    // own reads.
+    assert_eq!(got, [("runs", 150), ("gap", 2), ("short-5", 0)]);
+    let from: std::collections::HashMap<&str, u64> = [("runs", 150), ("gap", 3), ("short-5", 5)].into();
+    for (id, log) in &logs {
+        let (outcome, scanned) = scan_from(&store, id, from[id.as_str()]);
+        assert_eq!(log.outcome.header, outcome.header, "{id}");
+        assert_eq!(log.outcome.revision, outcome.revision, "{id}");
+        let read: Vec<SessionEvent> = log.events.iter().map(|event| SessionEvent::clone(event)).collect();
+        assert_eq!(read, scanned, "{id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinators_tails_asked_together_are_one_statement_and_answer_as_single_reads() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = Arc::new(schema.open());
+    write_sessions(&schema, store.as_ref());
+    let counting = Arc::new(CountingBackend::new(store));
+    let persistence = Coordinator::new(counting.clone(), CoordinatorConfig::default()).unwrap();
+    let reads: Vec<(SessionId, u64)> =
+        [("short-1", 0), ("short-4", 2), ("long", 295), ("short-5", 4), ("missing", 0), ("gap", 4)]
+            .into_iter()
+            .map(|(id, from)| (SessionId::from(id), from))
+            .collect();
+    let cancel = CancellationToken::new();
+    let together = persistence.read_from_many(&reads, &cancel).await;
+    assert_eq!(counting.prefetches(), 1, "one read ahead for the whole batch");
+    // The five tails that read cleanly came in it (the gapped log's tail starts past its gap);
+    // the missing session is read on its own.
+    assert_eq!(counting.scans(), 5 + 1);
+    for ((id, from), answer) in reads.iter().zip(together) {
+        let single = persistence.read_from(id, *from, &cancel).await;
+        match (answer, single) {
+            (Ok(answer), Ok(single)) => {
+                let seqs = |events: &[Arc<SessionEvent>]| events.iter().map(|event| event.seq).collect::<Vec<_>>();
+                assert_eq!(seqs(&answer.events), seqs(&single.events), "{id}");
+                assert_eq!(answer.revision, single.revision, "{id}");
+            }
+            (Err(error), Err(single)) => assert_eq!(error.to_string(), single.to_string(), "{id}"),
+            (answer, single) => panic!("{id}: together {answer:?}, alone {single:?}"),
+        }
+    }
 }

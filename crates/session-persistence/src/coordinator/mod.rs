@@ -163,6 +163,10 @@ impl SessionPersistence for Coordinator {
         reads::read_from(&self.inner, id, from_seq, cancel).await
     }
 
+    async fn read_from_many(&self, reads: &[(SessionId, u64)], cancel: &CancellationToken) -> Vec<Result<Inspection>> {
+        reads::read_from_many(&self.inner, reads, cancel).await
+    }
+
     async fn load(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Inspection> {
         reads::load(&self.inner, &self.live, id, cancel).await
     }

@@ -4,7 +4,7 @@
 //! one read that commits a repair. A live session is served from its snapshot instead.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     panic::AssertUnwindSafe,
     sync::{
         Arc,
@@ -25,7 +25,7 @@ use crate::{
     backend::{PrefetchedLog, ScanSink},
     error::{PersistenceError, Result},
     persistence::{Inspection, StreamSink, StreamSummary},
-    validate::{Source, scan_validated, validated},
+    validate::{Source, validated},
 };
 
 /// The balanced view of `id`, without changing storage.
@@ -198,14 +198,55 @@ pub(super) async fn read_from(
     from_seq: u64,
     cancel: &CancellationToken,
 ) -> Result<Inspection> {
+    read_from_ahead(inner, id, from_seq, None, cancel).await
+}
+
+/// [`read_from`] of each of `reads`, in order: over a backend that reads best in batches, the
+/// short tails are read ahead in one go first, then each is validated as its own read would be
+/// (the ones left out read by their own seek).
+pub(super) async fn read_from_many(
+    inner: &Arc<Inner>,
+    reads: &[(SessionId, u64)],
+    cancel: &CancellationToken,
+) -> Vec<Result<Inspection>> {
+    let mut ahead = HashMap::new();
+    if reads.len() > 1 && inner.backend.prefetch_batch() > 1 && !cancel.is_cancelled() {
+        // Each id once, at the seq its first read asks for: the log read ahead is that read's.
+        let mut seen = HashSet::new();
+        let batch: Vec<(SessionId, u64)> = reads.iter().filter(|(id, _)| seen.insert(id.clone())).cloned().collect();
+        let token = cancel.clone();
+        match blocking(&inner.backend, move |backend| backend.prefetch_tails(&batch, &token)).await {
+            Ok(logs) => ahead.extend(logs),
+            Err(error) => {
+                tracing::debug!(%error, n_sessions = reads.len(), "a batched tail read failed; reading the tails one by one");
+            }
+        }
+    }
+    let mut answers = Vec::with_capacity(reads.len());
+    for (id, from_seq) in reads {
+        // An id asked twice reads its log again the second time: the read ahead is the first's.
+        let log = ahead.remove(id);
+        answers.push(read_from_ahead(inner, id, *from_seq, log, cancel).await);
+    }
+    answers
+}
+
+/// [`read_from`], from `ahead` when the tail was read ahead (the events from `from_seq` on).
+async fn read_from_ahead(
+    inner: &Inner,
+    id: &SessionId,
+    from_seq: u64,
+    ahead: Option<PrefetchedLog>,
+    cancel: &CancellationToken,
+) -> Result<Inspection> {
     check_cancel(cancel)?;
     let _guard = inner.lock_id(id).await;
     let (id, known, token) = (id.clone(), inner.config.known_types.clone(), cancel.clone());
     let threads = inner.config.read_threads;
     blocking(&inner.backend, move |backend| {
         let mut suffix = SuffixSink { from_seq, events: Vec::new() };
-        let Some((outcome, _closers)) = scan_validated(backend, &id, from_seq, &known, threads, &token, &mut suffix)?
-        else {
+        let source = ahead.as_ref().map_or(Source::From(from_seq), Source::Prefetched);
+        let Some((outcome, _closers)) = validated(backend, &id, source, &known, threads, &token, &mut suffix)? else {
             return Err(PersistenceError::NotFound { id });
         };
         Ok(Inspection {
