@@ -59,6 +59,34 @@ impl CountingBackend {
         self.prefetches.load(Ordering::SeqCst)
     }
 
+    /// One read ahead, counted: the inner backend's (`forward`), or, when reading ahead by scans,
+    /// each of `reads` (each id once, at its first seq) by its own counted seek.
+    fn counted_read_ahead(
+        &self,
+        reads: &[(SessionId, u64)],
+        cancel: &CancellationToken,
+        forward: impl FnOnce(&dyn Backend) -> Result<Vec<(SessionId, PrefetchedLog)>>,
+    ) -> Result<Vec<(SessionId, PrefetchedLog)>> {
+        self.prefetches.fetch_add(1, Ordering::SeqCst);
+        if self.read_ahead.load(Ordering::SeqCst) == 0 {
+            let logs = forward(self.inner.as_ref())?;
+            self.scans.fetch_add(logs.len() as u64, Ordering::SeqCst);
+            return Ok(logs);
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut logs = Vec::new();
+        for (id, from_seq) in reads.iter().filter(|(id, _)| seen.insert(id.clone())) {
+            let mut collect = CollectSink::default();
+            if let Ok(Some(outcome)) = self.scan_from(id, *from_seq, cancel, &mut collect)
+                && outcome.torn.is_none()
+            {
+                let events = collect.events.into_iter().filter(|event| event.seq >= *from_seq).map(Arc::new).collect();
+                logs.push((id.clone(), PrefetchedLog { outcome, events }));
+            }
+        }
+        Ok(logs)
+    }
+
     /// Makes this backend read ahead in runs of `batch` logs (0: as the inner backend does), each
     /// log by its own counted scan: a stand-in for a backend that reads many logs in one round
     /// trip, for testing the callers of [`Backend::prefetch`].
@@ -130,23 +158,8 @@ impl Backend for CountingBackend {
 
     /// Counts one prefetch, and each log it read as a scan.
     fn prefetch(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<(SessionId, PrefetchedLog)>> {
-        self.prefetches.fetch_add(1, Ordering::SeqCst);
-        if self.read_ahead.load(Ordering::SeqCst) == 0 {
-            let logs = self.inner.prefetch(ids, cancel)?;
-            self.scans.fetch_add(logs.len() as u64, Ordering::SeqCst);
-            return Ok(logs);
-        }
-        let mut logs = Vec::new();
-        for id in ids {
-            let mut collect = CollectSink::default();
-            if let Ok(Some(outcome)) = self.scan(id, cancel, &mut collect)
-                && outcome.torn.is_none()
-            {
-                let events = collect.events.into_iter().map(Arc::new).collect();
-                logs.push((id.clone(), PrefetchedLog { outcome, events }));
-            }
-        }
-        Ok(logs)
+        let reads: Vec<(SessionId, u64)> = ids.iter().map(|id| (id.clone(), 0)).collect();
+        self.counted_read_ahead(&reads, cancel, |inner| inner.prefetch(ids, cancel))
     }
 
     /// Counts one prefetch, and each tail it read as a scan.
@@ -155,23 +168,7 @@ impl Backend for CountingBackend {
         reads: &[(SessionId, u64)],
         cancel: &CancellationToken,
     ) -> Result<Vec<(SessionId, PrefetchedLog)>> {
-        self.prefetches.fetch_add(1, Ordering::SeqCst);
-        if self.read_ahead.load(Ordering::SeqCst) == 0 {
-            let logs = self.inner.prefetch_tails(reads, cancel)?;
-            self.scans.fetch_add(logs.len() as u64, Ordering::SeqCst);
-            return Ok(logs);
-        }
-        let mut logs = Vec::new();
-        for (id, from_seq) in reads {
-            let mut collect = CollectSink::default();
-            if let Ok(Some(outcome)) = self.scan_from(id, *from_seq, cancel, &mut collect)
-                && outcome.torn.is_none()
-            {
-                let events = collect.events.into_iter().filter(|event| event.seq >= *from_seq).map(Arc::new).collect();
-                logs.push((id.clone(), PrefetchedLog { outcome, events }));
-            }
-        }
-        Ok(logs)
+        self.counted_read_ahead(reads, cancel, |inner| inner.prefetch_tails(reads, cancel))
     }
 
     fn revision(&self, id: &SessionId) -> Result<Option<Revision>> {

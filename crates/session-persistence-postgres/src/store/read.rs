@@ -183,12 +183,7 @@ impl PgStore {
         let mut seen = std::collections::HashSet::new();
         let wanted: Vec<&str> =
             ids.iter().map(SessionId::as_str).filter(|id| seen.insert(*id)).take(PREFETCH_SESSIONS).collect();
-        let db = &self.db;
-        let rows = db.run(async |client| {
-            let statement =
-                db.timed("preparing a read ahead", client.prepare_cached(&self.sql.sessions_events)).await?;
-            db.timed("reading sessions ahead", client.query(&statement, &[&wanted, &SHORT_ROWS, &PREFETCH_BYTES])).await
-        })?;
+        let rows = self.query_ahead(&self.sql.sessions_events, &[&wanted, &SHORT_ROWS, &PREFETCH_BYTES])?;
         Ok(self.prefetched_logs(&rows, |_| Some(0)))
     }
 
@@ -217,13 +212,17 @@ impl PgStore {
                 seqs.push(to_sql_seq(*from_seq));
             }
         }
-        let db = &self.db;
-        let rows = db.run(async |client| {
-            let statement =
-                db.timed("preparing a tail read ahead", client.prepare_cached(&self.sql.sessions_tails)).await?;
-            db.timed("reading tails ahead", client.query(&statement, &[&ids, &seqs, &SHORT_ROWS])).await
-        })?;
+        let rows = self.query_ahead(&self.sql.sessions_tails, &[&ids, &seqs, &SHORT_ROWS])?;
         Ok(self.prefetched_logs(&rows, |id| wanted.get(id).copied()))
+    }
+
+    /// The rows of a read ahead's statement `sql`.
+    fn query_ahead(&self, sql: &str, params: &[&(dyn tokio_postgres::types::ToSql + Sync)]) -> Result<Vec<Row>> {
+        let db = &self.db;
+        db.run(async |client| {
+            let statement = db.timed("preparing a read ahead", client.prepare_cached(sql)).await?;
+            db.timed("reading ahead", client.query(&statement, params)).await
+        })
     }
 
     /// The logs of a read ahead's rows (each session's rows together, in seq order), each read
