@@ -220,7 +220,7 @@ async fn run(
             }
         };
         // A signal soon after the last round waits out the gap; the wake-ups meanwhile join it.
-        if woken && let Some(due) = last_round.map(|last| last + round_gap) {
+        if woken && let Some(due) = last_round.and_then(|last| last.checked_add(round_gap)) {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = tokio::time::sleep_until(due) => {}
@@ -342,19 +342,40 @@ impl Context {
         drop(checks);
         let reads: Vec<(SessionId, u64)> =
             prepared.iter().filter_map(|one| Some((one.id.clone(), one.from_seq?))).collect();
+        // Tails are read a chunk at a time, and delivered at most `TAIL_READS` at once: a
+        // session whose clients are slow to take its tail holds one place, and the next chunk is
+        // read as places free up.
+        let mut chunks = reads.chunks(TAIL_READS);
+        let mut answered = std::collections::VecDeque::new();
+        let mut delivering = futures::stream::FuturesUnordered::new();
         // A session whose tail failed stays followed: the next sweep reads it again.
         let mut unread = HashSet::new();
-        for chunk in reads.chunks(TAIL_READS) {
-            let tails = self.persistence.read_from_many(chunk, cancel).await;
-            let deliveries = chunk
-                .iter()
-                .zip(tails)
-                .map(|((id, from_seq), tail)| async move { self.deliver_tail(id, *from_seq, tail?, cancel).await });
-            for ((id, _), outcome) in chunk.iter().zip(futures::future::join_all(deliveries).await) {
-                if let Err(error) = outcome {
-                    unread.insert(id.clone());
-                    failed(error);
+        loop {
+            while delivering.len() < TAIL_READS {
+                if answered.is_empty()
+                    && let Some(chunk) = chunks.next()
+                {
+                    let mut answers = self.persistence.read_from_many(chunk, cancel).await.into_iter();
+                    for (id, from_seq) in chunk {
+                        let answer = answers.next().unwrap_or_else(|| {
+                            Err(PersistenceError::invalid_input("a batched tail read gave fewer answers than reads"))
+                        });
+                        answered.push_back((id.clone(), *from_seq, answer));
+                    }
                 }
+                let Some((id, from_seq, tail)) = answered.pop_front() else { break };
+                delivering.push(async move {
+                    let delivered = match tail {
+                        Ok(tail) => self.deliver_tail(&id, from_seq, tail, cancel).await,
+                        Err(error) => Err(error),
+                    };
+                    (id, delivered)
+                });
+            }
+            let Some((id, outcome)) = delivering.next().await else { break };
+            if let Err(error) = outcome {
+                unread.insert(id);
+                failed(error);
             }
         }
         for one in prepared.into_iter().filter(|one| one.release && !unread.contains(&one.id)) {

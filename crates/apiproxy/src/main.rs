@@ -242,7 +242,8 @@ struct LimitArgs {
     #[arg(long, default_value_t = 1000, value_parser = positive_u64)]
     follow_sweep_ms: u64,
     /// The least time, in milliseconds, between two of the follower's rounds that change signals
-    /// start: a burst of appends elsewhere is read once per gap (0: every signal at once).
+    /// start: a burst of appends elsewhere is read once per gap (0: every signal at once; at most
+    /// `--follow-sweep-ms`).
     #[arg(long, default_value_t = 50)]
     follow_gap_ms: u64,
     /// How often, in milliseconds, a shared SQLite file's change counter is polled.

@@ -117,6 +117,11 @@ impl ApiProxy {
         if timeouts.contains(&std::time::Duration::ZERO) {
             return Err(ProxyError::Config { message: "every timeout must be positive".to_owned() });
         }
+        if config.follow.round_gap > config.follow.sweep_interval {
+            return Err(ProxyError::Config {
+                message: "the follower's round gap must not exceed its sweep interval".to_owned(),
+            });
+        }
         // A client's close frame (up to 125 bytes) has to fit, or no client could close cleanly.
         if config.max_incoming_message_bytes < 125 {
             return Err(ProxyError::Config {

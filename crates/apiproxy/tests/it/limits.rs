@@ -217,6 +217,17 @@ fn empty_tokens_and_zero_limits_are_refused() {
         check(zero, "every timeout must be positive");
     }
     check(
+        ProxyConfig {
+            follow: apiproxy::FollowConfig {
+                sweep_interval: Duration::from_millis(100),
+                round_gap: Duration::from_millis(101),
+                ..Default::default()
+            },
+            ..ProxyConfig::default()
+        },
+        "the follower's round gap must not exceed its sweep interval",
+    );
+    check(
         ProxyConfig { max_incoming_message_bytes: 124, ..ProxyConfig::default() },
         "max_incoming_message_bytes must be at least 125 (a close frame), got 124",
     );
