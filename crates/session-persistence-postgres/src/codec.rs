@@ -99,8 +99,8 @@ fn finish_run(first: &SessionEvent, run: &mut Vec<u8>, n_events: usize, n_bytes:
 /// decoded as an event line. The error says why the row does not decode; `each`'s own error
 /// stops the decode and is returned as it is.
 pub(crate) fn decode_run<E>(
-    text: Option<String>,
-    zstd: Option<Vec<u8>>,
+    text: Option<&str>,
+    zstd: Option<&[u8]>,
     n_events: i32,
     mut each: impl FnMut(SessionEvent, usize) -> Result<(), E>,
 ) -> Result<(), RunError<E>> {
@@ -114,11 +114,12 @@ pub(crate) fn decode_run<E>(
         1 => MAX_EVENT_BYTES,
         _ => RUN_BYTES + MAX_EVENT_BYTES,
     };
-    let text = match (text, zstd) {
-        (Some(text), None) => text,
+    // The columns are read in place from the row; only a decompressed run is a new buffer.
+    let text: std::borrow::Cow<'_, str> = match (text, zstd) {
+        (Some(text), None) => text.into(),
         (None, Some(blob)) => {
-            let bytes = decompress(&blob, bound).map_err(RunError::Row)?;
-            String::from_utf8(bytes).map_err(|_| RunError::Row("the record is not UTF-8".to_owned()))?
+            let bytes = decompress(blob, bound).map_err(RunError::Row)?;
+            String::from_utf8(bytes).map_err(|_| RunError::Row("the record is not UTF-8".to_owned()))?.into()
         }
         _ => return Err(RunError::Row("the row holds neither or both of record and record_zstd".to_owned())),
     };
@@ -206,7 +207,7 @@ mod tests {
 
     fn decoded(row: EncodedRow) -> Vec<SessionEvent> {
         let mut events = Vec::new();
-        decode_run(row.text, row.zstd, row.n_events, |event, _| {
+        decode_run(row.text.as_deref(), row.zstd.as_deref(), row.n_events, |event, _| {
             events.push(event);
             Ok::<(), ()>(())
         })
@@ -263,7 +264,7 @@ mod tests {
         blob.truncate(blob.len() - 1);
         assert!(decompress(&blob, over).is_err(), "a damaged frame");
         let huge = i32::try_from(RUN_EVENTS + 1).unwrap();
-        let run = decode_run(Some("{}".to_owned()), None, huge, |_, _| Ok::<(), ()>(()));
+        let run = decode_run(Some("{}"), None, huge, |_, _| Ok::<(), ()>(()));
         assert!(matches!(run, Err(RunError::Row(why)) if why.contains("holds 513 events")));
     }
 
@@ -273,12 +274,12 @@ mod tests {
         let refs: Vec<&SessionEvent> = events.iter().collect();
         let row = encode_runs(&refs).remove(0);
         let text = row.text.clone();
-        let run = |n: i32| decode_run(text.clone(), None, n, |_, _| Ok::<(), ()>(()));
+        let run = |n: i32| decode_run(text.as_deref(), None, n, |_, _| Ok::<(), ()>(()));
         assert!(run(3).is_ok());
         for n in [0, -1, 2, 4] {
             assert!(matches!(run(n), Err(RunError::Row(_))), "{n}");
         }
-        let stop = decode_run(text, None, 3, |event, _| if event.seq == 1 { Err("stop") } else { Ok(()) });
+        let stop = decode_run(text.as_deref(), None, 3, |event, _| if event.seq == 1 { Err("stop") } else { Ok(()) });
         assert!(matches!(stop, Err(RunError::Sink("stop"))));
     }
 }

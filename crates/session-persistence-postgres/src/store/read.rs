@@ -58,8 +58,8 @@ impl<'a> RowCheck<'a> {
     fn row(
         &mut self,
         seq: i64,
-        text: Option<String>,
-        zstd: Option<Vec<u8>>,
+        text: Option<&str>,
+        zstd: Option<&[u8]>,
         n_events: i32,
         sink: &mut dyn ScanSink,
     ) -> Result<()> {
