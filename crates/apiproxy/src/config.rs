@@ -241,7 +241,8 @@ pub struct FollowConfig {
     /// zero starts each at once). A wake-up after a quiet stretch is read at once; the wake-ups of
     /// a burst (a session written elsewhere many times a second) wait for the gap and are read
     /// together, so a followed session costs the store at most one tail read per gap, not one
-    /// per append, and a frame waits at most the gap longer. At most `sweep_interval`.
+    /// per append, and a frame waits at most the gap longer. The safety poll's sweeps do not
+    /// count. At most `sweep_interval`.
     pub round_gap: Duration,
     /// The store's change signal (SQLite's poll interval, the listener's reconnect back-off).
     pub watch: WatchOptions,

@@ -226,7 +226,11 @@ async fn run(
                 () = tokio::time::sleep_until(due) => {}
             }
         }
-        last_round = Some(tokio::time::Instant::now());
+        // Only signals pace each other: the safety poll's sweep (once a second) does not hold
+        // back the signal after it.
+        if woken {
+            last_round = Some(tokio::time::Instant::now());
+        }
         let round = std::mem::take(&mut *wakes.pending.lock());
         let outcome = if round.sweep {
             let started = now_ms(&context.store);

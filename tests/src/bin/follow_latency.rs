@@ -1,5 +1,6 @@
 //! Live across gateways on PostgreSQL: how long after gateway A acknowledges a durable append a
-//! WebSocket client of gateway B has the event, through the notification and through the sweep
+//! WebSocket client of gateway B has the event, through the notification (appends back to back,
+//! which fall inside B's round gap, and appends 100 ms apart, which do not) and through the sweep
 //! alone (B started with `--follow-sweep-only`, which is what a lost notification costs); A's
 //! durable append throughput with 0, 1 and 4 other gateways following the store; and the cost of
 //! one sweep's position query over 10,000 tracked sessions.
@@ -86,7 +87,9 @@ fn ms(duration: Duration) -> String {
 
 /// A durable append through A, then the time until B's client has that event: one sample per
 /// append, `n` appends, one at a time.
-async fn ack_to_frame(apiproxy: &std::path::Path, sweep_only: bool, n: usize) -> Vec<Duration> {
+/// `n` durable appends through A, each `spacing` after B's frame of the one before (back to back
+/// they fall inside the follower's round gap; spaced past it, each is read at once).
+async fn ack_to_frame(apiproxy: &std::path::Path, sweep_only: bool, n: usize, spacing: Duration) -> Vec<Duration> {
     let schema = Schema::new(if sweep_only { "sweep" } else { "notify" });
     let a = Gateway::serve(apiproxy, &schema.url);
     let b = if sweep_only {
@@ -101,6 +104,7 @@ async fn ack_to_frame(apiproxy: &std::path::Path, sweep_only: bool, n: usize) ->
     client.call("session.create", json!({"sessionId": "lat", "cwd": "/bench"})).await;
     let mut samples = Vec::with_capacity(n);
     for k in 0..n {
+        tokio::time::sleep(spacing).await;
         client.call("session.append", json!({"sessionId": "lat", "events": [event(k)], "durable": true})).await;
         let acked = Instant::now();
         loop {
@@ -362,8 +366,13 @@ async fn main() {
         throughputs(&apiproxy, appends, true).await;
         return;
     }
-    for (name, sweep_only, n) in [("notification", false, latency_samples), ("sweep only (1 s)", true, sweep_samples)] {
-        let samples = ack_to_frame(&apiproxy, sweep_only, n).await;
+    let spaced = Duration::from_millis(100);
+    for (name, sweep_only, n, spacing) in [
+        ("notification", false, latency_samples, Duration::ZERO),
+        ("notification, appends 100 ms apart", false, sweep_samples, spaced),
+        ("sweep only (1 s)", true, sweep_samples, Duration::ZERO),
+    ] {
+        let samples = ack_to_frame(&apiproxy, sweep_only, n, spacing).await;
         println!(
             "A's durable ack to B's frame, {name}: p50 {}, p95 {}, p99 {}, max {} ({n} appends)",
             ms(percentile(&samples, 0.50)),
