@@ -219,16 +219,16 @@ async fn run(
                 false
             }
         };
-        // A signal soon after the last round waits out the gap; the wake-ups meanwhile join it.
-        if woken && let Some(due) = last_round.and_then(|last| last.checked_add(round_gap)) {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = tokio::time::sleep_until(due) => {}
-            }
-        }
-        // Only signals pace each other: the safety poll's sweep (once a second) does not hold
-        // back the signal after it.
+        // Only signals pace each other (the safety poll's sweep does not hold back the signal
+        // after it): a signal soon after the last one's round waits out the gap, and the wake-ups
+        // meanwhile join it.
         if woken {
+            if let Some(due) = last_round.and_then(|last| last.checked_add(round_gap)) {
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep_until(due) => {}
+                }
+            }
             last_round = Some(tokio::time::Instant::now());
         }
         let round = std::mem::take(&mut *wakes.pending.lock());

@@ -383,6 +383,14 @@ impl SessionPersistence for Misbehaving {
         self.0.read_from(id, from_seq, cancel).await
     }
 
+    async fn read_from_many(
+        &self,
+        reads: &[(SessionId, u64)],
+        cancel: &CancellationToken,
+    ) -> Vec<session_persistence::Result<session_persistence::Inspection>> {
+        self.0.read_from_many(reads, cancel).await
+    }
+
     async fn load(
         &self,
         id: &SessionId,

@@ -236,17 +236,10 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
     async fn read_from(&self, id: &SessionId, from_seq: u64, cancel: &CancellationToken) -> Result<Inspection>;
 
     /// [`read_from`](Self::read_from) of each `(id, from_seq)` of `reads`, answered in order,
-    /// one read's failure leaving the others alone. A persistence over a database server reads
-    /// the short ones in one round trip ([`Backend::prefetch_tails`](crate::Backend::prefetch_tails));
-    /// the default runs up to 8 of them at once.
-    async fn read_from_many(&self, reads: &[(SessionId, u64)], cancel: &CancellationToken) -> Vec<Result<Inspection>> {
-        let mut answers = Vec::with_capacity(reads.len());
-        for chunk in reads.chunks(8) {
-            let chunk: Vec<_> = chunk.iter().map(|(id, from_seq)| self.read_from(id, *from_seq, cancel)).collect();
-            answers.extend(futures::future::join_all(chunk).await);
-        }
-        answers
-    }
+    /// one read's failure leaving the others alone, a few at once. Over a database server the
+    /// short ones are read in one round trip
+    /// ([`Backend::prefetch_tails`](crate::Backend::prefetch_tails)).
+    async fn read_from_many(&self, reads: &[(SessionId, u64)], cancel: &CancellationToken) -> Vec<Result<Inspection>>;
 
     /// The balanced view of a session, committing any repair durably (cut the torn tail, append
     /// the closers). A live session with an open turn cannot be loaded.

@@ -396,6 +396,18 @@ impl SessionPersistence for Counting {
         self.inner.read_from(id, from_seq, cancel).await
     }
 
+    async fn read_from_many(
+        &self,
+        reads: &[(SessionId, u64)],
+        cancel: &CancellationToken,
+    ) -> Vec<session_persistence::Result<Inspection>> {
+        for (id, _) in reads {
+            self.count_read(id, cancel);
+        }
+        self.materialized.fetch_add(reads.len() as u64, Ordering::SeqCst);
+        self.inner.read_from_many(reads, cancel).await
+    }
+
     async fn load(&self, id: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<Inspection> {
         self.count_read(id, cancel);
         self.materialized.fetch_add(1, Ordering::SeqCst);

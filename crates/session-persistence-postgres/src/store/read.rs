@@ -251,9 +251,6 @@ impl PgStore {
         let session = self.session_row(first)?;
         let header = Arc::new(session.header?);
         let n_events = rows.len() - usize::from(db.column::<Option<i64>>(first, 6)?.is_none());
-        if n_events as i64 > SHORT_ROWS {
-            return Err(PersistenceError::invalid_input("a tail read ahead is longer than a short read"));
-        }
         let mut check = RowCheck::new(&session.id, from_seq);
         let mut gather = Gather::default();
         for row in rows.iter().take(n_events) {

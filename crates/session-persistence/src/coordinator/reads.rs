@@ -223,7 +223,7 @@ pub(super) async fn read_from_many(
         }
     }
     let mut answers = Vec::with_capacity(reads.len());
-    // Up to 8 at once, as the trait's default reads (same-id reads queue on the id's lock).
+    // Up to 8 at once (same-id reads queue on the id's lock).
     for chunk in reads.chunks(8) {
         let chunk: Vec<_> = chunk
             .iter()

@@ -450,6 +450,18 @@ impl SessionPersistence for Counting {
         self.inner.read_from(id, from_seq, cancel).await
     }
 
+    async fn read_from_many(
+        &self,
+        reads: &[(SessionId, u64)],
+        cancel: &CancellationToken,
+    ) -> Vec<session_persistence::Result<Inspection>> {
+        for (id, from_seq) in reads {
+            self.record(id, Call::ReadFrom(*from_seq));
+        }
+        self.pass_gate().await;
+        self.inner.read_from_many(reads, cancel).await
+    }
+
     async fn load(&self, id: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<Inspection> {
         self.inner.load(id, cancel).await
     }
