@@ -249,6 +249,11 @@ struct LimitArgs {
     /// How often, in milliseconds, a shared SQLite file's change counter is polled.
     #[arg(long, default_value_t = 100, value_parser = positive_u64)]
     follow_poll_ms: u64,
+    /// On a PostgreSQL store, the least time, in milliseconds, between two of this gateway's
+    /// notifications of appends: an append after a quiet stretch notifies at once, those of a
+    /// burst together after the gap (0: every append at once, each waking every other gateway).
+    #[arg(long, default_value_t = session_persistence_postgres::DEFAULT_NOTIFY_GAP.as_millis() as u64)]
+    notify_gap_ms: u64,
 }
 
 impl LimitArgs {
@@ -412,8 +417,12 @@ async fn run(command: Command) -> Result<ExitCode> {
                 eprintln!("apiproxy: {error}");
                 return Ok(ExitCode::from(EXIT_USAGE));
             }
+            let mut location = store.options()?;
+            if let StoreLocation::Postgres(pg) = &mut location {
+                pg.config = pg.config.clone().with_notify_gap(std::time::Duration::from_millis(limits.notify_gap_ms));
+            }
             let config = limits.apply(ProxyConfig { max_body_bytes, access, ..ProxyConfig::default() });
-            serve(store.options()?, listen, config, demo, token).await?;
+            serve(location, listen, config, demo, token).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Sessions { command: SessionsCommand::List { store, json } } => {

@@ -19,6 +19,10 @@ use crate::tls::{TlsMode, TlsSettings};
 /// The schema a URL without a `schema` parameter uses.
 pub const DEFAULT_SCHEMA: &str = "public";
 
+/// The default of [`PgConfig::notify_gap`]: half a following gateway's default round gap, so a
+/// burst written here reaches a follower within about one of its rounds.
+pub const DEFAULT_NOTIFY_GAP: Duration = Duration::from_millis(25);
+
 /// How to reach a PostgreSQL session store. Built from a URL (and libpq's environment) by
 /// [`PgConfig::from_url_and_env`].
 #[derive(Clone)]
@@ -34,6 +38,11 @@ pub struct PgConfig {
     /// How long one query (or waiting for a pooled connection) may take; the server is told the
     /// same bound as `statement_timeout`, so a query is never left running without one.
     pub query_timeout: Duration,
+    /// The least time between two of a store handle's notifications of appends (25 ms by
+    /// default; zero: every append notifies in its own transaction). An append after a quiet
+    /// stretch notifies at once; those of a burst wait for the gap and go out together, one per
+    /// session (`docs/storage-format.md`, "Change notifications").
+    pub notify_gap: Duration,
     /// Encryption and certificate checks (`sslmode`, `sslrootcert`).
     pub(crate) tls: TlsSettings,
     /// The password in every form it was given (to scrub from messages): never shown.
@@ -50,6 +59,7 @@ impl fmt::Debug for PgConfig {
             .field("pool_size", &self.pool_size)
             .field("connect_timeout", &self.connect_timeout)
             .field("query_timeout", &self.query_timeout)
+            .field("notify_gap", &self.notify_gap)
             .field("sslmode", &self.tls.mode)
             .field("sslrootcert", &self.tls.root_cert)
             .finish()
@@ -325,6 +335,7 @@ impl PgConfig {
             pool_size: 8,
             connect_timeout,
             query_timeout,
+            notify_gap: DEFAULT_NOTIFY_GAP,
             secrets,
             shown: String::new(),
         };
@@ -340,6 +351,13 @@ impl PgConfig {
         self.schema = schema.to_owned();
         self.shown = self.describe();
         Ok(self)
+    }
+
+    /// The same settings with append notifications at least `gap` apart (see
+    /// [`notify_gap`](PgConfig::notify_gap)).
+    pub fn with_notify_gap(mut self, gap: Duration) -> PgConfig {
+        self.notify_gap = gap;
+        self
     }
 
     /// The same settings with at most `pool_size` connections in the pool (at least 1).

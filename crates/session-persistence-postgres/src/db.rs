@@ -16,7 +16,11 @@ use std::{
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType};
 use session_persistence::{DatabaseFault, PersistenceError, Result};
 use tokio::runtime::RuntimeFlavor;
-use tokio_postgres::{Row, error::SqlState, types::FromSql};
+use tokio_postgres::{
+    Row,
+    error::SqlState,
+    types::{FromSql, ToSql},
+};
 
 use crate::{
     config::{PgConfig, scrub_all},
@@ -86,6 +90,41 @@ impl Dialer {
             Ok(result) => result.map_err(|error| self.error(error)),
             Err(_) => Err(took_longer(&self.shown, what, self.query_timeout)),
         }
+    }
+}
+
+/// A handle on the pool that a task can keep beyond the call that started it: a statement on a
+/// pooled connection, bounded by the query timeout, its errors mapped as [`Db::error`] maps them.
+#[derive(Clone)]
+pub(crate) struct Pooled {
+    pool: Pool,
+    dialer: Dialer,
+}
+
+impl Pooled {
+    /// Runs `sql` with `params` on a pooled connection; `what` names it in a timeout's message.
+    pub(crate) async fn execute(&self, what: &str, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64> {
+        let client = match self.pool.get().await {
+            Ok(client) => client,
+            Err(PoolError::Backend(error)) => return Err(self.dialer.error(error)),
+            Err(PoolError::Timeout(_)) => {
+                return Err(took_longer(
+                    &self.dialer.shown,
+                    "waiting for a pooled connection",
+                    self.dialer.query_timeout,
+                ));
+            }
+            Err(other) => {
+                let message = scrub_all(&other.to_string(), &self.dialer.secrets);
+                return Err(PersistenceError::database(&self.dialer.shown, DatabaseFault::Connection, message));
+            }
+        };
+        let result = self.dialer.timed(what, plain(&client).execute(sql, params)).await;
+        if matches!(result, Err(PersistenceError::Database { .. })) {
+            // As in `Db::run`: a connection that failed is never handed out again.
+            drop(deadpool_postgres::Object::take(client));
+        }
+        result
     }
 }
 
@@ -178,6 +217,11 @@ impl Db {
     /// How to open connections of their own outside the pool.
     pub(crate) fn dialer(&self) -> &Dialer {
         &self.dialer
+    }
+
+    /// The pool, for a task on the store's runtime that outlives a call (see [`Pooled`]).
+    pub(crate) fn pooled(&self) -> Pooled {
+        Pooled { pool: self.pool.clone(), dialer: self.dialer.clone() }
     }
 
     /// Starts `task` on the store's runtime (it ends when the runtime does: with the store).

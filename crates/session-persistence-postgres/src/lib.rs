@@ -46,7 +46,7 @@ mod tls;
 pub use crate::{
     checkpoint::PgCheckpointStore,
     codec::{COMPRESS_MIN_BYTES, RUN_BYTES, RUN_EVENTS, ZSTD_LEVEL},
-    config::{DEFAULT_SCHEMA, PgConfig, PgEnv, is_postgres_url, is_valid_schema, redact_url},
+    config::{DEFAULT_NOTIFY_GAP, DEFAULT_SCHEMA, PgConfig, PgEnv, is_postgres_url, is_valid_schema, redact_url},
     schema::{SCHEMA_VERSION, SetupOutcome},
     store::PgStore,
     tls::TlsMode,

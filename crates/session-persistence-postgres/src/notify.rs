@@ -5,8 +5,24 @@
 //! A notification is only a wake-up: the follower reads the positions and the tails itself, so a
 //! payload that does not parse, or one without an id (it would not fit PostgreSQL's limit), is a
 //! sweep and never an error.
+//!
+//! A handle's appends are paced ([`Pacer`]): an append after a quiet stretch notifies in its own
+//! transaction, and the appends of a burst wait until the gap since the last notification has
+//! passed, then go together in one statement, one notification per session (its latest next
+//! seq). Every listening backend of the server wakes up once per notifying transaction, so a
+//! burst of appends costs each listener one wake-up per gap instead of one per append.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
 
 use session_core::SessionId;
 use session_persistence::{ChangeKind, StoreChange};
@@ -74,6 +90,97 @@ impl Notifier {
         } else {
             (head, "}".to_owned())
         }
+    }
+}
+
+/// Whether an append's notification goes in its own transaction or waits for the gap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// In the append's transaction: no notification went out within the gap.
+    Now,
+    /// After the append commits, through [`Pacer::defer`].
+    Later,
+}
+
+/// Paces one handle's append notifications (see the module documentation). Creations and
+/// releases are not paced: they are rare, and a follower shows them as their own frames.
+#[derive(Debug)]
+pub(crate) struct Pacer {
+    gap: Duration,
+    state: Arc<Mutex<Paced>>,
+}
+
+#[derive(Debug, Default)]
+struct Paced {
+    /// When this handle's last paced notification went out (or was put in a transaction).
+    last: Option<Instant>,
+    /// The payloads waiting for the gap, one per session: its latest append's.
+    waiting: HashMap<SessionId, String>,
+    /// When the waiting payloads go out, if a send of them is scheduled.
+    due: Option<Instant>,
+}
+
+/// The waiting payloads a scheduled send takes: see [`Pacer::defer`].
+#[derive(Debug, Clone)]
+pub(crate) struct Deferred {
+    state: Arc<Mutex<Paced>>,
+    /// When to send them.
+    pub(crate) due: Instant,
+}
+
+impl Deferred {
+    /// Takes the waiting payloads (the send is no longer scheduled) and counts them as sent now.
+    pub(crate) fn take(&self) -> Vec<String> {
+        let mut state = self.state.lock();
+        state.due = None;
+        if state.waiting.is_empty() {
+            return Vec::new();
+        }
+        state.last = Some(Instant::now());
+        state.waiting.drain().map(|(_, payload)| payload).collect()
+    }
+}
+
+impl Pacer {
+    /// Notifications at least `gap` apart (zero: every append in its own transaction).
+    pub(crate) fn new(gap: Duration) -> Pacer {
+        Pacer { gap, state: Arc::default() }
+    }
+
+    /// Where the notification of an append about to start goes: [`Turn::Now`] claims the gap
+    /// (whether or not the append then commits: a claim for nothing only delays the next one).
+    pub(crate) fn turn(&self) -> Turn {
+        if self.gap.is_zero() {
+            return Turn::Now;
+        }
+        let mut state = self.state.lock();
+        let now = Instant::now();
+        let quiet = state.due.is_none() && state.last.is_none_or(|last| now.duration_since(last) >= self.gap);
+        if quiet {
+            state.last = Some(now);
+            Turn::Now
+        } else {
+            Turn::Later
+        }
+    }
+
+    /// Queues the notification `payload` of an append to `id` that committed, replacing the
+    /// session's earlier waiting one; returns the send to schedule when none is yet (the caller
+    /// sleeps until its `due`, then sends what it takes).
+    pub(crate) fn defer(&self, id: &SessionId, payload: String) -> Option<Deferred> {
+        let mut state = self.state.lock();
+        state.waiting.insert(id.clone(), payload);
+        if state.due.is_some() {
+            return None;
+        }
+        let due = state.last.map_or_else(Instant::now, |last| last + self.gap);
+        state.due = Some(due);
+        Some(Deferred { state: Arc::clone(&self.state), due })
+    }
+
+    /// Drops `id`'s waiting notification: its release's own says where the session ends.
+    pub(crate) fn forget(&self, id: &SessionId) {
+        self.state.lock().waiting.remove(id);
     }
 }
 

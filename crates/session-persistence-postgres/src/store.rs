@@ -3,8 +3,9 @@
 //! stored `next_seq`); reads run in one repeatable-read snapshot and page through the events by
 //! `(session_id, seq)`, so a suffix costs the suffix; listings of one parent's family and pages
 //! of the newest-first order are index scans. Each append, repair and release notifies the
-//! schema's channel in the same transaction (`notify`); a follower's positions are one query
-//! over the ids and `pg_locks`.
+//! schema's channel in the same transaction, or, for an append within the handle's notify gap
+//! of its last, together with the others of its burst once the gap has passed (`notify`); a
+//! follower's positions are one query over the ids and `pg_locks`.
 
 use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
 
@@ -22,7 +23,7 @@ use crate::{
     config::PgConfig,
     db::{Client, Db, is_unique_violation, plain},
     listen,
-    notify::Notifier,
+    notify::{Notifier, Pacer, Turn},
     schema::{self, SetupOutcome, qualify},
 };
 
@@ -43,6 +44,8 @@ pub struct PgStore {
     leases: parking_lot::Mutex<Leases>,
     /// The schema's notification channel and this handle's tag.
     notifier: Notifier,
+    /// The pace of this handle's append notifications.
+    pacer: Pacer,
 }
 
 /// The writer leases of one store: a shared session-level advisory lock per session live in
@@ -97,6 +100,9 @@ struct Sql {
     positions: String,
     created_since: String,
 }
+
+/// Paced notifications: the payloads `$2` on the channel `$1`, in one transaction.
+const NOTIFY_MANY: &str = "SELECT pg_notify($1::text, p) FROM unnest($2::text[]) AS p";
 
 const HEADER_COLUMNS: &str = "id, header, incarnation, revision, n_bytes";
 /// The first seq of the run that holds seq `$2` of session `$1` (`$2` itself when no row starts
@@ -210,7 +216,7 @@ impl PgStore {
         let db = Db::new(config)?;
         let schema = config.schema.clone();
         let (store_id, outcome) = db.run(async |client| schema::setup(&db, client, &schema).await)?;
-        Ok((PgStore::with(db, schema, store_id), outcome))
+        Ok((PgStore::with(db, config, store_id), outcome))
     }
 
     /// Opens a store that is set up at this build's schema version; a missing store is refused
@@ -220,13 +226,15 @@ impl PgStore {
         let db = Db::new(config)?;
         let schema = config.schema.clone();
         let store_id = db.run(async |client| schema::check(&db, client, &schema).await)?;
-        Ok(PgStore::with(db, schema, store_id))
+        Ok(PgStore::with(db, config, store_id))
     }
 
-    fn with(db: Db, schema: String, store_id: String) -> PgStore {
+    fn with(db: Db, config: &PgConfig, store_id: String) -> PgStore {
+        let schema = config.schema.clone();
         let sql = Sql::new(&schema);
         let notifier = Notifier::new(&schema);
-        PgStore { db, schema, store_id, sql, leases: parking_lot::Mutex::new(Leases::default()), notifier }
+        let pacer = Pacer::new(config.notify_gap);
+        PgStore { db, schema, store_id, sql, leases: parking_lot::Mutex::new(Leases::default()), notifier, pacer }
     }
 
     /// The store as messages name it (no password).
@@ -319,24 +327,65 @@ impl PgStore {
         Ok(listing)
     }
 
-    /// Appends `events` in one transaction: the session row first when `materialize`, then the
-    /// fence (the row locked, the batch must start at its `next_seq`), the rows, the new
-    /// `next_seq` and revision.
+    /// Appends `events` in one transaction ([`write_batch`](Self::write_batch)) and notifies
+    /// the schema's channel: in the transaction, or paced after it (`notify::Pacer`).
     fn write(&self, header: &SessionHeader, events: &[&SessionEvent], materialize: bool, repair: bool) -> Result<()> {
-        let Some(first) = events.first() else { return Ok(()) };
+        if events.is_empty() {
+            return Ok(());
+        }
         let id = &header.id;
         let encoded: Vec<EncodedRow> = codec::encode_runs(events);
-        let last_seq = to_sql_seq(events[events.len() - 1].seq);
-        let n_bytes: i64 = encoded.iter().map(|event| event.n_bytes).sum();
         // A repair of a session that no lease of this store covers must hold the lease key
         // exclusively: refused while a live writer anywhere holds it, and no writer leases it
         // until the repair commits.
         let fence_repair = repair && !self.leases.lock().held.contains(id);
-        // Sent by the transaction, so only on commit; a session's first batch is its creation.
+        // A session's first batch is its creation, sent by its transaction (so only on commit);
+        // an append's goes there too after a quiet stretch, else after the commit, paced.
         let notification = self.notifier.enabled().then(|| {
             let kind = if materialize { ChangeKind::Created } else { ChangeKind::Appended };
-            self.notifier.payload(kind, id, events[events.len() - 1].seq.saturating_add(1))
+            let turn = if materialize { Turn::Now } else { self.pacer.turn() };
+            (turn, self.notifier.payload(kind, id, events[events.len() - 1].seq.saturating_add(1)))
         });
+        let in_transaction = match &notification {
+            Some((Turn::Now, payload)) => Some(payload),
+            _ => None,
+        };
+        self.write_batch(header, events, &encoded, materialize, fence_repair, in_transaction)?;
+        if let Some((Turn::Later, payload)) = notification
+            && let Some(deferred) = self.pacer.defer(id, payload)
+        {
+            let (pooled, channel) = (self.db.pooled(), self.notifier.channel.clone());
+            self.db.spawn(async move {
+                tokio::time::sleep_until(deferred.due).await;
+                let payloads = deferred.take();
+                if payloads.is_empty() {
+                    return;
+                }
+                let params: [&(dyn ToSql + Sync); 2] = [&channel, &payloads];
+                if let Err(error) = pooled.execute("notifying appends", NOTIFY_MANY, &params).await {
+                    tracing::warn!(%error, sessions = payloads.len(), "cannot notify appends; followers find them by their sweep");
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// [`write`](Self::write)'s transaction: the session row first when `materialize`, then
+    /// the fence (the row locked, the batch must start at its `next_seq`), the rows, the new
+    /// `next_seq` and revision, with `notification` sent on commit.
+    fn write_batch(
+        &self,
+        header: &SessionHeader,
+        events: &[&SessionEvent],
+        encoded: &[EncodedRow],
+        materialize: bool,
+        fence_repair: bool,
+        notification: Option<&String>,
+    ) -> Result<()> {
+        let Some(first) = events.first() else { return Ok(()) };
+        let id = &header.id;
+        let last_seq = to_sql_seq(events[events.len() - 1].seq);
+        let n_bytes: i64 = encoded.iter().map(|event| event.n_bytes).sum();
         let db = &self.db;
         db.run(async |client: &mut Client| {
             let transaction = db.timed("starting an append", client.transaction()).await?;
@@ -416,7 +465,7 @@ impl PgStore {
             }
             let (next_seq, name) = (last_seq + 1, id.as_str());
             let mut params: Vec<&(dyn ToSql + Sync)> = vec![&name, &next_seq, &n_bytes];
-            let bump = match &notification {
+            let bump = match notification {
                 Some(payload) => {
                     params.extend([&self.notifier.channel as &(dyn ToSql + Sync), payload]);
                     &self.sql.bump_notify
@@ -598,6 +647,11 @@ impl Backend for PgStore {
         let mut leases = self.leases.lock();
         let held = leases.held.remove(id) && leases.connection.is_some();
         let notify = self.notifier.enabled();
+        if notify {
+            // The release's notification says where the session ends: an append's waiting one
+            // would only wake followers again after it.
+            self.pacer.forget(id);
+        }
         let (head, tail) = self.notifier.parts(ChangeKind::Released, id);
         let channel = self.notifier.channel.as_str();
         let db = &self.db;

@@ -175,3 +175,71 @@ fn rows_decoded_in_place_match_the_full_decode() {
     }
     assert_eq!(idx, 12);
 }
+
+/// A session's rows are read in rowid order as long as that order continues the seqs, and by the
+/// primary key's index from where it stops: every physical order reads the same events.
+#[test]
+fn rows_in_rowid_order_are_read_without_the_index_and_any_order_reads_the_same() {
+    use session_core::{SessionHeader, SessionId};
+    use session_persistence::{Backend, CollectSink};
+    use tokio_util::sync::CancellationToken;
+
+    use crate::{SqliteConfig, SqliteStore, scan::ROWID_ORDER_ROWS};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let store = SqliteStore::open(SqliteConfig::file(&path)).unwrap();
+    let event =
+        |seq: u64| Arc::new(SessionEvent::new("test/n", seq, 7, JsonData::from_value(&json!({ "n": seq })).unwrap()));
+    let write = |id: &str, seqs: std::ops::Range<u64>| {
+        let events: Vec<_> = seqs.clone().map(event).collect();
+        store.append_batch(&SessionHeader::new(SessionId::from(id), 1), &events, seqs.start > 0).unwrap();
+    };
+    // `dense` in batches of 10 with 5 rows of `other` between them; `sparse` one row in four.
+    for batch in 0..30 {
+        write("dense", batch * 10..batch * 10 + 10);
+        write("other", batch * 5..batch * 5 + 5);
+    }
+    for seq in 0..100 {
+        write("sparse", seq..seq + 1);
+        write("other", 150 + seq * 3..150 + seq * 3 + 3);
+    }
+    let read = |id: &str, from: u64| {
+        let reader = SqliteStore::open_for_reading(&path).unwrap();
+        ROWID_ORDER_ROWS.with(|rows| rows.set(0));
+        let mut sink = CollectSink::default();
+        let (id, cancel) = (SessionId::from(id), CancellationToken::new());
+        let outcome = match from {
+            0 => reader.scan(&id, &cancel, &mut sink),
+            from => reader.scan_from(&id, from, &cancel, &mut sink),
+        };
+        let outcome = outcome.unwrap().expect("stored");
+        assert_eq!(outcome.torn, None);
+        let seqs: Vec<u64> = sink.events.iter().map(|event| event.seq).collect();
+        for stored in &sink.events {
+            assert_eq!(*stored, *event(stored.seq), "the event as written");
+        }
+        (seqs, ROWID_ORDER_ROWS.with(std::cell::Cell::get))
+    };
+    let all = |range: std::ops::Range<u64>| range.collect::<Vec<_>>();
+
+    assert_eq!(read("dense", 0), (all(0..300), 300), "every row in rowid order, past the other session's");
+    assert_eq!(read("dense", 150), (all(150..300), 150), "a seek read too");
+    assert_eq!(read("sparse", 0), (all(0..100), 0), "rows among four times as many others: by the index");
+    assert_eq!(read("other", 0).0, all(0..450));
+
+    // Seqs 100..110 moved past every other row: the rowid order reads 0..100, the index the rest.
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let moved = "CREATE TEMP TABLE moved AS SELECT * FROM events WHERE session_id = 'dense' AND seq BETWEEN 100 AND 109; \
+                 DELETE FROM events WHERE session_id = 'dense' AND seq BETWEEN 100 AND 109; \
+                 INSERT INTO events SELECT * FROM moved ORDER BY seq; DROP TABLE moved;";
+    raw.execute_batch(moved).unwrap();
+    assert_eq!(read("dense", 0), (all(0..300), 101), "up to the first row out of order");
+    // Every row in reverse: the rowid order does not start.
+    let reversed = "CREATE TEMP TABLE reversed AS SELECT * FROM events WHERE session_id = 'dense'; \
+                    DELETE FROM events WHERE session_id = 'dense'; \
+                    INSERT INTO events SELECT * FROM reversed ORDER BY seq DESC; DROP TABLE reversed;";
+    raw.execute_batch(reversed).unwrap();
+    assert_eq!(read("dense", 0), (all(0..300), 0));
+    assert_eq!(read("dense", 290), (all(290..300), 0));
+}

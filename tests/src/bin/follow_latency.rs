@@ -10,6 +10,9 @@
 //! other gateway, and the clients that watch them, on CPU 1 (`taskset`; the server's processes
 //! get their CPUs back at the end).
 //!
+//! `--cases=l1,l4,g1,g4,w1,w4` (any of them) and `--rounds=N` choose the throughput cases and
+//! their rounds; `--throughput-only` skips the latency and sweep probes.
+//!
 //! `follow_latency [--quick] [--own-cores] [APIPROXY]` needs the PostgreSQL server of `SESSION_PG_URL`
 //! (default `postgres://postgres@127.0.0.1:5432/test`) and the `apiproxy` binary beside this one
 //! (build it with the same profile first). Each run works in schemas of its own, dropped at the
@@ -140,7 +143,10 @@ enum Others {
     Listeners(usize),
 }
 
-/// `n` connections that `LISTEN` on `channel` and drain what arrives.
+/// The notifications the bare listeners of the running case received, all of them together.
+static HEARD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// `n` connections that `LISTEN` on `channel` and drain what arrives (counted in [`HEARD`]).
 async fn listeners(channel: &str, n: usize) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     for _ in 0..n {
@@ -149,8 +155,12 @@ async fn listeners(channel: &str, n: usize) -> Vec<tokio::task::JoinHandle<()>> 
         let drain = tokio::spawn(async move {
             // Polling the connection receives its notifications (and drops them).
             while let Some(message) = futures::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                if message.is_err() {
-                    break;
+                match message {
+                    Ok(tokio_postgres::AsyncMessage::Notification(_)) => {
+                        HEARD.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
                 }
             }
         });
@@ -248,9 +258,14 @@ fn watch_all(
     (thread, stop)
 }
 
+/// How long the throughput cases wait, once the others are up and A's sessions stored, before
+/// they measure: a steady state, not the others' start.
+const SETTLE: Duration = Duration::from_secs(1);
+
 /// Durable appends per second through A, one client per session, with `others` on the store
-/// (on a core of their own with `own_cores`).
-async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, own_cores: bool) -> f64 {
+/// (on a core of their own with `own_cores`), and how many notifications each bare listener
+/// received meanwhile.
+async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, own_cores: bool) -> (f64, usize) {
     const SESSIONS: usize = 8;
     let schema = Schema::new(&format!("tp{}", std::process::id() % 1000 + rand_tag()));
     let a = Gateway::serve(apiproxy, &schema.url);
@@ -272,17 +287,28 @@ async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, 
     for s in 0..SESSIONS {
         let mut client = Client::connect(a.addr()).await;
         client.call("session.create", json!({"sessionId": format!("tp-{s}"), "cwd": "/bench"})).await;
+        // The first append stores the session, which every other gateway then looks up once.
+        let payload = json!({"sessionId": format!("tp-{s}"), "events": [event(0)], "durable": true});
+        client.call("session.append", payload).await;
         clients.push(client);
     }
+    // What the others do once on start and on a new session (their first sweep, the new
+    // sessions' headers, a watcher's subscription) is over before the measured appends.
+    tokio::time::sleep(SETTLE).await;
+    HEARD.store(0, std::sync::atomic::Ordering::Relaxed);
     let started = Instant::now();
     let runs = clients.into_iter().enumerate().map(|(s, mut client)| async move {
-        for k in 0..appends {
+        for k in 1..=appends {
             let payload = json!({"sessionId": format!("tp-{s}"), "events": [event(k)], "durable": true});
             client.call("session.append", payload).await;
         }
     });
     futures::future::join_all(runs).await;
     let rate = (SESSIONS * appends) as f64 / started.elapsed().as_secs_f64();
+    let heard = match others {
+        Others::Listeners(n) if n > 0 => HEARD.load(std::sync::atomic::Ordering::Relaxed) / n,
+        _ => 0,
+    };
     if let Some((thread, stop)) = watchers {
         drop(stop);
         thread.join().expect("the watching clients stop");
@@ -291,7 +317,7 @@ async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, 
     for tap in taps {
         tap.abort();
     }
-    rate
+    (rate, heard)
 }
 
 /// The position query of one sweep over `n` tracked sessions, each with one stored event.
@@ -320,34 +346,67 @@ fn sweep_cost(n: usize) -> Vec<Duration> {
     samples
 }
 
+/// The cases `--cases=…` names (comma-separated: `alone`, `l1`, `l4`, `g1`, `g4`, `w1`, `w4`),
+/// else all of them; nobody else on the store (`alone`) always first.
+fn chosen_cases() -> Vec<Others> {
+    let all = [
+        ("alone", Others::Listeners(0)),
+        ("l1", Others::Listeners(1)),
+        ("l4", Others::Listeners(4)),
+        ("g1", Others::Gateways(1)),
+        ("g4", Others::Gateways(4)),
+        ("w1", Others::WatchedGateways(1)),
+        ("w4", Others::WatchedGateways(4)),
+    ];
+    let Some(list) = std::env::args().find_map(|arg| arg.strip_prefix("--cases=").map(str::to_owned)) else {
+        return all.iter().map(|(_, case)| *case).collect();
+    };
+    let names: Vec<&str> = list.split(',').collect();
+    for name in &names {
+        assert!(all.iter().any(|(known, _)| known == name), "--cases: unknown case {name:?}");
+    }
+    all.iter().filter(|(name, _)| *name == "alone" || names.contains(name)).map(|(_, case)| *case).collect()
+}
+
 /// A's durable append throughput with nobody else on the store and with each kind of other,
-/// interleaved over 3 rounds; prints the medians.
+/// interleaved over `--rounds=N` rounds (3 by default); prints the medians.
 async fn throughputs(apiproxy: &std::path::Path, appends: usize, own_cores: bool) {
     // Interleaved, so drift on a noisy machine spreads over every case.
-    let cases = [
-        Others::Listeners(0),
-        Others::Listeners(1),
-        Others::Listeners(4),
-        Others::Gateways(1),
-        Others::Gateways(4),
-        Others::WatchedGateways(1),
-        Others::WatchedGateways(4),
-    ];
+    let cases = chosen_cases();
+    let n_rounds = std::env::args()
+        .find_map(|arg| arg.strip_prefix("--rounds=").map(|n| n.parse::<usize>().expect("--rounds=N")))
+        .unwrap_or(3);
     let mut rates = vec![Vec::new(); cases.len()];
-    for _ in 0..3 {
-        for (case, rate) in cases.iter().zip(rates.iter_mut()) {
-            rate.push(throughput(apiproxy, *case, appends, own_cores).await);
+    let mut heard = vec![Vec::new(); cases.len()];
+    for _ in 0..n_rounds {
+        for ((case, rate), heard) in cases.iter().zip(rates.iter_mut()).zip(heard.iter_mut()) {
+            let (measured, notifications) = throughput(apiproxy, *case, appends, own_cores).await;
+            rate.push(measured);
+            heard.push(notifications);
         }
     }
     let median = |rates: &mut Vec<f64>| {
         rates.sort_by(f64::total_cmp);
         rates[rates.len() / 2]
     };
-    let alone = median(&mut rates[0]);
-    println!("A's durable appends/s (median of 3), nobody else on the store: {alone:.0}");
-    for (case, rates) in cases.iter().zip(rates.iter_mut()).skip(1) {
-        let rate = median(rates);
-        println!("A's durable appends/s, {case:?}: {rate:.0} ({:+.1} % against none)", (rate / alone - 1.0) * 100.0);
+    // Each case against nobody else in the same round, so that the machine's drift between
+    // rounds cancels out.
+    let paired: Vec<Vec<f64>> =
+        rates.iter().map(|case| case.iter().zip(&rates[0]).map(|(rate, alone)| rate / alone - 1.0).collect()).collect();
+    let alone = median(&mut rates[0].clone());
+    println!("A's durable appends/s (median of {n_rounds}), nobody else on the store: {alone:.0} {:.0?}", rates[0]);
+    for (((case, rates), mut paired), heard) in cases.iter().zip(&rates).zip(paired).zip(&heard).skip(1) {
+        let rate = median(&mut rates.clone());
+        let heard = match case {
+            Others::Listeners(_) => format!(", each listener heard {heard:?} notifications"),
+            _ => String::new(),
+        };
+        println!(
+            "A's durable appends/s, {case:?}: {rate:.0} ({:+.1} % against none; {:+.1} % the median against its own \
+             round's) {rates:.0?}{heard}",
+            (rate / alone - 1.0) * 100.0,
+            median(&mut paired) * 100.0,
+        );
     }
 }
 
@@ -364,6 +423,10 @@ async fn main() {
         let _pinned = OwnCores::pin();
         println!("the database, A and this probe on CPU 0; the other gateways and their clients on CPU {OTHERS_CPU}");
         throughputs(&apiproxy, appends, true).await;
+        return;
+    }
+    if std::env::args().any(|arg| arg == "--throughput-only") {
+        throughputs(&apiproxy, appends, false).await;
         return;
     }
     let spaced = Duration::from_millis(100);

@@ -4,7 +4,9 @@
 use session_core::SessionId;
 use session_persistence::{ChangeKind, StoreChange};
 
-use super::{Notifier, PAYLOAD_MAX_BYTES, channel, parse};
+use std::time::Duration;
+
+use super::{Notifier, PAYLOAD_MAX_BYTES, Pacer, Turn, channel, parse};
 
 fn notifier() -> Notifier {
     Notifier::new("public")
@@ -97,4 +99,31 @@ fn an_id_too_long_for_the_limit_gives_an_id_less_wake_up() {
     assert!(fits(&SessionId::from("\u{1}".repeat(1_300))));
     // Any id a header may hold fits.
     assert!(fits(&SessionId::from("\u{1}".repeat(session_core::MAX_ID_BYTES))));
+}
+
+#[test]
+fn a_pacer_sends_after_a_quiet_stretch_at_once_and_a_bursts_notifications_together() {
+    let gap = Duration::from_secs(3_600);
+    let pacer = Pacer::new(gap);
+    let (a, b) = (SessionId::from("a"), SessionId::from("b"));
+    assert_eq!(pacer.turn(), Turn::Now, "the first append notifies in its transaction");
+    assert_eq!(pacer.turn(), Turn::Later, "the next one within the gap waits");
+    let deferred = pacer.defer(&a, "a-2".to_owned()).expect("the first waiting one schedules a send");
+    assert!(deferred.due >= tokio::time::Instant::now() + gap - Duration::from_secs(1), "due when the gap has passed");
+    assert!(pacer.defer(&a, "a-3".to_owned()).is_none(), "later ones join the scheduled send");
+    assert!(pacer.defer(&b, "b-1".to_owned()).is_none());
+    assert!(pacer.defer(&SessionId::from("c"), "c-1".to_owned()).is_none());
+    pacer.forget(&SessionId::from("c"));
+    assert_eq!(pacer.turn(), Turn::Later, "a send is scheduled: appends join it");
+
+    let mut sent = deferred.take();
+    sent.sort();
+    assert_eq!(sent, ["a-3", "b-1"], "one per session, its latest; a released one's dropped");
+    assert!(deferred.take().is_empty(), "taken once");
+    assert_eq!(pacer.turn(), Turn::Later, "the send counts as the last notification");
+    let next = pacer.defer(&a, "a-4".to_owned()).expect("a new send once the last was taken");
+    assert!(next.due > deferred.due, "a gap after the last send");
+
+    let every = Pacer::new(Duration::ZERO);
+    assert_eq!((every.turn(), every.turn()), (Turn::Now, Turn::Now), "no gap: every append at once");
 }

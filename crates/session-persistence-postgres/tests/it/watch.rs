@@ -81,11 +81,17 @@ fn until_listeners(schema: &TestSchema, name: &str, count: &str) {
     }
 }
 
+/// A store over `schema` whose appends notify at least `gap` apart.
+fn paced_store(schema: &TestSchema, gap: Duration) -> PgStore {
+    PgStore::open(&schema.config().clone().with_notify_gap(gap)).unwrap()
+}
+
 #[test]
 fn a_watch_sweeps_then_hears_another_handles_writes_and_not_its_own() {
     let Some(schema) = TestSchema::new() else { return };
     let follower = schema.open();
-    let writer = schema.open();
+    // Every append notifies in its own transaction: each is heard as it commits.
+    let writer = paced_store(&schema, Duration::ZERO);
     let (_watch, signals) = watch(&follower);
     assert_eq!(next(&signals), StoreChange::Sweep, "a sweep once it listens");
 
@@ -120,6 +126,45 @@ fn a_watch_sweeps_then_hears_another_handles_writes_and_not_its_own() {
     write(&writer, "s", 5..6);
     assert_eq!(next(&signals), session("s", ChangeKind::Appended, 6));
     assert_eq!(signals.try_recv(), Err(mpsc::TryRecvError::Empty));
+}
+
+#[test]
+fn a_burst_of_appends_is_heard_once_per_gap_and_session() {
+    let Some(schema) = TestSchema::new() else { return };
+    let follower = schema.open();
+    let gap = Duration::from_millis(300);
+    let writer = paced_store(&schema, gap);
+    let (_watch, signals) = watch(&follower);
+    assert_eq!(next(&signals), StoreChange::Sweep);
+    // Creations are never paced.
+    write(&writer, "a", 0..1);
+    write(&writer, "b", 0..1);
+    assert_eq!(next(&signals), session("a", ChangeKind::Created, 1));
+    assert_eq!(next(&signals), session("b", ChangeKind::Created, 1));
+
+    // An append after a quiet stretch is heard at once; the burst after it once the gap has
+    // passed, one notification per session with its last next seq.
+    let started = Instant::now();
+    write(&writer, "a", 1..2);
+    write(&writer, "a", 2..3);
+    write(&writer, "b", 1..2);
+    write(&writer, "a", 3..4);
+    write(&writer, "b", 2..3);
+    assert_eq!(next(&signals), session("a", ChangeKind::Appended, 2));
+    let mut burst = vec![next(&signals), next(&signals)];
+    assert!(started.elapsed() >= gap, "the burst waited for the gap");
+    burst.sort_by_key(|change| format!("{change:?}"));
+    assert_eq!(burst, [session("a", ChangeKind::Appended, 4), session("b", ChangeKind::Appended, 3)]);
+    assert_eq!(signals.recv_timeout(gap * 2), Err(RecvTimeoutError::Timeout), "nothing more: 5 appends, 3 wake-ups");
+
+    // A release drops the session's waiting append: its own notification says where it ends.
+    write(&writer, "b", 3..4);
+    write(&writer, "a", 4..5);
+    writer.end_lease(&SessionId::from("a"));
+    let mut rest = vec![next(&signals), next(&signals)];
+    rest.sort_by_key(|change| format!("{change:?}"));
+    assert_eq!(rest, [session("a", ChangeKind::Released, 5), session("b", ChangeKind::Appended, 4)]);
+    assert_eq!(signals.recv_timeout(gap * 2), Err(RecvTimeoutError::Timeout));
 }
 
 #[test]
