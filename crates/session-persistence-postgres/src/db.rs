@@ -104,21 +104,10 @@ pub(crate) struct Pooled {
 impl Pooled {
     /// Runs `sql` with `params` on a pooled connection; `what` names it in a timeout's message.
     pub(crate) async fn execute(&self, what: &str, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64> {
-        let client = match self.pool.get().await {
-            Ok(client) => client,
-            Err(PoolError::Backend(error)) => return Err(self.dialer.error(error)),
-            Err(PoolError::Timeout(_)) => {
-                return Err(took_longer(
-                    &self.dialer.shown,
-                    "waiting for a pooled connection",
-                    self.dialer.query_timeout,
-                ));
-            }
-            Err(other) => {
-                let message = scrub_all(&other.to_string(), &self.dialer.secrets);
-                return Err(PersistenceError::database(&self.dialer.shown, DatabaseFault::Connection, message));
-            }
-        };
+        let dialer = &self.dialer;
+        let client = self.pool.get().await.map_err(|error| {
+            pool_error(&dialer.shown, &dialer.secrets, dialer.query_timeout, dialer.connect_timeout, error)
+        })?;
         let result = self.dialer.timed(what, plain(&client).execute(sql, params)).await;
         if matches!(result, Err(PersistenceError::Database { .. })) {
             // As in `Db::run`: a connection that failed is never handed out again.
@@ -339,16 +328,7 @@ impl Db {
     }
 
     fn pool_error(&self, error: PoolError) -> PersistenceError {
-        match error {
-            PoolError::Backend(error) => self.error(error),
-            PoolError::Timeout(TimeoutType::Wait) => self.timed_out("waiting for a pooled connection"),
-            // Opening a connection (TCP, TLS, the startup and authentication exchange) is bounded
-            // by the connect timeout, and the message names that figure.
-            PoolError::Timeout(TimeoutType::Create | TimeoutType::Recycle) => {
-                self.took_longer("connecting", self.connect_timeout)
-            }
-            other => PersistenceError::database(&self.shown, DatabaseFault::Connection, self.scrub(&other.to_string())),
-        }
+        pool_error(&self.shown, &self.secrets, self.query_timeout, self.connect_timeout, error)
     }
 
     pub(crate) fn scrub(&self, text: &str) -> String {
@@ -364,6 +344,26 @@ impl Db {
             let message = format!("reading column {idx} ({name}) of a result row: {error}");
             PersistenceError::database(&self.shown, DatabaseFault::Other, self.scrub(&message))
         })
+    }
+}
+
+/// A failure to get a pooled connection of the store `shown` (its password among `secrets`).
+fn pool_error(
+    shown: &str,
+    secrets: &[String],
+    query_timeout: Duration,
+    connect_timeout: Duration,
+    error: PoolError,
+) -> PersistenceError {
+    match error {
+        PoolError::Backend(error) => map_error(shown, secrets, error),
+        PoolError::Timeout(TimeoutType::Wait) => took_longer(shown, "waiting for a pooled connection", query_timeout),
+        // Opening a connection (TCP, TLS, the startup and authentication exchange) is bounded by
+        // the connect timeout, and the message names that figure.
+        PoolError::Timeout(TimeoutType::Create | TimeoutType::Recycle) => {
+            took_longer(shown, "connecting", connect_timeout)
+        }
+        other => PersistenceError::database(shown, DatabaseFault::Connection, scrub_all(&other.to_string(), secrets)),
     }
 }
 

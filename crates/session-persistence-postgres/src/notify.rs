@@ -23,9 +23,12 @@ use std::{
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
+use tokio_postgres::types::ToSql;
 
 use session_core::SessionId;
 use session_persistence::{ChangeKind, StoreChange};
+
+use crate::db::Db;
 
 /// The longest payload PostgreSQL accepts: `pg_notify` refuses one of 8,000 bytes or more.
 pub(crate) const PAYLOAD_MAX_BYTES: usize = 7_999;
@@ -128,7 +131,27 @@ pub(crate) struct Deferred {
     pub(crate) due: Instant,
 }
 
+/// Paced notifications: the payloads `$2` on the channel `$1`, in one transaction.
+const NOTIFY_MANY: &str = "SELECT pg_notify($1::text, p) FROM unnest($2::text[]) AS p";
+
 impl Deferred {
+    /// Sends the waiting payloads on `channel` once `due`, from a task on `db`'s runtime. A send
+    /// that fails is only logged: followers find the appends by their sweep.
+    pub(crate) fn send_when_due(self, db: &Db, channel: String) {
+        let pooled = db.pooled();
+        db.spawn(async move {
+            tokio::time::sleep_until(self.due).await;
+            let payloads = self.take();
+            if payloads.is_empty() {
+                return;
+            }
+            let params: [&(dyn ToSql + Sync); 2] = [&channel, &payloads];
+            if let Err(error) = pooled.execute("notifying appends", NOTIFY_MANY, &params).await {
+                tracing::warn!(%error, sessions = payloads.len(), "cannot notify appends; followers find them by their sweep");
+            }
+        });
+    }
+
     /// Takes the waiting payloads (the send is no longer scheduled) and counts them as sent now.
     pub(crate) fn take(&self) -> Vec<String> {
         let mut state = self.state.lock();

@@ -11,9 +11,9 @@ use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
 
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
-    Backend, ChangeKind, CorruptKind, FencedWrite, HeaderPage, Listing, Location, LogFault, PageKey, PageRequest,
-    PersistenceError, PrefetchedLog, Result, Revision, ScanOutcome, ScanSink, SessionPosition, SharedChangeSink,
-    StoredHeader, TornTail, Watch, WatchOptions, decode_header_line, encode_header_line,
+    Backend, ChangeKind, CorruptKind, DatabaseFault, FencedWrite, HeaderPage, Listing, Location, LogFault, PageKey,
+    PageRequest, PersistenceError, PrefetchedLog, Result, Revision, ScanOutcome, ScanSink, SessionPosition,
+    SharedChangeSink, StoredHeader, TornTail, Watch, WatchOptions, decode_header_line, encode_header_line,
 };
 use tokio_postgres::{Row, types::ToSql};
 use tokio_util::sync::CancellationToken;
@@ -100,9 +100,6 @@ struct Sql {
     positions: String,
     created_since: String,
 }
-
-/// Paced notifications: the payloads `$2` on the channel `$1`, in one transaction.
-const NOTIFY_MANY: &str = "SELECT pg_notify($1::text, p) FROM unnest($2::text[]) AS p";
 
 const HEADER_COLUMNS: &str = "id, header, incarnation, revision, n_bytes";
 /// The first seq of the run that holds seq `$2` of session `$1` (`$2` itself when no row starts
@@ -350,24 +347,23 @@ impl PgStore {
             Some((Turn::Now, payload)) => Some(payload),
             _ => None,
         };
-        self.write_batch(header, events, &encoded, materialize, fence_repair, in_transaction)?;
+        let written = self.write_batch(header, events, &encoded, materialize, fence_repair, in_transaction);
+        // A timeout or a lost connection may hide a commit: a wake-up for nothing costs a
+        // follower one read, a missing one a sweep's wait.
+        let maybe_committed = match &written {
+            Ok(()) => true,
+            Err(PersistenceError::Database { kind, .. }) => {
+                matches!(kind, DatabaseFault::Timeout | DatabaseFault::Connection)
+            }
+            Err(_) => false,
+        };
         if let Some((Turn::Later, payload)) = notification
+            && maybe_committed
             && let Some(deferred) = self.pacer.defer(id, payload)
         {
-            let (pooled, channel) = (self.db.pooled(), self.notifier.channel.clone());
-            self.db.spawn(async move {
-                tokio::time::sleep_until(deferred.due).await;
-                let payloads = deferred.take();
-                if payloads.is_empty() {
-                    return;
-                }
-                let params: [&(dyn ToSql + Sync); 2] = [&channel, &payloads];
-                if let Err(error) = pooled.execute("notifying appends", NOTIFY_MANY, &params).await {
-                    tracing::warn!(%error, sessions = payloads.len(), "cannot notify appends; followers find them by their sweep");
-                }
-            });
+            deferred.send_when_due(&self.db, self.notifier.channel.clone());
         }
-        Ok(())
+        written
     }
 
     /// [`write`](Self::write)'s transaction: the session row first when `materialize`, then

@@ -123,16 +123,14 @@ pub(crate) fn scan_rows(
 ) -> Result<RowScan, PersistenceError> {
     let sql_error = |error| sqlite_error(ctx.shown, error);
     let committed = committed_until(connection, ctx, base)?;
-    let mut scan = RowScan { n_events: 0, next_seq: base, torn_from: None, n_bytes: 0 };
-    let mut decoded = Vec::new();
-    let mut n_rows = take_in_rowid_order(connection, ctx, emit_from, cancel, &mut scan, emit)?;
-    // The rows from where the rowid order stopped (all of them, when it did not start), by the
-    // primary key's index.
     let mut statement = connection
         .prepare_cached(&format!("SELECT {ROW_COLUMNS} FROM events WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq"))
         .map_err(sql_error)?;
-    let mut rows = statement.query(rusqlite::params![ctx.id.as_str(), to_sql_seq(scan.next_seq)]).map_err(sql_error)?;
+    let mut rows = statement.query(rusqlite::params![ctx.id.as_str(), to_sql_seq(base)]).map_err(sql_error)?;
+    let mut scan = RowScan { n_events: 0, next_seq: base, torn_from: None, n_bytes: 0 };
     let mut stop: Option<Stop> = None;
+    let mut decoded = Vec::new();
+    let mut n_rows = 0u64;
     while let Some(row) = rows.next().map_err(sql_error)? {
         n_rows += 1;
         if n_rows.is_multiple_of(CANCEL_EVERY_ROWS) && cancel.is_cancelled() {
@@ -170,86 +168,6 @@ pub(crate) fn scan_rows(
             format!("corrupt session log: invalid committed physical row at seq {seq}"),
         )),
     }
-}
-
-#[cfg(test)]
-thread_local! {
-    /// How many rows this thread took in rowid order, so tests can tell.
-    pub(crate) static ROWID_ORDER_ROWS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-/// A log shorter than this many seqs is read by the index alone: the rowid order's own
-/// statements would cost more than they save.
-const ROWID_ORDER_MIN_SEQS: i64 = 64;
-
-/// Takes the session's rows from `scan.next_seq` on in rowid order, as long as each decodes and
-/// continues the seqs, so that [`scan_rows`] reads by the index only what is left. A row found
-/// by the primary key's index costs a descent of the table's b-tree (the index holds the rowid,
-/// not the row); in rowid order the rows are read in the table's own order, one descent in all.
-/// A writer inserts a session's rows in seq order and SQLite gives each new row a rowid past
-/// every other, so the two orders agree, unless the session's rows sit among many of other
-/// sessions' (then, when the rowids between its first and last row are more than twice its
-/// seqs, this reads nothing). Whatever does not continue the seqs (a gap, a row out of order, a
-/// row that does not decode) ends it, and the index's read from there sees it as it would have.
-/// Answers how many rows it read.
-fn take_in_rowid_order(
-    connection: &Connection,
-    ctx: ScanContext<'_>,
-    emit_from: u64,
-    cancel: &CancellationToken,
-    scan: &mut RowScan,
-    emit: &mut dyn FnMut(SessionEvent) -> Result<(), PersistenceError>,
-) -> Result<u64, PersistenceError> {
-    let sql_error = |error| sqlite_error(ctx.shown, error);
-    let mut bounds = connection
-        .prepare_cached(
-            "SELECT f.rowid, f.seq, l.rowid, l.seq FROM \
-             (SELECT rowid, seq FROM events WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT 1) f, \
-             (SELECT rowid, seq FROM events WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) l",
-        )
-        .map_err(sql_error)?;
-    let mut found = bounds.query(rusqlite::params![ctx.id.as_str(), to_sql_seq(scan.next_seq)]).map_err(sql_error)?;
-    let Some(row) = found.next().map_err(sql_error)? else { return Ok(0) };
-    let (Ok(first_rowid), Ok(first_seq), Ok(last_rowid), Ok(last_seq)) =
-        (row.get::<_, i64>(0), row.get::<_, i64>(1), row.get::<_, i64>(2), row.get::<_, i64>(3))
-    else {
-        // Columns of another type: the index's read reports them.
-        return Ok(0);
-    };
-    let seqs = last_seq.saturating_sub(first_seq).saturating_add(1);
-    let rowids = last_rowid.saturating_sub(first_rowid).saturating_add(1);
-    if seqs < ROWID_ORDER_MIN_SEQS || rowids < 1 || rowids > seqs.saturating_mul(2) {
-        return Ok(0);
-    }
-    drop(found);
-    let mut statement = connection
-        .prepare_cached(&format!(
-            "SELECT {ROW_COLUMNS} FROM events WHERE rowid BETWEEN ?1 AND ?2 AND +session_id = ?3 ORDER BY rowid"
-        ))
-        .map_err(sql_error)?;
-    let mut rows = statement.query(rusqlite::params![first_rowid, last_rowid, ctx.id.as_str()]).map_err(sql_error)?;
-    let (mut n_rows, mut decoded) = (0u64, Vec::new());
-    while let Some(row) = rows.next().map_err(sql_error)? {
-        n_rows += 1;
-        if n_rows.is_multiple_of(CANCEL_EVERY_ROWS) && cancel.is_cancelled() {
-            return Err(PersistenceError::Cancelled);
-        }
-        #[cfg(test)]
-        ROWID_ORDER_ROWS.with(|rows| rows.set(rows.get() + 1));
-        if let Some(event) = decode_plain_row(row).filter(|event| event.seq == scan.next_seq) {
-            scan.take(event, emit_from, emit)?;
-            continue;
-        }
-        let Ok(row) = StoredRow::read(row) else { break };
-        decoded.clear();
-        if row.seq != scan.next_seq || row.decode(&mut decoded).is_err() {
-            break;
-        }
-        for event in decoded.drain(..) {
-            scan.take(event, emit_from, emit)?;
-        }
-    }
-    Ok(n_rows)
 }
 
 /// The seq a read of the events from `from_seq` on must start at (§10): `from_seq`, lowered to
