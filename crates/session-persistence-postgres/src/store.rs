@@ -407,11 +407,13 @@ impl PgStore {
                 let incarnation = uuid::Uuid::new_v4().to_string();
                 let params: [&(dyn ToSql + Sync); 8] =
                     [&id.as_str(), &line, &created_at, &header.cwd, &parent, &origin, &header.owner, &incarnation];
-                db.timed("creating the session row", transaction.execute(&self.sql.insert_session, &params)).await?;
+                let insert =
+                    db.timed("preparing an append", transaction.prepare_cached(&self.sql.insert_session)).await?;
+                db.timed("creating the session row", transaction.execute(&insert, &params)).await?;
             }
-            let Some(row) = db
-                .timed("locking the session row", transaction.query_opt(&self.sql.lock_session, &[&id.as_str()]))
-                .await?
+            // Each statement prepared once per connection: no parse, plan or extra round trip.
+            let lock = db.timed("preparing an append", transaction.prepare_cached(&self.sql.lock_session)).await?;
+            let Some(row) = db.timed("locking the session row", transaction.query_opt(&lock, &[&id.as_str()])).await?
             else {
                 return Err(PersistenceError::inconsistent(
                     id,
@@ -435,13 +437,11 @@ impl PgStore {
             let texts: Vec<Option<&str>> = encoded.iter().map(|event| event.text.as_deref()).collect();
             let frames: Vec<Option<&[u8]>> = encoded.iter().map(|event| event.zstd.as_deref()).collect();
             let counts: Vec<i32> = encoded.iter().map(|event| event.n_events).collect();
+            let insert = db.timed("preparing an append", transaction.prepare_cached(&self.sql.insert_events)).await?;
             let inserted = db
                 .timed_raw(
                     "inserting events",
-                    transaction.execute(
-                        &self.sql.insert_events,
-                        &[&id.as_str(), &seqs, &kinds, &times, &texts, &frames, &counts],
-                    ),
+                    transaction.execute(&insert, &[&id.as_str(), &seqs, &kinds, &times, &texts, &frames, &counts]),
                 )
                 .await?;
             // The session row is locked and the batch starts at its next seq: a stored run that
@@ -468,7 +468,8 @@ impl PgStore {
                 }
                 None => &self.sql.bump,
             };
-            db.timed("moving the fence", transaction.execute(bump, &params)).await?;
+            let bump = db.timed("preparing an append", transaction.prepare_cached(bump)).await?;
+            db.timed("moving the fence", transaction.execute(&bump, &params)).await?;
             db.timed("committing an append", transaction.commit()).await?;
             Ok(())
         })
