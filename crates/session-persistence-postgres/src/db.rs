@@ -109,10 +109,7 @@ impl Pooled {
             pool_error(&dialer.shown, &dialer.secrets, dialer.query_timeout, dialer.connect_timeout, error)
         })?;
         let result = self.dialer.timed(what, plain(&client).execute(sql, params)).await;
-        if matches!(result, Err(PersistenceError::Database { .. })) {
-            // As in `Db::run`: a connection that failed is never handed out again.
-            drop(deadpool_postgres::Object::take(client));
-        }
+        discard_if_failed(client, &result);
         result
     }
 }
@@ -238,11 +235,7 @@ impl Db {
         let call = async {
             let mut client = self.pool.get().await.map_err(|error| self.pool_error(error))?;
             let result = work(&mut client).await;
-            if matches!(result, Err(PersistenceError::Database { .. })) {
-                // A connection that failed (lost, timed out, or told to go away) may still look
-                // open: never hand it out again. The pool opens a fresh one on the next call.
-                drop(deadpool_postgres::Object::take(client));
-            }
+            discard_if_failed(client, &result);
             result
         };
         match tokio::runtime::Handle::try_current().map(|caller| caller.runtime_flavor()) {
@@ -344,6 +337,15 @@ impl Db {
             let message = format!("reading column {idx} ({name}) of a result row: {error}");
             PersistenceError::database(&self.shown, DatabaseFault::Other, self.scrub(&message))
         })
+    }
+}
+
+/// Returns `client` to the pool, unless `result` is a database failure: a connection that
+/// failed (lost, timed out, or told to go away) may still look open, so it is never handed out
+/// again, and the pool opens a fresh one on the next call.
+fn discard_if_failed<T>(client: Client, result: &Result<T>) {
+    if matches!(result, Err(PersistenceError::Database { .. })) {
+        drop(deadpool_postgres::Object::take(client));
     }
 }
 

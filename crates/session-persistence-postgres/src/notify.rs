@@ -119,12 +119,12 @@ struct Paced {
     last: Option<Instant>,
     /// The payloads waiting for the gap, one per session: its latest append's.
     waiting: HashMap<SessionId, String>,
-    /// When the waiting payloads go out, if a send of them is scheduled.
-    due: Option<Instant>,
+    /// Whether a send of the waiting payloads is scheduled.
+    scheduled: bool,
 }
 
 /// The waiting payloads a scheduled send takes: see [`Pacer::defer`].
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Deferred {
     state: Arc<Mutex<Paced>>,
     /// When to send them.
@@ -155,7 +155,7 @@ impl Deferred {
     /// Takes the waiting payloads (the send is no longer scheduled) and counts them as sent now.
     pub(crate) fn take(&self) -> Vec<String> {
         let mut state = self.state.lock();
-        state.due = None;
+        state.scheduled = false;
         if state.waiting.is_empty() {
             return Vec::new();
         }
@@ -178,7 +178,7 @@ impl Pacer {
         }
         let mut state = self.state.lock();
         let now = Instant::now();
-        let quiet = state.due.is_none() && state.last.is_none_or(|last| now.duration_since(last) >= self.gap);
+        let quiet = !state.scheduled && state.last.is_none_or(|last| now.duration_since(last) >= self.gap);
         if quiet {
             state.last = Some(now);
             Turn::Now
@@ -193,11 +193,11 @@ impl Pacer {
     pub(crate) fn defer(&self, id: &SessionId, payload: String) -> Option<Deferred> {
         let mut state = self.state.lock();
         state.waiting.insert(id.clone(), payload);
-        if state.due.is_some() {
+        if state.scheduled {
             return None;
         }
+        state.scheduled = true;
         let due = state.last.map_or_else(Instant::now, |last| last + self.gap);
-        state.due = Some(due);
         Some(Deferred { state: Arc::clone(&self.state), due })
     }
 

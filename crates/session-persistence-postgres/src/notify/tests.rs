@@ -1,10 +1,10 @@
 //! The notification payload: its shape, its parse back, the own-tag filter and the id-less
 //! fallback at PostgreSQL's limit.
 
+use std::time::Duration;
+
 use session_core::SessionId;
 use session_persistence::{ChangeKind, StoreChange};
-
-use std::time::Duration;
 
 use super::{Notifier, PAYLOAD_MAX_BYTES, Pacer, Turn, channel, parse};
 
