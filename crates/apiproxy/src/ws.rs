@@ -7,7 +7,9 @@
 //! frame and the client's close reply must be through by then, or the socket is reset, which also
 //! discards what a client that stopped reading left in its send queue. A send that blocks for
 //! `push_send_timeout` resets the socket at once; so does the pong a client's ping is owed, which is
-//! written out before the next client message is read, so pings cannot pile replies up.
+//! written out before the next client message is read, so pings cannot pile replies up. Frames
+//! already queued go out together, with one flush per batch (at most [`BATCH_FRAMES`]), and the
+//! send timeout bounds each batch.
 
 use std::sync::Arc;
 
@@ -86,13 +88,13 @@ pub(crate) async fn pump(
             frame = subscription.frames.recv() => match frame {
                 None => break Ending::Close(None),
                 Some(frame) => {
-                    let message = Message::Text(frame.envelope().into());
+                    let batch = send_batch(&mut sink, &frame, &mut subscription.frames);
                     // An overflow while a send blocks ends the send: the close bound runs from the
                     // overflow, not from whenever the send would have given up.
                     tokio::select! {
                         biased;
                         () = subscription.overflow.cancelled() => break Ending::Overflow,
-                        sent = tokio::time::timeout(send_timeout, sink.send(message)) => match sent {
+                        sent = tokio::time::timeout(send_timeout, batch) => match sent {
                             Ok(Ok(())) => {}
                             Ok(Err(_)) => break Ending::Gone,
                             Err(_) => break Ending::Stuck,
@@ -130,6 +132,25 @@ pub(crate) async fn pump(
         }
     }
     // Dropping both halves drops the socket.
+}
+
+/// At most this many frames go out with one flush.
+const BATCH_FRAMES: usize = 64;
+
+/// Sends `first` and the frames already queued behind it (up to [`BATCH_FRAMES`] in all) as
+/// messages with one flush at the end: a burst, such as a tail read from the store, costs the
+/// socket one write instead of one per frame.
+async fn send_batch(
+    sink: &mut SplitSink<WebSocket, Message>,
+    first: &Frame,
+    queued: &mut tokio::sync::mpsc::Receiver<Arc<Frame>>,
+) -> Result<(), axum::Error> {
+    sink.feed(Message::Text(first.envelope().into())).await?;
+    for _ in 1..BATCH_FRAMES {
+        let Ok(frame) = queued.try_recv() else { break };
+        sink.feed(Message::Text(frame.envelope().into())).await?;
+    }
+    sink.flush().await
 }
 
 /// The closing handshake the gateway starts: `last` (if any), the close frame, then the client's

@@ -8,7 +8,7 @@ use std::{collections::HashMap, sync::Arc};
 use session_core::SessionId;
 use session_projection_cache::{CacheError, CheckpointRecord, CheckpointStore, RecordRow};
 
-use crate::{db::plain, schema::qualify, store::PgStore};
+use crate::{schema::qualify, store::PgStore};
 
 /// Checkpoint records beside the sessions of a [`PgStore`]. See the module documentation.
 #[derive(Debug)]
@@ -77,7 +77,8 @@ impl CheckpointStore for PgCheckpointStore {
         let keys: Vec<&str> = ids.iter().map(SessionId::as_str).collect();
         let db = self.store.db();
         let rows = db.run(async |client| {
-            let rows = db.timed("reading checkpoints", plain(client).query(&self.get_many_sql, &[&keys])).await?;
+            let statement = db.prepared(client, &self.get_many_sql).await?;
+            let rows = db.timed("reading checkpoints", client.query(&statement, &[&keys])).await?;
             rows.iter()
                 .map(|row| {
                     let id: String = db.column(row, 0)?;
@@ -106,8 +107,8 @@ impl CheckpointStore for PgCheckpointStore {
         let db = self.store.db();
         let row = db
             .run(async |client| {
-                let row =
-                    db.timed("reading a checkpoint", plain(client).query_opt(&self.get_sql, &[&id.as_str()])).await?;
+                let statement = db.prepared(client, &self.get_sql).await?;
+                let row = db.timed("reading a checkpoint", client.query_opt(&statement, &[&id.as_str()])).await?;
                 row.map(|row| {
                     Ok(RecordRow {
                         format: db.column(&row, 0)?,
@@ -126,11 +127,9 @@ impl CheckpointStore for PgCheckpointStore {
         let RecordRow { format, version, crc32, record } = RecordRow::encode(record);
         let db = self.store.db();
         db.run(async |client| {
-            db.timed(
-                "writing a checkpoint",
-                plain(client).execute(&self.put_sql, &[&id.as_str(), &format, &version, &crc32, &record]),
-            )
-            .await
+            let statement = db.prepared(client, &self.put_sql).await?;
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [&id.as_str(), &format, &version, &crc32, &record];
+            db.timed("writing a checkpoint", client.execute(&statement, &params)).await
         })
         .map_err(cache_error)?;
         Ok(())
@@ -140,7 +139,8 @@ impl CheckpointStore for PgCheckpointStore {
         let db = self.store.db();
         let removed = db
             .run(async |client| {
-                db.timed("removing a checkpoint", plain(client).execute(&self.remove_sql, &[&id.as_str()])).await
+                let statement = db.prepared(client, &self.remove_sql).await?;
+                db.timed("removing a checkpoint", client.execute(&statement, &[&id.as_str()])).await
             })
             .map_err(cache_error)?;
         Ok(removed > 0)

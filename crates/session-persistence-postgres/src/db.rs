@@ -91,6 +91,13 @@ impl Dialer {
             Err(_) => Err(took_longer(&self.shown, what, self.query_timeout)),
         }
     }
+
+    /// `sql` as a statement prepared once per pooled connection (the pool's statement cache):
+    /// each later use is one round trip, with no parse or plan of its text. Only for fixed
+    /// statements; text built per call would grow the cache.
+    pub(crate) async fn prepared(&self, client: &Client, sql: &str) -> Result<tokio_postgres::Statement> {
+        self.timed("preparing a statement", client.prepare_cached(sql)).await
+    }
 }
 
 /// A handle on the pool that a task can keep beyond the call that started it: a statement on a
@@ -102,13 +109,17 @@ pub(crate) struct Pooled {
 }
 
 impl Pooled {
-    /// Runs `sql` with `params` on a pooled connection; `what` names it in a timeout's message.
+    /// Runs the fixed statement `sql` (prepared once per connection) with `params` on a pooled
+    /// connection; `what` names it in a timeout's message.
     pub(crate) async fn execute(&self, what: &str, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64> {
         let dialer = &self.dialer;
         let client = self.pool.get().await.map_err(|error| {
             pool_error(&dialer.shown, &dialer.secrets, dialer.query_timeout, dialer.connect_timeout, error)
         })?;
-        let result = self.dialer.timed(what, plain(&client).execute(sql, params)).await;
+        let result = match self.dialer.prepared(&client, sql).await {
+            Ok(statement) => self.dialer.timed(what, client.execute(&statement, params)).await,
+            Err(error) => Err(error),
+        };
         discard_if_failed(client, &result);
         result
     }
@@ -281,6 +292,11 @@ impl Db {
             }
             result
         })
+    }
+
+    /// [`Dialer::prepared`] on a connection of this pool.
+    pub(crate) async fn prepared(&self, client: &Client, sql: &str) -> Result<tokio_postgres::Statement> {
+        self.dialer.prepared(client, sql).await
     }
 
     /// One step of a query, bounded by the query timeout.

@@ -574,7 +574,8 @@ impl Backend for PgStore {
     fn revision(&self, id: &SessionId) -> Result<Option<Revision>> {
         let db = &self.db;
         let row = db.run(async |client| {
-            db.timed("reading a revision", plain(client).query_opt(&self.sql.revision, &[&id.as_str()])).await
+            let statement = db.prepared(client, &self.sql.revision).await?;
+            db.timed("reading a revision", client.query_opt(&statement, &[&id.as_str()])).await
         })?;
         row.map(|row| Ok(self.revision_of(&db.column::<String>(&row, 0)?, db.column(&row, 1)?))).transpose()
     }
@@ -585,7 +586,8 @@ impl Backend for PgStore {
         }
         let db = &self.db;
         let row = db.run(async |client| {
-            db.timed("reading a session", plain(client).query_opt(&self.sql.session, &[&id.as_str()])).await
+            let statement = db.prepared(client, &self.sql.session).await?;
+            db.timed("reading a session", client.query_opt(&statement, &[&id.as_str()])).await
         })?;
         match row {
             None => Ok(None),
@@ -672,7 +674,8 @@ impl Backend for PgStore {
         if notify {
             let notified = db.run(async |client| {
                 let params: [&(dyn ToSql + Sync); 4] = [&channel, &head, &id.as_str(), &tail];
-                db.timed("notifying a release", plain(client).execute(&self.sql.notify_release, &params)).await
+                let statement = db.prepared(client, &self.sql.notify_release).await?;
+                db.timed("notifying a release", client.execute(&statement, &params)).await
             });
             if let Err(error) = notified {
                 tracing::warn!(session = %id, %error, "cannot notify the session's release; followers find it by their sweep");
@@ -685,8 +688,10 @@ impl Backend for PgStore {
             return Err(PersistenceError::Cancelled);
         }
         let db = &self.db;
-        let rows =
-            db.run(async |client| db.timed("listing sessions", plain(client).query(&self.sql.list, &[])).await)?;
+        let rows = db.run(async |client| {
+            let statement = db.prepared(client, &self.sql.list).await?;
+            db.timed("listing sessions", client.query(&statement, &[])).await
+        })?;
         if cancel.is_cancelled() {
             return Err(PersistenceError::Cancelled);
         }
@@ -703,7 +708,8 @@ impl Backend for PgStore {
         }
         let db = &self.db;
         let rows = db.run(async |client| {
-            db.timed("listing a family", plain(client).query(&self.sql.family, &[&parent.as_str()])).await
+            let statement = db.prepared(client, &self.sql.family).await?;
+            db.timed("listing a family", client.query(&statement, &[&parent.as_str()])).await
         })?;
         let mut listing = self.listing(rows)?;
         listing.sort();

@@ -11,7 +11,8 @@
 //! get their CPUs back at the end).
 //!
 //! `--cases=l1,l4,g1,g4,w1,w4` (any of them) and `--rounds=N` choose the throughput cases and
-//! their rounds; `--throughput-only` skips the latency and sweep probes.
+//! their rounds; `--appends=N` each client's appends per case (100; a longer steady state for a
+//! profiler); `--throughput-only` skips the latency and sweep probes.
 //!
 //! `follow_latency [--quick] [--own-cores] [APIPROXY]` needs the PostgreSQL server of `SESSION_PG_URL`
 //! (default `postgres://postgres@127.0.0.1:5432/test`) and the `apiproxy` binary beside this one
@@ -417,6 +418,9 @@ async fn main() {
     let apiproxy = apiproxy_binary();
     let (latency_samples, sweep_samples, appends, tracked) =
         if quick { (50, 10, 20, 1_000) } else { (300, 40, 100, 10_000) };
+    let appends = std::env::args()
+        .find_map(|arg| arg.strip_prefix("--appends=").map(|n| n.parse::<usize>().expect("--appends=N")))
+        .unwrap_or(appends);
 
     println!("follow_latency: PostgreSQL at {}", session_persistence_postgres::redact_url(&server_url()));
     if own_cores {

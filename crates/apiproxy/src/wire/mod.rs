@@ -375,9 +375,20 @@ impl Frame {
         Frame { kind, payload: RawValue::from_string(text).expect("serialized JSON is valid JSON") }
     }
 
-    /// `session/event {sessionId, event}`.
+    /// `session/event {sessionId, event}`, written straight from the event's canonical JSON
+    /// (the same text as [`Frame::new`] would give, without building a `Value` of the event).
     pub fn session_event(session_id: &str, event: &SessionEvent) -> Frame {
-        Frame::new("session/event", serde_json::json!({"sessionId": session_id, "event": event}))
+        const KIND: &str = "session/event";
+        let mut text = Vec::with_capacity(64 + session_id.len() + event.data.as_str().len());
+        text.extend_from_slice(b"{\"type\":\"session/event\",\"sessionId\":");
+        // Invariant: serializing a `str` into memory cannot fail.
+        serde_json::to_writer(&mut text, session_id).expect("writing a string into memory cannot fail");
+        text.extend_from_slice(b",\"event\":");
+        event.write_json(&mut text);
+        text.push(b'}');
+        // Invariant: every piece above is JSON text, and `write_json` writes valid UTF-8 JSON.
+        let text = String::from_utf8(text).expect("a frame's JSON is UTF-8");
+        Frame { kind: KIND, payload: RawValue::from_string(text).expect("a session/event frame is valid JSON") }
     }
 
     /// `session/subscribed {sessionId, lastSeq}`.

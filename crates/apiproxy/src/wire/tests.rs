@@ -176,3 +176,23 @@ fn answers() {
         expect![[r#"{"childSessionId":"c","mode":"one-shot"}"#]],
     );
 }
+
+/// A `session/event` frame written straight from the event is the text the generic
+/// construction writes, for every optional field and for ids that need escaping.
+#[test]
+fn a_session_event_frame_is_the_generic_frame_text() {
+    let lines = [
+        r#"{"type":"turn/start","seq":0,"time":1700000000000,"data":{"turn":1}}"#,
+        r#"{"type":"assistant/message","seq":7,"time":1,"data":{"text":"a \"quoted\" é\n","n":1.5},"sourceEventSeqs":[3,4],"surfaceOp":"append"}"#,
+        r#"{"type":"x/y","seq":8,"time":2,"data":[],"surfaceOp":{"op":"replace","start":1,"end":2},"ignorable":true}"#,
+    ];
+    for line in lines {
+        let event = SessionEvent::from_json_line(line).unwrap();
+        for id in ["s", "a\"b\\c", "ünï"] {
+            let generic = Frame::new("session/event", json!({"sessionId": id, "event": &event}));
+            let direct = Frame::session_event(id, &event);
+            assert_eq!(direct.kind, generic.kind);
+            assert_eq!(direct.payload.get(), generic.payload.get(), "{line} as {id}");
+        }
+    }
+}

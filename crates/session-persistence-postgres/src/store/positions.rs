@@ -7,7 +7,6 @@ use session_persistence::{Listing, PersistenceError, Result, SessionPosition};
 use tokio_util::sync::CancellationToken;
 
 use super::{LEASE_APPLICATION, PgStore, lease_key, to_sql_seq};
-use crate::db::plain;
 
 /// How many ids one query of [`PgStore::positions`] looks up (a longer list takes several).
 const POSITIONS_CHUNK: usize = 10_000;
@@ -33,7 +32,8 @@ impl PgStore {
             let (highs, lows): (Vec<i64>, Vec<i64>) =
                 chunk.iter().map(|id| lock_columns(lease_key(&self.schema, id))).unzip();
             let rows = db.run(async |client| {
-                db.timed("reading positions", plain(client).query(&self.sql.positions, &[&names, &highs, &lows])).await
+                let statement = db.prepared(client, &self.sql.positions).await?;
+                db.timed("reading positions", client.query(&statement, &[&names, &highs, &lows])).await
             })?;
             for row in &rows {
                 let next_seq: i64 = db.column(row, 1)?;
@@ -55,7 +55,8 @@ impl PgStore {
         let db = &self.db;
         let since = to_sql_seq(since_ms);
         let rows = db.run(async |client| {
-            db.timed("listing new sessions", plain(client).query(&self.sql.created_since, &[&since])).await
+            let statement = db.prepared(client, &self.sql.created_since).await?;
+            db.timed("listing new sessions", client.query(&statement, &[&since])).await
         })?;
         let mut listing = self.listing(rows)?;
         listing.sort();
