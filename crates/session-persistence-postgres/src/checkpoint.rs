@@ -128,7 +128,8 @@ impl CheckpointStore for PgCheckpointStore {
         let db = self.store.db();
         db.run(async |client| {
             let statement = db.prepared(client, &self.put_sql).await?;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [&id.as_str(), &format, &version, &crc32, &record];
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+                [&id.as_str(), &format, &version, &crc32, &record];
             db.timed("writing a checkpoint", client.execute(&statement, &params)).await
         })
         .map_err(cache_error)?;

@@ -13,6 +13,7 @@
 //! burst of appends costs each listener one wake-up per gap instead of one per append.
 
 use std::{
+    borrow::Cow,
     collections::HashMap,
     sync::{
         Arc,
@@ -207,24 +208,36 @@ impl Pacer {
     }
 }
 
+/// The fields of a notification's payload that a watch reads (others are ignored), borrowed
+/// from the payload where no escape needs decoding.
+#[derive(serde::Deserialize)]
+struct Fields<'a> {
+    #[serde(borrow)]
+    t: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    k: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    s: Option<u64>,
+}
+
 /// What a notification's payload says, seen from the watch of the handle tagged `own_tag`:
 /// `None` for the handle's own notification (its writes are live in it already), else the
-/// change; a payload without an id, or one that does not parse, is a [`StoreChange::Sweep`].
+/// change; a payload without an id, or one that does not parse (a field of another type
+/// included), is a [`StoreChange::Sweep`].
 pub(crate) fn parse(payload: &str, own_tag: &str) -> Option<StoreChange> {
-    let Ok(serde_json::Value::Object(fields)) = serde_json::from_str::<serde_json::Value>(payload) else {
+    let Ok(fields) = serde_json::from_str::<Fields<'_>>(payload) else {
         tracing::debug!(payload, "a change notification that does not parse: sweeping");
         return Some(StoreChange::Sweep);
     };
-    if fields.get("t").and_then(serde_json::Value::as_str) == Some(own_tag) {
+    if fields.t.as_deref() == Some(own_tag) {
         return None;
     }
-    let kind = fields.get("k").and_then(serde_json::Value::as_str).and_then(ChangeKind::parse);
-    let id = fields.get("id").and_then(serde_json::Value::as_str);
-    let (Some(kind), Some(id)) = (kind, id) else {
+    let kind = fields.k.as_deref().and_then(ChangeKind::parse);
+    let (Some(kind), Some(id)) = (kind, fields.id) else {
         return Some(StoreChange::Sweep);
     };
-    let next_seq = fields.get("s").and_then(serde_json::Value::as_u64);
-    Some(StoreChange::Session { id: SessionId::from(id), kind, next_seq })
+    Some(StoreChange::Session { id: SessionId::from(id.as_ref()), kind, next_seq: fields.s })
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@
 //!
 //! `--cases=l1,l4,g1,g4,w1,w4` (any of them) and `--rounds=N` choose the throughput cases and
 //! their rounds; `--appends=N` each client's appends per case (100; a longer steady state for a
-//! profiler); `--throughput-only` skips the latency and sweep probes.
+//! profiler); `--gateway-flags="..."` more `serve` flags for every gateway it starts;
+//! `--throughput-only` skips the latency and sweep probes.
 //!
 //! `follow_latency [--quick] [--own-cores] [APIPROXY]` needs the PostgreSQL server of `SESSION_PG_URL`
 //! (default `postgres://postgres@127.0.0.1:5432/test`) and the `apiproxy` binary beside this one
@@ -95,11 +96,11 @@ fn ms(duration: Duration) -> String {
 /// they fall inside the follower's round gap; spaced past it, each is read at once).
 async fn ack_to_frame(apiproxy: &std::path::Path, sweep_only: bool, n: usize, spacing: Duration) -> Vec<Duration> {
     let schema = Schema::new(if sweep_only { "sweep" } else { "notify" });
-    let a = Gateway::serve(apiproxy, &schema.url);
+    let a = serve(apiproxy, &schema.url, &[]);
     let b = if sweep_only {
-        Gateway::serve_with(apiproxy, &schema.url, &["--follow-sweep-only"])
+        serve(apiproxy, &schema.url, &["--follow-sweep-only"])
     } else {
-        Gateway::serve(apiproxy, &schema.url)
+        serve(apiproxy, &schema.url, &[])
     };
     let (mut socket, _) = tokio_tungstenite::connect_async(format!("ws://{}/api/events.mux", b.addr()))
         .await
@@ -172,6 +173,21 @@ async fn listeners(channel: &str, n: usize) -> Vec<tokio::task::JoinHandle<()>> 
         }));
     }
     tasks
+}
+
+/// A gateway over `store` with `flags` and the flags of `--gateway-flags="..."` (space-separated,
+/// for every gateway the probe starts: `--follow-gap-ms 75`, say).
+fn serve(apiproxy: &std::path::Path, store: &str, flags: &[&str]) -> Gateway {
+    static EXTRA: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let extra = EXTRA.get_or_init(|| {
+        std::env::args()
+            .find_map(|arg| {
+                arg.strip_prefix("--gateway-flags=").map(|flags| flags.split_whitespace().map(str::to_owned).collect())
+            })
+            .unwrap_or_default()
+    });
+    let all: Vec<&str> = flags.iter().copied().chain(extra.iter().map(String::as_str)).collect();
+    Gateway::serve_with(apiproxy, store, &all)
 }
 
 /// Runs `taskset` with `args`.
@@ -269,10 +285,10 @@ const SETTLE: Duration = Duration::from_secs(1);
 async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, own_cores: bool) -> (f64, usize) {
     const SESSIONS: usize = 8;
     let schema = Schema::new(&format!("tp{}", std::process::id() % 1000 + rand_tag()));
-    let a = Gateway::serve(apiproxy, &schema.url);
+    let a = serve(apiproxy, &schema.url, &[]);
     let follower = || match own_cores {
         true => Gateway::serve_on_cpus(apiproxy, &schema.url, OTHERS_CPU),
-        false => Gateway::serve(apiproxy, &schema.url),
+        false => serve(apiproxy, &schema.url, &[]),
     };
     let (gateways, taps, watchers): (Vec<Gateway>, _, _) = match others {
         Others::Gateways(n) => ((0..n).map(|_| follower()).collect(), Vec::new(), None),

@@ -11,7 +11,7 @@ pub mod payload;
 use std::sync::Arc;
 
 use serde::Serialize;
-use serde_json::{Map, Value, value::RawValue};
+use serde_json::{Map, Value};
 use session_core::{SessionEvent, SessionHeader};
 
 pub use self::{
@@ -358,8 +358,9 @@ pub struct SubagentCatalog {
 pub struct Frame {
     /// The frame type, such as `session/event`; also the `method` of its `server-request`.
     pub kind: &'static str,
-    /// The payload object, serialized once and shared by every connection it is sent to.
-    pub payload: Box<RawValue>,
+    /// The payload object's JSON text, serialized once and shared by every connection it is
+    /// sent to. Only this module builds frames, and every text it builds is a JSON object.
+    payload: Box<str>,
 }
 
 impl Frame {
@@ -372,7 +373,7 @@ impl Frame {
         }
         // Invariant: a `Value` always serializes, and what serde_json writes it parses back.
         let text = serde_json::to_string(&Value::Object(object)).expect("a JSON value serializes");
-        Frame { kind, payload: RawValue::from_string(text).expect("serialized JSON is valid JSON") }
+        Frame { kind, payload: text.into_boxed_str() }
     }
 
     /// `session/event {sessionId, event}`, written straight from the event's canonical JSON
@@ -388,7 +389,7 @@ impl Frame {
         text.push(b'}');
         // Invariant: every piece above is JSON text, and `write_json` writes valid UTF-8 JSON.
         let text = String::from_utf8(text).expect("a frame's JSON is UTF-8");
-        Frame { kind: KIND, payload: RawValue::from_string(text).expect("a session/event frame is valid JSON") }
+        Frame { kind: KIND, payload: text.into_boxed_str() }
     }
 
     /// `session/subscribed {sessionId, lastSeq}`.
@@ -439,13 +440,17 @@ impl Frame {
         Frame::new("stream/error", serde_json::json!({"error": error}))
     }
 
+    /// The payload object's JSON text.
+    pub fn payload(&self) -> &str {
+        &self.payload
+    }
+
     /// The `server-request` envelope of this frame, with a fresh rpcId.
     pub fn envelope(&self) -> String {
         let rpc_id = uuid::Uuid::new_v4().to_string();
         format!(
             "{{\"type\":\"server-request\",\"rpcId\":\"{rpc_id}\",\"method\":\"{}\",\"payload\":{}}}",
-            self.kind,
-            self.payload.get()
+            self.kind, self.payload
         )
     }
 }

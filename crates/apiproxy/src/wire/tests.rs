@@ -86,18 +86,13 @@ fn envelopes() {
 #[test]
 fn frames_and_rows() {
     let frame = Frame::session_projection("s", "title", &Value::Null, 3);
-    assert_eq!(
-        frame.payload.get(),
-        r#"{"type":"session/projection","sessionId":"s","key":"title","value":null,"seq":3}"#
-    );
+    assert_eq!(frame.payload(), r#"{"type":"session/projection","sessionId":"s","key":"title","value":null,"seq":3}"#);
     let envelope: Value = serde_json::from_str(&frame.envelope()).unwrap();
     assert_eq!(envelope["method"], "session/projection");
     assert_eq!(envelope["payload"]["value"], Value::Null);
     assert_eq!(envelope["rpcId"].as_str().map(str::len), Some(36));
-    check(
-        &Frame::stream_error(&RpcError::internal("x")).payload,
-        expect![[r#"{"type":"stream/error","error":{"code":"internal","message":"x","details":{}}}"#]],
-    );
+    expect![[r#"{"type":"stream/error","error":{"code":"internal","message":"x","details":{}}}"#]]
+        .assert_eq(Frame::stream_error(&RpcError::internal("x")).payload());
     check(
         &SubagentListEntry::Child {
             id: "c".into(),
@@ -192,7 +187,8 @@ fn a_session_event_frame_is_the_generic_frame_text() {
             let generic = Frame::new("session/event", json!({"sessionId": id, "event": &event}));
             let direct = Frame::session_event(id, &event);
             assert_eq!(direct.kind, generic.kind);
-            assert_eq!(direct.payload.get(), generic.payload.get(), "{line} as {id}");
+            assert_eq!(direct.payload(), generic.payload(), "{line} as {id}");
+            serde_json::from_str::<Value>(direct.payload()).expect("a frame's payload is JSON");
         }
     }
 }

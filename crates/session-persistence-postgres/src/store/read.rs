@@ -249,7 +249,7 @@ impl PgStore {
         let first = &rows[0];
         let next_seq: i64 = db.column(first, 5)?;
         let session = self.session_row(first)?;
-        let header = Arc::new(session.header?);
+        let header = session.header?;
         let n_events = rows.len() - usize::from(db.column::<Option<i64>>(first, 6)?.is_none());
         let mut check = RowCheck::new(&session.id, from_seq);
         let mut gather = Gather::default();
@@ -288,7 +288,7 @@ impl PgStore {
             return Ok(Short::Long);
         }
         let session = self.session_row(first)?;
-        let header = Arc::new(session.header?);
+        let header = session.header?;
         sink.header(&header)?;
         let mut check = RowCheck::new(id, from_seq);
         for row in rows.iter().take(n_events) {
@@ -328,7 +328,7 @@ impl PgStore {
             };
             let next_seq: i64 = db.column(&row, 5)?;
             let session = self.session_row(&row)?;
-            let header = Arc::new(session.header?);
+            let header = session.header?;
             sink.header(&header)?;
             let first_page =
                 db.timed("preparing a read", transaction.prepare_cached(&self.sql.events_from_run)).await?;

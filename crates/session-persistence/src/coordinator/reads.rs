@@ -13,7 +13,7 @@ use std::{
 };
 
 use parking_lot::Mutex;
-use session_core::{Session, SessionEvent, SessionId};
+use session_core::{KnownTypes, Session, SessionEvent, SessionId};
 use session_storage_io::keyed::{BlockingCancelled, run_blocking};
 use tokio_util::sync::CancellationToken;
 
@@ -22,10 +22,10 @@ use super::{
     state::{IdState, Inner, blocking, check_cancel},
 };
 use crate::{
-    backend::{PrefetchedLog, ScanSink},
+    backend::{Backend, PrefetchedLog, ScanSink},
     error::{PersistenceError, Result},
     persistence::{Inspection, StreamSink, StreamSummary},
-    validate::{Source, validated},
+    validate::{ReadThreads, Source, validated},
 };
 
 /// The balanced view of `id`, without changing storage.
@@ -202,40 +202,69 @@ pub(super) async fn read_from(
 }
 
 /// [`read_from`] of each of `reads`, in order: over a backend that reads best in batches, the
-/// short tails are read ahead in one go first, then each is validated as its own read would be
-/// (the ones left out read by their own seek).
+/// short tails are read ahead in one go and each is validated as its own read would be, all in
+/// one hop to the blocking pool (a follower's round of many short tails wakes one thread, not
+/// one per session); the ones left out are read by their own seek.
 pub(super) async fn read_from_many(
     inner: &Arc<Inner>,
     reads: &[(SessionId, u64)],
     cancel: &CancellationToken,
 ) -> Vec<Result<Inspection>> {
-    let mut ahead = HashMap::new();
+    let mut answers: Vec<Option<Result<Inspection>>> = reads.iter().map(|_| None).collect();
     if reads.len() > 1 && inner.backend.prefetch_batch() > 1 && !cancel.is_cancelled() {
-        // Each id once, at the seq its first read asks for: the log read ahead is that read's.
-        let mut seen = HashSet::new();
-        let batch: Vec<(SessionId, u64)> = reads.iter().filter(|(id, _)| seen.insert(id.clone())).cloned().collect();
-        let token = cancel.clone();
-        match blocking(&inner.backend, move |backend| backend.prefetch_tails(&batch, &token)).await {
-            Ok(logs) => ahead.extend(logs),
-            Err(error) => {
-                tracing::debug!(%error, n_sessions = reads.len(), "a batched tail read failed; reading the tails one by one");
-            }
+        let (batch_inner, all, token) = (Arc::clone(inner), reads.to_vec(), cancel.clone());
+        let answered = blocking(&inner.backend, move |backend| {
+            Ok::<_, PersistenceError>(read_and_validate_ahead(&batch_inner, backend, &all, &token))
+        })
+        .await;
+        match answered {
+            Ok(answered) => answers = answered,
+            Err(error) => tracing::debug!(%error, "a batched tail read stopped; reading the tails one by one"),
         }
     }
-    let mut answers = Vec::with_capacity(reads.len());
+    let left: Vec<usize> = (0..reads.len()).filter(|&at| answers[at].is_none()).collect();
     // Up to 8 at once (same-id reads queue on the id's lock).
-    for chunk in reads.chunks(8) {
-        let chunk: Vec<_> = chunk
-            .iter()
-            .map(|(id, from_seq)| {
-                // An id asked twice reads its log again the second time: the read ahead is the first's.
-                let log = ahead.remove(id);
-                read_from_ahead(inner, id, *from_seq, log, cancel)
-            })
-            .collect();
-        answers.extend(futures::future::join_all(chunk).await);
+    for chunk in left.chunks(8) {
+        let read = chunk.iter().map(|&at| read_from_ahead(inner, &reads[at].0, reads[at].1, None, cancel));
+        for (&at, answer) in chunk.iter().zip(futures::future::join_all(read).await) {
+            answers[at] = Some(answer);
+        }
     }
-    answers
+    // Invariant: every read left unanswered above was answered by its own seek.
+    answers.into_iter().map(|answer| answer.expect("every read is answered")).collect()
+}
+
+/// On a blocking thread: the short tails of `reads` read ahead in one go (each id once, at the
+/// seq its first read asks for), and each read ahead validated under its id's lock, as its own
+/// read would be. `None` for a read left to its own seek.
+fn read_and_validate_ahead(
+    inner: &Inner,
+    backend: &dyn Backend,
+    reads: &[(SessionId, u64)],
+    cancel: &CancellationToken,
+) -> Vec<Option<Result<Inspection>>> {
+    let mut seen = HashSet::new();
+    let batch: Vec<(SessionId, u64)> = reads.iter().filter(|(id, _)| seen.insert(id.clone())).cloned().collect();
+    let mut ahead: HashMap<SessionId, PrefetchedLog> = match backend.prefetch_tails(&batch, cancel) {
+        Ok(logs) => logs.into_iter().collect(),
+        Err(error) => {
+            tracing::debug!(%error, n_sessions = reads.len(), "a batched tail read failed; reading the tails one by one");
+            HashMap::new()
+        }
+    };
+    let (known, threads) = (&inner.config.known_types, inner.config.read_threads);
+    reads
+        .iter()
+        .map(|(id, from_seq)| {
+            // An id asked twice reads its log again the second time: the read ahead is the first's.
+            let log = ahead.remove(id)?;
+            if cancel.is_cancelled() {
+                return Some(Err(PersistenceError::Cancelled));
+            }
+            let _guard = inner.lock_id_blocking(id);
+            Some(validated_suffix(backend, id, *from_seq, Source::Prefetched(&log), known, threads, cancel))
+        })
+        .collect()
 }
 
 /// [`read_from`], from `ahead` when the tail was read ahead (the events from `from_seq` on).
@@ -251,20 +280,34 @@ async fn read_from_ahead(
     let (id, known, token) = (id.clone(), inner.config.known_types.clone(), cancel.clone());
     let threads = inner.config.read_threads;
     blocking(&inner.backend, move |backend| {
-        let mut suffix = SuffixSink { from_seq, events: Vec::new() };
         let source = ahead.as_ref().map_or(Source::From(from_seq), Source::Prefetched);
-        let Some((outcome, _closers)) = validated(backend, &id, source, &known, threads, &token, &mut suffix)? else {
-            return Err(PersistenceError::NotFound { id });
-        };
-        Ok(Inspection {
-            header: outcome.header,
-            events: suffix.events.into(),
-            revision: Some(outcome.revision),
-            live: false,
-            n_closers: 0,
-        })
+        validated_suffix(backend, &id, from_seq, source, &known, threads, &token)
     })
     .await
+}
+
+/// The events of `id` from `from_seq` on that `source` gives, validated: the body of every
+/// [`read_from`].
+fn validated_suffix(
+    backend: &dyn Backend,
+    id: &SessionId,
+    from_seq: u64,
+    source: Source<'_>,
+    known: &KnownTypes,
+    threads: ReadThreads,
+    cancel: &CancellationToken,
+) -> Result<Inspection> {
+    let mut suffix = SuffixSink { from_seq, events: Vec::new() };
+    let Some((outcome, _closers)) = validated(backend, id, source, known, threads, cancel, &mut suffix)? else {
+        return Err(PersistenceError::NotFound { id: id.clone() });
+    };
+    Ok(Inspection {
+        header: outcome.header,
+        events: suffix.events.into(),
+        revision: Some(outcome.revision),
+        live: false,
+        n_closers: 0,
+    })
 }
 
 /// The balanced view of `id`, committing any repair durably; a live session is flushed instead

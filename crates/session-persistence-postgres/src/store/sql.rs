@@ -1,0 +1,124 @@
+//! The store's statements, qualified with its schema once when it opens.
+
+use crate::schema::qualify;
+
+/// The statements, qualified with the schema once.
+pub(super) struct Sql {
+    pub(super) session: String,
+    /// The session row and its events from a seq on, one row per event (`store::read`).
+    pub(super) session_events: String,
+    pub(super) events_from: String,
+    /// `events_from` from the run that holds `$2`: a read's first page.
+    pub(super) events_from_run: String,
+    /// Many whole short logs, one row per event (`store::read`'s read ahead).
+    pub(super) sessions_events: String,
+    /// The sessions of `$1`, each with its events from the seq of `$2` at the same place (from
+    /// the run that holds it), when at most `$3` events are stored from there (`store::read`).
+    pub(super) sessions_tails: String,
+    pub(super) lock_session: String,
+    pub(super) insert_session: String,
+    pub(super) insert_events: String,
+    pub(super) bump: String,
+    /// `bump`, and the append's notification in the same statement.
+    pub(super) bump_notify: String,
+    pub(super) revision: String,
+    pub(super) list: String,
+    pub(super) family: String,
+    /// A release's notification, its next seq read from the row (`$1` channel, `$2` and `$4`
+    /// the payload's parts around the seq, `$3` the id).
+    pub(super) notify_release: String,
+    /// The lease's unlock (`$5`) and the release's notification, in one statement.
+    pub(super) unlock_notify_release: String,
+    pub(super) positions: String,
+    pub(super) created_since: String,
+}
+
+pub(super) const HEADER_COLUMNS: &str = "id, header, incarnation, revision, n_bytes";
+/// The first seq of the run that holds seq `$2` of session `$1` (`$2` itself when no row starts
+/// at or before it).
+const RUN_START: &str = "(SELECT coalesce(max(r.seq), $2) FROM {s}.events r WHERE r.session_id = $1 AND r.seq <= $2)";
+/// [`HEADER_COLUMNS`] of the table aliased `s`, and of the row set aliased `w`.
+const HEADER_COLUMNS_S: &str = "id, s.header, s.incarnation, s.revision, s.n_bytes";
+const HEADER_COLUMNS_W: &str = "w.id, w.header, w.incarnation, w.revision, w.n_bytes";
+
+/// A release's notification: the payload's parts around the next seq that the session's row
+/// holds (no seq when there is no row).
+const RELEASE_NOTIFY: &str = "pg_notify($1::text, $2::text || coalesce((SELECT ',\"s\":' || next_seq \
+     FROM {s}.sessions WHERE id = $3::text), '') || $4::text)";
+
+impl Sql {
+    pub(super) fn new(schema: &str) -> Sql {
+        let q = |sql: &str| qualify(sql, schema);
+        Sql {
+            session: q(&format!("SELECT {HEADER_COLUMNS}, next_seq FROM {{s}}.sessions WHERE id = $1")),
+            // From the run that holds `$2` (the last row at or before it).
+            session_events: q(&format!(
+                "SELECT {HEADER_COLUMNS}, next_seq, e.seq, e.record, e.record_zstd, e.n_events FROM {{s}}.sessions \
+                 LEFT JOIN LATERAL (SELECT seq, record, record_zstd, n_events FROM {{s}}.events WHERE session_id = $1 \
+                 AND seq >= {RUN_START} AND next_seq - $2 < $3 ORDER BY seq LIMIT $3) e ON true WHERE id = $1 \
+                 ORDER BY e.seq"
+            )),
+            events_from: q("SELECT seq, record, record_zstd, n_events FROM {s}.events WHERE session_id = $1 \
+                 AND seq >= $2 ORDER BY seq LIMIT $3"),
+            events_from_run: q(&format!(
+                "SELECT seq, record, record_zstd, n_events FROM {{s}}.events WHERE session_id = $1 \
+                 AND seq >= {RUN_START} ORDER BY seq LIMIT $3"
+            )),
+            // The sessions of `$1` with at most `$2` events, in the order asked, as long as
+            // their stored bytes add up to at most `$3`; each with every event row (one more
+            // than `next_seq` says, if stored, so that a read sees it).
+            sessions_events: q(&format!(
+                "WITH wanted AS (SELECT s.{HEADER_COLUMNS_S}, s.next_seq, w.ord, \
+                 sum(s.n_bytes) OVER (ORDER BY w.ord) AS running \
+                 FROM unnest($1::text[]) WITH ORDINALITY AS w (id, ord) JOIN {{s}}.sessions s ON s.id = w.id \
+                 WHERE s.next_seq <= $2 AND s.n_bytes <= $3) \
+                 SELECT {HEADER_COLUMNS_W}, w.next_seq, e.seq, e.record, e.record_zstd, e.n_events FROM wanted w \
+                 LEFT JOIN LATERAL (SELECT seq, record, record_zstd, n_events FROM {{s}}.events WHERE session_id = w.id \
+                 ORDER BY seq LIMIT w.next_seq + 1) e ON true WHERE w.running <= $3 ORDER BY w.ord, e.seq"
+            )),
+            sessions_tails: q(&format!(
+                "WITH wanted AS (SELECT s.{HEADER_COLUMNS_S}, s.next_seq, w.ord, w.from_seq \
+                 FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS w (id, from_seq, ord) \
+                 JOIN {{s}}.sessions s ON s.id = w.id WHERE s.next_seq - w.from_seq <= $3) \
+                 SELECT {HEADER_COLUMNS_W}, w.next_seq, e.seq, e.record, e.record_zstd, e.n_events FROM wanted w \
+                 LEFT JOIN LATERAL (SELECT seq, record, record_zstd, n_events FROM {{s}}.events WHERE session_id = w.id \
+                 AND seq >= (SELECT coalesce(max(r.seq), w.from_seq) FROM {{s}}.events r WHERE r.session_id = w.id \
+                 AND r.seq <= w.from_seq) ORDER BY seq LIMIT $3 + 1) e ON true ORDER BY w.ord, e.seq"
+            )),
+            lock_session: q("SELECT next_seq FROM {s}.sessions WHERE id = $1 FOR UPDATE"),
+            insert_session: q("INSERT INTO {s}.sessions (id, header, created_at, cwd, parent_session, origin, owner, \
+                 incarnation, revision, next_seq, n_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 0, 0) \
+                 ON CONFLICT (id) DO NOTHING"),
+            insert_events: q("INSERT INTO {s}.events (session_id, seq, type, time, record, record_zstd, n_events) \
+                 SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::bytea[], \
+                 $7::integer[]) WHERE NOT EXISTS (SELECT 1 FROM (SELECT seq, n_events FROM {s}.events \
+                 WHERE session_id = $1 ORDER BY seq DESC LIMIT 1) l WHERE l.seq + l.n_events > $2[1])"),
+            bump: q("UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1, n_bytes = n_bytes + $3 \
+                 WHERE id = $1"),
+            bump_notify: q("WITH bumped AS (UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1, \
+                 n_bytes = n_bytes + $3 WHERE id = $1 RETURNING id) SELECT pg_notify($4::text, $5::text) FROM bumped"),
+            revision: q("SELECT incarnation, revision FROM {s}.sessions WHERE id = $1"),
+            list: q(&format!("SELECT {HEADER_COLUMNS} FROM {{s}}.sessions ORDER BY id")),
+            family: q(&format!(
+                "(SELECT {HEADER_COLUMNS} FROM {{s}}.sessions WHERE id = $1 OR parent_session = $1) \
+                 UNION ALL \
+                 (SELECT DISTINCT ON (g.parent_session, g.owner) g.id, g.header, g.incarnation, g.revision, g.n_bytes \
+                  FROM {{s}}.sessions c JOIN {{s}}.sessions g ON g.parent_session = c.id AND g.origin = 'subagent' \
+                  WHERE c.parent_session = $1 ORDER BY g.parent_session, g.owner, g.id)"
+            )),
+            notify_release: q(&format!("SELECT {RELEASE_NOTIFY}")),
+            unlock_notify_release: q(&format!("SELECT pg_advisory_unlock_shared($5), {RELEASE_NOTIFY}")),
+            positions: q(
+                "WITH wanted AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS w (id, high, low)), \
+                 held AS MATERIALIZED (SELECT DISTINCT classid::bigint AS high, objid::bigint AS low FROM pg_locks \
+                   WHERE locktype = 'advisory' AND granted AND mode = 'ShareLock' AND objsubid = 1 \
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) \
+                 SELECT s.id, s.next_seq, h.high IS NOT NULL FROM wanted w JOIN {s}.sessions s ON s.id = w.id \
+                 LEFT JOIN held h ON h.high = w.high AND h.low = w.low",
+            ),
+            created_since: q(&format!(
+                "SELECT {HEADER_COLUMNS} FROM {{s}}.sessions WHERE created_at >= $1 ORDER BY created_at DESC, id"
+            )),
+        }
+    }
+}
