@@ -12,7 +12,9 @@
 //!
 //! `--cases=l1,l4,g1,g4,w1,w4` (any of them) and `--rounds=N` choose the throughput cases and
 //! their rounds; `--appends=N` each client's appends per case (100; a longer steady state for a
-//! profiler); `--gateway-flags="..."` more `serve` flags for every gateway it starts;
+//! profiler); each case with other gateways also reports their CPU and their server backends'
+//! per 1,000 appends through A (`/proc`, the backends found by `application_name`), a figure that
+//! moves far less than A's rate; `--gateway-flags="..."` more `serve` flags for every gateway it starts;
 //! `--throughput-only` skips the latency and sweep probes.
 //!
 //! `follow_latency [--quick] [--own-cores] [APIPROXY]` needs the PostgreSQL server of `SESSION_PG_URL`
@@ -280,15 +282,17 @@ fn watch_all(
 const SETTLE: Duration = Duration::from_secs(1);
 
 /// Durable appends per second through A, one client per session, with `others` on the store
-/// (on a core of their own with `own_cores`), and how many notifications each bare listener
-/// received meanwhile.
-async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, own_cores: bool) -> (f64, usize) {
+/// (on a core of their own with `own_cores`), how many notifications each bare listener
+/// received meanwhile, and the CPU the other gateways and their server backends used.
+async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, own_cores: bool) -> Measured {
     const SESSIONS: usize = 8;
     let schema = Schema::new(&format!("tp{}", std::process::id() % 1000 + rand_tag()));
     let a = serve(apiproxy, &schema.url, &[]);
+    // The other gateways' connections carry a name of their own, so their backends can be found.
+    let others_url = format!("{}&application_name={OTHERS_APPLICATION}", schema.url);
     let follower = || match own_cores {
-        true => Gateway::serve_on_cpus(apiproxy, &schema.url, OTHERS_CPU),
-        false => serve(apiproxy, &schema.url, &[]),
+        true => Gateway::serve_on_cpus(apiproxy, &others_url, OTHERS_CPU),
+        false => serve(apiproxy, &others_url, &[]),
     };
     let (gateways, taps, watchers): (Vec<Gateway>, _, _) = match others {
         Others::Gateways(n) => ((0..n).map(|_| follower()).collect(), Vec::new(), None),
@@ -312,6 +316,8 @@ async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, 
     // What the others do once on start and on a new session (their first sweep, the new
     // sessions' headers, a watcher's subscription) is over before the measured appends.
     tokio::time::sleep(SETTLE).await;
+    let gateway_pids: Vec<u32> = gateways.iter().map(Gateway::pid).collect();
+    let cpu_before = OthersCpu::sample(&gateway_pids).await;
     HEARD.store(0, std::sync::atomic::Ordering::Relaxed);
     let started = Instant::now();
     let runs = clients.into_iter().enumerate().map(|(s, mut client)| async move {
@@ -322,6 +328,8 @@ async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, 
     });
     futures::future::join_all(runs).await;
     let rate = (SESSIONS * appends) as f64 / started.elapsed().as_secs_f64();
+    let others_cpu = (!gateway_pids.is_empty())
+        .then_some(OthersCpu::sample(&gateway_pids).await.since(&cpu_before, SESSIONS * appends));
     let heard = match others {
         Others::Listeners(n) if n > 0 => HEARD.load(std::sync::atomic::Ordering::Relaxed) / n,
         _ => 0,
@@ -334,7 +342,75 @@ async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, 
     for tap in taps {
         tap.abort();
     }
-    (rate, heard)
+    Measured { rate, heard, others_cpu }
+}
+
+/// The `application_name` of the other gateways' connections (their listening connections add
+/// `-listener`), by which their server backends are found.
+const OTHERS_APPLICATION: &str = "follow-latency-other";
+
+/// What one throughput case measured.
+struct Measured {
+    /// A's durable appends per second.
+    rate: f64,
+    /// The notifications each bare listener received.
+    heard: usize,
+    /// With other gateways: their CPU and their backends' per 1,000 appends through A.
+    others_cpu: Option<(f64, f64)>,
+}
+
+/// CPU seconds (user and system) of the other gateways' processes and of their server backends,
+/// each by pid, from `/proc/PID/stat`.
+struct OthersCpu {
+    gateways: std::collections::HashMap<u32, f64>,
+    backends: std::collections::HashMap<u32, f64>,
+}
+
+impl OthersCpu {
+    async fn sample(gateway_pids: &[u32]) -> OthersCpu {
+        let (client, connection) = tokio_postgres::connect(&server_url(), tokio_postgres::NoTls)
+            .await
+            .expect("a connection for pg_stat_activity");
+        let driver = tokio::spawn(connection);
+        let pattern = format!("{OTHERS_APPLICATION}%");
+        let rows = client
+            .query("SELECT pid FROM pg_stat_activity WHERE application_name LIKE $1", &[&pattern])
+            .await
+            .expect("the other gateways' backends");
+        drop(client);
+        let _ = driver.await;
+        let backends: Vec<u32> = rows.iter().filter_map(|row| u32::try_from(row.get::<_, i32>(0)).ok()).collect();
+        OthersCpu { gateways: cpu_seconds(gateway_pids), backends: cpu_seconds(&backends) }
+    }
+
+    /// Milliseconds of CPU per 1,000 appends since `before`, of the gateways and of their
+    /// backends (a backend opened meanwhile counts whole; one closed meanwhile is lost).
+    fn since(&self, before: &OthersCpu, appends: usize) -> (f64, f64) {
+        let used = |now: &std::collections::HashMap<u32, f64>, then: &std::collections::HashMap<u32, f64>| {
+            now.iter().map(|(pid, seconds)| seconds - then.get(pid).copied().unwrap_or(0.0)).sum::<f64>()
+        };
+        let per_thousand = 1_000.0 * 1_000.0 / appends as f64;
+        (used(&self.gateways, &before.gateways) * per_thousand, used(&self.backends, &before.backends) * per_thousand)
+    }
+}
+
+/// CPU seconds (user and system) of each of `pids` still running.
+fn cpu_seconds(pids: &[u32]) -> std::collections::HashMap<u32, f64> {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    let ticks = *TICKS.get_or_init(|| {
+        let output = std::process::Command::new("getconf").arg("CLK_TCK").output().ok();
+        output.and_then(|output| String::from_utf8(output.stdout).ok()?.trim().parse().ok()).unwrap_or(100.0)
+    });
+    pids.iter()
+        .filter_map(|&pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // The fields after the command name, which is in parentheses and may hold spaces.
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            let user: f64 = fields.get(11)?.parse().ok()?;
+            let system: f64 = fields.get(12)?.parse().ok()?;
+            Some((pid, (user + system) / ticks))
+        })
+        .collect()
 }
 
 /// The position query of one sweep over `n` tracked sessions, each with one stored event.
@@ -395,11 +471,16 @@ async fn throughputs(apiproxy: &std::path::Path, appends: usize, own_cores: bool
         .unwrap_or(3);
     let mut rates = vec![Vec::new(); cases.len()];
     let mut heard = vec![Vec::new(); cases.len()];
+    let mut others_cpu = vec![(Vec::new(), Vec::new()); cases.len()];
     for _ in 0..n_rounds {
-        for ((case, rate), heard) in cases.iter().zip(rates.iter_mut()).zip(heard.iter_mut()) {
-            let (measured, notifications) = throughput(apiproxy, *case, appends, own_cores).await;
-            rate.push(measured);
-            heard.push(notifications);
+        for (at, case) in cases.iter().enumerate() {
+            let measured = throughput(apiproxy, *case, appends, own_cores).await;
+            rates[at].push(measured.rate);
+            heard[at].push(measured.heard);
+            if let Some((gateways, backends)) = measured.others_cpu {
+                others_cpu[at].0.push(gateways);
+                others_cpu[at].1.push(backends);
+            }
         }
     }
     let median = |rates: &mut Vec<f64>| {
@@ -412,10 +493,17 @@ async fn throughputs(apiproxy: &std::path::Path, appends: usize, own_cores: bool
         rates.iter().map(|case| case.iter().zip(&rates[0]).map(|(rate, alone)| rate / alone - 1.0).collect()).collect();
     let alone = median(&mut rates[0].clone());
     println!("A's durable appends/s (median of {n_rounds}), nobody else on the store: {alone:.0} {:.0?}", rates[0]);
-    for (((case, rates), mut paired), heard) in cases.iter().zip(&rates).zip(paired).zip(&heard).skip(1) {
+    for ((((case, rates), mut paired), heard), (gateways, backends)) in
+        cases.iter().zip(&rates).zip(paired).zip(&heard).zip(&others_cpu).skip(1)
+    {
         let rate = median(&mut rates.clone());
         let heard = match case {
             Others::Listeners(_) => format!(", each listener heard {heard:?} notifications"),
+            _ if !gateways.is_empty() => format!(
+                "; their CPU per 1,000 appends (medians): the gateways {:.0} ms, their server backends {:.0} ms",
+                median(&mut gateways.clone()),
+                median(&mut backends.clone())
+            ),
             _ => String::new(),
         };
         println!(
