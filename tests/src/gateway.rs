@@ -32,13 +32,13 @@ impl Gateway {
         Gateway::start(Command::new(apiproxy), apiproxy, store, flags)
     }
 
-    /// [`Gateway::serve`] on the CPUs `cpus` only (`taskset -c`, say `1` or `0-1`), every thread
-    /// of it from its start.
-    pub fn serve_on_cpus(apiproxy: &Path, store: &str, cpus: &str) -> Gateway {
+    /// [`Gateway::serve_with`] on the CPUs `cpus` only (`taskset -c`, say `1` or `0-1`), every
+    /// thread of it from its start.
+    pub fn serve_on_cpus(apiproxy: &Path, store: &str, cpus: &str, flags: &[&str]) -> Gateway {
         let mut taskset = Command::new("taskset");
         // `taskset` execs the gateway, so the child is the gateway itself.
         taskset.args(["-c", cpus]).arg(apiproxy);
-        Gateway::start(taskset, apiproxy, store, &[])
+        Gateway::start(taskset, apiproxy, store, flags)
     }
 
     fn start(mut command: Command, apiproxy: &Path, store: &str, flags: &[&str]) -> Gateway {

@@ -8,8 +8,8 @@
 //! discards what a client that stopped reading left in its send queue. A send that blocks for
 //! `push_send_timeout` resets the socket at once; so does the pong a client's ping is owed, which is
 //! written out before the next client message is read, so pings cannot pile replies up. Frames
-//! already queued go out together, with one flush per batch (at most [`BATCH_FRAMES`]), and the
-//! send timeout bounds each batch.
+//! already queued go out together, with one flush per batch (at most [`BATCH_FRAMES`] frames,
+//! none added past [`BATCH_BYTES`]), and the send timeout bounds each batch.
 
 use std::sync::Arc;
 
@@ -137,18 +137,29 @@ pub(crate) async fn pump(
 /// At most this many frames go out with one flush.
 const BATCH_FRAMES: usize = 64;
 
-/// Sends `first` and the frames already queued behind it (up to [`BATCH_FRAMES`] in all) as
-/// messages with one flush at the end: a burst, such as a tail read from the store, costs the
-/// socket one write instead of one per frame.
+/// No frame joins a batch once the batch holds this many bytes, so the send timeout, which
+/// bounds a batch, asks of a slow client about what it asked of one large frame.
+const BATCH_BYTES: usize = 256 << 10;
+
+/// Sends `first` and the frames already queued behind it (up to [`BATCH_FRAMES`] in all, and
+/// while the batch holds under [`BATCH_BYTES`]) as messages with one flush at the end: a burst,
+/// such as a tail read from the store, costs the socket one write instead of one per frame.
 async fn send_batch(
     sink: &mut SplitSink<WebSocket, Message>,
     first: &Frame,
     queued: &mut tokio::sync::mpsc::Receiver<Arc<Frame>>,
 ) -> Result<(), axum::Error> {
-    sink.feed(Message::Text(first.envelope().into())).await?;
+    let text = first.envelope();
+    let mut bytes = text.len();
+    sink.feed(Message::Text(text.into())).await?;
     for _ in 1..BATCH_FRAMES {
+        if bytes >= BATCH_BYTES {
+            break;
+        }
         let Ok(frame) = queued.try_recv() else { break };
-        sink.feed(Message::Text(frame.envelope().into())).await?;
+        let text = frame.envelope();
+        bytes += text.len();
+        sink.feed(Message::Text(text.into())).await?;
     }
     sink.flush().await
 }

@@ -208,8 +208,8 @@ impl Pacer {
     }
 }
 
-/// The fields of a notification's payload that a watch reads (others are ignored), borrowed
-/// from the payload where no escape needs decoding.
+/// The fields of a notification's payload that a watch reads (others are ignored), decoded
+/// straight into their types rather than through a `serde_json::Value`.
 #[derive(serde::Deserialize)]
 struct Fields<'a> {
     #[serde(borrow)]

@@ -180,6 +180,11 @@ async fn listeners(channel: &str, n: usize) -> Vec<tokio::task::JoinHandle<()>> 
 /// A gateway over `store` with `flags` and the flags of `--gateway-flags="..."` (space-separated,
 /// for every gateway the probe starts: `--follow-gap-ms 75`, say).
 fn serve(apiproxy: &std::path::Path, store: &str, flags: &[&str]) -> Gateway {
+    Gateway::serve_with(apiproxy, store, &with_extra_flags(flags))
+}
+
+/// `flags` and those of `--gateway-flags="..."`.
+fn with_extra_flags<'a>(flags: &[&'a str]) -> Vec<&'a str> {
     static EXTRA: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     let extra = EXTRA.get_or_init(|| {
         std::env::args()
@@ -188,8 +193,7 @@ fn serve(apiproxy: &std::path::Path, store: &str, flags: &[&str]) -> Gateway {
             })
             .unwrap_or_default()
     });
-    let all: Vec<&str> = flags.iter().copied().chain(extra.iter().map(String::as_str)).collect();
-    Gateway::serve_with(apiproxy, store, &all)
+    flags.iter().copied().chain(extra.iter().map(String::as_str)).collect()
 }
 
 /// Runs `taskset` with `args`.
@@ -289,9 +293,9 @@ async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, 
     let schema = Schema::new(&format!("tp{}", std::process::id() % 1000 + rand_tag()));
     let a = serve(apiproxy, &schema.url, &[]);
     // The other gateways' connections carry a name of their own, so their backends can be found.
-    let others_url = format!("{}&application_name={OTHERS_APPLICATION}", schema.url);
+    let others_url = format!("{}&application_name={}", schema.url, others_application());
     let follower = || match own_cores {
-        true => Gateway::serve_on_cpus(apiproxy, &others_url, OTHERS_CPU),
+        true => Gateway::serve_on_cpus(apiproxy, &others_url, OTHERS_CPU, &with_extra_flags(&[])),
         false => serve(apiproxy, &others_url, &[]),
     };
     let (gateways, taps, watchers): (Vec<Gateway>, _, _) = match others {
@@ -317,7 +321,10 @@ async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, 
     // sessions' headers, a watcher's subscription) is over before the measured appends.
     tokio::time::sleep(SETTLE).await;
     let gateway_pids: Vec<u32> = gateways.iter().map(Gateway::pid).collect();
-    let cpu_before = OthersCpu::sample(&gateway_pids).await;
+    let cpu_before = match gateway_pids.is_empty() {
+        true => None,
+        false => Some(OthersCpu::sample(&gateway_pids).await),
+    };
     HEARD.store(0, std::sync::atomic::Ordering::Relaxed);
     let started = Instant::now();
     let runs = clients.into_iter().enumerate().map(|(s, mut client)| async move {
@@ -328,8 +335,10 @@ async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, 
     });
     futures::future::join_all(runs).await;
     let rate = (SESSIONS * appends) as f64 / started.elapsed().as_secs_f64();
-    let others_cpu = (!gateway_pids.is_empty())
-        .then_some(OthersCpu::sample(&gateway_pids).await.since(&cpu_before, SESSIONS * appends));
+    let others_cpu = match &cpu_before {
+        Some(before) => Some(OthersCpu::sample(&gateway_pids).await.since(before, SESSIONS * appends)),
+        None => None,
+    };
     let heard = match others {
         Others::Listeners(n) if n > 0 => HEARD.load(std::sync::atomic::Ordering::Relaxed) / n,
         _ => 0,
@@ -346,8 +355,11 @@ async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, 
 }
 
 /// The `application_name` of the other gateways' connections (their listening connections add
-/// `-listener`), by which their server backends are found.
-const OTHERS_APPLICATION: &str = "follow-latency-other";
+/// `-listener`), by which their server backends are found: this probe's own, so another run on
+/// the same server is not counted.
+fn others_application() -> String {
+    format!("follow-latency-other-{}", std::process::id())
+}
 
 /// What one throughput case measured.
 struct Measured {
@@ -372,7 +384,7 @@ impl OthersCpu {
             .await
             .expect("a connection for pg_stat_activity");
         let driver = tokio::spawn(connection);
-        let pattern = format!("{OTHERS_APPLICATION}%");
+        let pattern = format!("{}%", others_application());
         let rows = client
             .query("SELECT pid FROM pg_stat_activity WHERE application_name LIKE $1", &[&pattern])
             .await
@@ -525,6 +537,7 @@ async fn main() {
     let appends = std::env::args()
         .find_map(|arg| arg.strip_prefix("--appends=").map(|n| n.parse::<usize>().expect("--appends=N")))
         .unwrap_or(appends);
+    assert!(appends > 0, "--appends=N needs N of at least 1");
 
     println!("follow_latency: PostgreSQL at {}", session_persistence_postgres::redact_url(&server_url()));
     if own_cores {

@@ -376,8 +376,10 @@ impl Frame {
         Frame { kind, payload: text.into_boxed_str() }
     }
 
-    /// `session/event {sessionId, event}`, written straight from the event's canonical JSON
-    /// (the same text as [`Frame::new`] would give, without building a `Value` of the event).
+    /// `session/event {sessionId, event}`, written straight from the event's JSON
+    /// ([`SessionEvent::write_json`]: its `data` as stored, byte for byte), without building a
+    /// `Value` of the event; for the canonical JSON every writer stores, the same text as
+    /// [`Frame::new`] gives.
     pub fn session_event(session_id: &str, event: &SessionEvent) -> Frame {
         const KIND: &str = "session/event";
         let mut text = Vec::with_capacity(64 + session_id.len() + event.data.as_str().len());

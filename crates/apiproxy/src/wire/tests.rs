@@ -191,4 +191,13 @@ fn a_session_event_frame_is_the_generic_frame_text() {
             serde_json::from_str::<Value>(direct.payload()).expect("a frame's payload is JSON");
         }
     }
+    // A payload stored in another form than the canonical one goes out as stored, the same value.
+    let event =
+        SessionEvent::from_json_line(r#"{"type":"x/y","seq":1,"time":2,"data":{"n":1.50, "s":"\u00e9"}}"#).unwrap();
+    let direct: Value = serde_json::from_str(Frame::session_event("s", &event).payload()).unwrap();
+    let generic = Frame::new("session/event", json!({"sessionId": "s", "event": &event}));
+    assert_eq!(direct, serde_json::from_str::<Value>(generic.payload()).unwrap());
+    let mut stored = Vec::new();
+    event.write_json(&mut stored);
+    assert!(Frame::session_event("s", &event).payload().contains(std::str::from_utf8(&stored).unwrap()));
 }

@@ -258,10 +258,10 @@ fn read_and_validate_ahead(
         .map(|(id, from_seq)| {
             // An id asked twice reads its log again the second time: the read ahead is the first's.
             let log = ahead.remove(id)?;
+            let _guard = inner.lock_id_blocking(id);
             if cancel.is_cancelled() {
                 return Some(Err(PersistenceError::Cancelled));
             }
-            let _guard = inner.lock_id_blocking(id);
             Some(validated_suffix(backend, id, *from_seq, Source::Prefetched(&log), known, threads, cancel))
         })
         .collect()
