@@ -401,14 +401,10 @@ impl PgStore {
         }
         let parents: Vec<String> = page.headers.iter().map(|stored| stored.header.id.as_str().to_owned()).collect();
         let owner = request.owner.clone();
-        let sql = qualify(
-            "SELECT parent_session, array_agg(id ORDER BY id) FROM {s}.sessions WHERE parent_session = ANY($1) \
-             AND origin = 'subagent' AND ($2::text IS NULL OR owner = $2) GROUP BY parent_session",
-            &self.schema,
-        );
         let db = &self.db;
         let rows = db.run(async |client| {
-            db.timed("counting a page's children", plain(client).query(&sql, &[&parents, &owner])).await
+            let statement = db.prepared(client, &self.sql.page_children).await?;
+            db.timed("counting a page's children", client.query(&statement, &[&parents, &owner])).await
         })?;
         for row in &rows {
             let parent: String = db.column(row, 0)?;

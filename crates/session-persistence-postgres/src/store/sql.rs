@@ -31,6 +31,9 @@ pub(super) struct Sql {
     pub(super) unlock_notify_release: String,
     pub(super) positions: String,
     pub(super) created_since: String,
+    /// The subagent children of the parents `$1`, grouped per parent, seen by owner `$2` (any
+    /// owner when null): a page's child counts.
+    pub(super) page_children: String,
 }
 
 pub(super) const HEADER_COLUMNS: &str = "id, header, incarnation, revision, n_bytes";
@@ -119,6 +122,9 @@ impl Sql {
             created_since: q(&format!(
                 "SELECT {HEADER_COLUMNS} FROM {{s}}.sessions WHERE created_at >= $1 ORDER BY created_at DESC, id"
             )),
+            page_children: q("SELECT parent_session, array_agg(id ORDER BY id) FROM {s}.sessions \
+                 WHERE parent_session = ANY($1) AND origin = 'subagent' AND ($2::text IS NULL OR owner = $2) \
+                 GROUP BY parent_session"),
         }
     }
 }
