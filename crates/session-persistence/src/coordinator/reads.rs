@@ -198,7 +198,14 @@ pub(super) async fn read_from(
     from_seq: u64,
     cancel: &CancellationToken,
 ) -> Result<Inspection> {
-    read_from_ahead(inner, id, from_seq, None, cancel).await
+    check_cancel(cancel)?;
+    let _guard = inner.lock_id(id).await;
+    let (id, known, token) = (id.clone(), inner.config.known_types.clone(), cancel.clone());
+    let threads = inner.config.read_threads;
+    blocking(&inner.backend, move |backend| {
+        validated_suffix(backend, &id, from_seq, Source::From(from_seq), &known, threads, &token)
+    })
+    .await
 }
 
 /// [`read_from`] of each of `reads`, in order: over a backend that reads best in batches, the
@@ -225,7 +232,7 @@ pub(super) async fn read_from_many(
     let left: Vec<usize> = (0..reads.len()).filter(|&at| answers[at].is_none()).collect();
     // Up to 8 at once (same-id reads queue on the id's lock).
     for chunk in left.chunks(8) {
-        let read = chunk.iter().map(|&at| read_from_ahead(inner, &reads[at].0, reads[at].1, None, cancel));
+        let read = chunk.iter().map(|&at| read_from(inner, &reads[at].0, reads[at].1, cancel));
         for (&at, answer) in chunk.iter().zip(futures::future::join_all(read).await) {
             answers[at] = Some(answer);
         }
@@ -265,25 +272,6 @@ fn read_and_validate_ahead(
             Some(validated_suffix(backend, id, *from_seq, Source::Prefetched(&log), known, threads, cancel))
         })
         .collect()
-}
-
-/// [`read_from`], from `ahead` when the tail was read ahead (the events from `from_seq` on).
-async fn read_from_ahead(
-    inner: &Inner,
-    id: &SessionId,
-    from_seq: u64,
-    ahead: Option<PrefetchedLog>,
-    cancel: &CancellationToken,
-) -> Result<Inspection> {
-    check_cancel(cancel)?;
-    let _guard = inner.lock_id(id).await;
-    let (id, known, token) = (id.clone(), inner.config.known_types.clone(), cancel.clone());
-    let threads = inner.config.read_threads;
-    blocking(&inner.backend, move |backend| {
-        let source = ahead.as_ref().map_or(Source::From(from_seq), Source::Prefetched);
-        validated_suffix(backend, &id, from_seq, source, &known, threads, &token)
-    })
-    .await
 }
 
 /// The events of `id` from `from_seq` on that `source` gives, validated: the body of every
