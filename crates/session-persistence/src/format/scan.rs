@@ -12,7 +12,7 @@ use super::{
     Compression,
     header::{HeaderLineError, decode},
     scanner::LineScanner,
-    zstd::{FrameStream, Piece, StreamEnd, read_full, walk_frames, walk_frames_from},
+    zstd::{FrameStream, Piece, SEGMENT_BYTES, StreamEnd, read_full, walk_frames, walk_segments},
 };
 use crate::{
     backend::{ScanSink, TornTail},
@@ -267,7 +267,7 @@ fn scan_zstd(
     let len = source.len();
     // A resumed read starts at a frame boundary: the header frame's end, or one a seek found.
     let start = resume.as_ref().map_or(0, |resume| resume.offset);
-    let walk = walk_frames_from(source, len, start, path, cancel, None)?;
+    let (walk, segment_ends) = walk_segments(source, len, start, path, cancel, SEGMENT_BYTES)?;
     if resume.is_none() && walk.n_complete == 0 {
         return Err(corrupt_header(path, "empty or header-less Zstandard session log"));
     }
@@ -320,9 +320,9 @@ fn scan_zstd(
         }
         Ok(())
     };
-    // A long log is decompressed on a second thread while this one decodes, if the sink wants.
+    // A long log is decompressed on helper threads while this one decodes, if the sink wants.
     let end = if read_ahead {
-        stream.run_ahead(start, walk.complete_end, path, cancel, on_piece)?
+        stream.run_ahead(start, &segment_ends, path, cancel, on_piece)?
     } else {
         stream.run(start, walk.complete_end, path, cancel, on_piece)?
     };

@@ -162,8 +162,8 @@ impl crate::ScanSink for AheadSink {
     }
 }
 
-/// A long zstd log is decompressed on a helper thread exactly when the sink allows it, and the
-/// events are the same either way.
+/// A long zstd log is decompressed on helper threads (with more than one core, on more than one)
+/// exactly when the sink allows it, and the events are the same either way.
 #[test]
 fn read_ahead_runs_only_when_the_sink_allows_it() {
     use crate::ScanSink;
@@ -209,12 +209,53 @@ fn read_ahead_runs_only_when_the_sink_allows_it() {
     assert_eq!(ahead.0.events.len() as u64, seq);
     assert_eq!(ahead.0.events, inline.events);
 
-    // The helper hands over runs that span several frames; frame ends inside a run still reach
-    // the scan in order, so a torn final frame and a corrupt middle frame read the same way.
-    let mut corrupt = bytes.clone();
-    let middle = corrupt.len() / 2;
-    corrupt[middle] ^= 0x40;
-    for log in [bytes[..bytes.len() - 7].to_vec(), corrupt] {
+    // Given two decoding threads (what a read gets on four cores or more), both took segments.
+    super::zstd::FORCE_DECODERS.store(2, std::sync::atomic::Ordering::Relaxed);
+    let segments = super::zstd::SEGMENTS_ON_OTHER_DECODERS.load(std::sync::atomic::Ordering::Relaxed);
+    let (walk, segment_ends) = super::zstd::walk_segments(
+        &bytes,
+        bytes.len() as u64,
+        0,
+        Path::new("log"),
+        &cancel,
+        super::zstd::SEGMENT_BYTES,
+    )
+    .unwrap();
+    assert!(segment_ends.len() > 4, "the log must span several segments");
+    assert_eq!(segment_ends.last().copied(), Some(walk.complete_end));
+    let full = &segment_ends[..segment_ends.len() - 1];
+    assert!(
+        full.windows(2).all(|pair| pair[1] - pair[0] >= super::zstd::SEGMENT_BYTES),
+        "only the last segment is short"
+    );
+    let mut ahead = AheadSink::default();
+    scan_log(&bytes, Compression::Zstd, Path::new("log"), &cancel, &mut ahead).unwrap();
+    assert_eq!(ahead.0.events, inline.events);
+    assert!(
+        super::zstd::SEGMENTS_ON_OTHER_DECODERS.load(std::sync::atomic::Ordering::Relaxed) > segments,
+        "a second thread decompressed some of the segments"
+    );
+
+    // The helpers hand over runs that span several frames, and the reader takes them back in
+    // segment order; frame ends inside a run still reach the scan in order, so a torn final
+    // frame, a corrupt frame in any segment (the first of two corrupt ones is the answer, wherever
+    // the other lies) and a read that fails part way read the same way.
+    let corrupt_at = |fractions: &[usize]| {
+        let mut corrupt = bytes.clone();
+        for fraction in fractions {
+            let at = corrupt.len() * fraction / 10;
+            corrupt[at] ^= 0x40;
+        }
+        corrupt
+    };
+    let logs = [
+        bytes[..bytes.len() - 7].to_vec(),
+        corrupt_at(&[5]),
+        corrupt_at(&[2, 6]),
+        corrupt_at(&[3, 4]),
+        corrupt_at(&[9]),
+    ];
+    for log in logs {
         let mut inline = CollectSink::default();
         let plain = scan_log(&log, Compression::Zstd, Path::new("log"), &cancel, &mut inline);
         let mut ahead = AheadSink::default();
@@ -228,6 +269,44 @@ fn read_ahead_runs_only_when_the_sink_allows_it() {
             (plain, fast) => panic!("the two reads disagree: {plain:?} against {fast:?}"),
         }
         assert_eq!(ahead.0.events, inline.events);
+    }
+    // A read of the log that fails part way (not during the walk, which reads it first) fails the
+    // same way whichever thread meets the failure.
+    for fraction in [1, 4, 8] {
+        let failing =
+            FailingSource { bytes: &bytes, at: bytes.len() as u64 * fraction / 10, reads: Default::default() };
+        let mut inline = CollectSink::default();
+        let plain = scan_log(&failing, Compression::Zstd, Path::new("log"), &cancel, &mut inline).unwrap_err();
+        failing.reads.store(0, std::sync::atomic::Ordering::Relaxed);
+        let mut ahead = AheadSink::default();
+        let fast = scan_log(&failing, Compression::Zstd, Path::new("log"), &cancel, &mut ahead).unwrap_err();
+        assert!(matches!(plain, PersistenceError::Io { .. }), "{plain:?}");
+        assert_eq!(fast.to_string(), plain.to_string());
+        // Events decoded before a failed read may reach the sink; a read ahead may hold back a
+        // run it had not handed over. Never another event.
+        let (fast, plain) = (&ahead.0.events, &inline.events);
+        assert!(fast.len() <= plain.len() && fast[..] == plain[..fast.len()], "a prefix of the same events");
+    }
+}
+
+/// Bytes whose reads that cover `at` fail from the second on.
+struct FailingSource<'a> {
+    bytes: &'a [u8],
+    at: u64,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl super::ByteSource for FailingSource<'_> {
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+        let covers = offset <= self.at && self.at < offset + buf.len() as u64;
+        if covers && self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed) > 0 {
+            return Err(std::io::Error::other("the disk failed"));
+        }
+        self.bytes.read_at(offset, buf)
     }
 }
 

@@ -130,17 +130,43 @@ pub(crate) fn walk_frames(
     cancel: &CancellationToken,
     max_frames: Option<u64>,
 ) -> Result<FrameWalk> {
-    walk_frames_from(source, len, 0, path, cancel, max_frames)
+    walk_frames_with(source, len, 0, path, cancel, max_frames, &mut |_| {})
 }
 
-/// [`walk_frames`] from the frame that starts at `from` (a frame boundary) instead of the first.
-pub(crate) fn walk_frames_from(
+/// [`walk_frames`] over every frame from `from` (a frame boundary), which also cuts the complete frames into segments of
+/// about `segment_bytes` compressed bytes for [`FrameStream::run_ahead`]: the end of each
+/// segment, in order, the last one the walk's `complete_end` (none if no frame is complete).
+pub(crate) fn walk_segments(
+    source: &dyn ByteSource,
+    len: u64,
+    from: u64,
+    path: &Path,
+    cancel: &CancellationToken,
+    segment_bytes: u64,
+) -> Result<(FrameWalk, Vec<u64>)> {
+    let mut ends = Vec::new();
+    let mut segment_start = from;
+    let walk = walk_frames_with(source, len, from, path, cancel, None, &mut |end| {
+        if end - segment_start >= segment_bytes {
+            ends.push(end);
+            segment_start = end;
+        }
+    })?;
+    if walk.complete_end > segment_start {
+        ends.push(walk.complete_end);
+    }
+    Ok((walk, ends))
+}
+
+/// The walk of [`walk_frames`] from `from`, telling `on_frame_end` where each complete frame ends.
+fn walk_frames_with(
     source: &dyn ByteSource,
     len: u64,
     from: u64,
     path: &Path,
     cancel: &CancellationToken,
     max_frames: Option<u64>,
+    on_frame_end: &mut dyn FnMut(u64),
 ) -> Result<FrameWalk> {
     // A walk to the header frame alone reads ahead a little, not a whole walk's window.
     let ahead = if max_frames == Some(1) { PROBE_WINDOW } else { WALK_WINDOW };
@@ -156,6 +182,7 @@ pub(crate) fn walk_frames_from(
             Some(end) => {
                 walk.n_complete += 1;
                 walk.complete_end = end;
+                on_frame_end(end);
             }
             None => {
                 walk.torn_start = Some(start);
@@ -305,8 +332,62 @@ thread_local! {
     pub(crate) static RUN_AHEAD_CALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// Plaintext buffers in flight between the decompressing and the consuming thread.
+/// Segments decoded by a decoding thread other than a read's first, in this process, so tests
+/// can tell that one read used several (it only grows).
+#[cfg(test)]
+pub(crate) static SEGMENTS_ON_OTHER_DECODERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Plaintext buffers in flight between the decompressing threads and the consuming one.
 const AHEAD_DEPTH: usize = 8;
+
+/// Compressed bytes per segment of a read decompressed ahead (see [`walk_segments`]): the unit
+/// the decoding threads take in turn.
+pub(crate) const SEGMENT_BYTES: u64 = 64 << 10;
+
+/// Cores a process needs before one read decompresses on a second thread. A read ahead already
+/// runs three threads (decompressing, parsing, validating); on fewer cores they keep every core
+/// busy, and a second decoder only adds hand-overs (measured on two cores: a 100,000-event
+/// `inspect_stream` 71 -> 79 ms, see `docs/benchmarks.md`).
+const CORES_FOR_TWO_DECODERS: usize = 4;
+
+/// Forces the number of decoding threads, for tests on machines of any size (0: not forced).
+#[cfg(test)]
+pub(crate) static FORCE_DECODERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many threads decompress one read ahead: two where the cores are free for it (see
+/// [`CORES_FOR_TWO_DECODERS`]), else one.
+fn decoders() -> usize {
+    #[cfg(test)]
+    match FORCE_DECODERS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => {}
+        forced => return forced,
+    }
+    static DECODERS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *DECODERS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        if cores >= CORES_FOR_TWO_DECODERS { 2 } else { 1 }
+    })
+}
+
+/// What a decoding thread of [`FrameStream::run_ahead`] hands over.
+enum Decoded {
+    /// Plaintext of the segment it is decoding.
+    Run(Ahead),
+    /// How the segment's decoding ended: cleanly at the segment's end, or not.
+    End(StreamEnd),
+}
+
+/// The segments one decoding thread of [`FrameStream::run_ahead`] takes, and its channels.
+struct Lane<'a> {
+    start: u64,
+    segment_ends: &'a [u64],
+    /// Its first segment, then every `step`-th.
+    first: usize,
+    step: usize,
+    sender: std::sync::mpsc::SyncSender<Decoded>,
+    /// Runs the consumer is done with, to be filled again.
+    recycled: std::sync::mpsc::Receiver<Ahead>,
+}
 
 /// Decoder contexts kept per thread for the next read. Creating one zeroes over 100 KiB of
 /// tables, which would dominate reading a short log; every run starts with `reinit`.
@@ -372,61 +453,125 @@ impl<'s> FrameStream<'s> {
         Ok(FrameStream { source, context: Some(context), input, output })
     }
 
-    /// [`FrameStream::run`] with decompression on a second thread, so that it overlaps with
-    /// `on_piece`, which runs on the caller's thread. Memory stays bounded: at most
-    /// [`AHEAD_DEPTH`] plaintext buffers are in flight, and they are reused.
+    /// [`FrameStream::run`] over the segments a walk cut (see [`walk_segments`]: the end of
+    /// each, the first starting at `start`), decompressed on helper threads so that it overlaps
+    /// with `on_piece`, which runs on the caller's thread. Frames are independent: with more than
+    /// one core, [`decoders`] threads take the segments in turn, each with its own context, and
+    /// the caller takes their plaintext back in segment order, so `on_piece` sees what one
+    /// [`FrameStream::run`] would show it, up to the first segment that does not decode cleanly,
+    /// whose end is the answer. Memory stays bounded: at most [`AHEAD_DEPTH`] plaintext runs are
+    /// in flight in all, and they are reused.
     pub(crate) fn run_ahead(
         &mut self,
         start: u64,
-        end: u64,
+        segment_ends: &[u64],
         path: &Path,
         cancel: &CancellationToken,
         on_piece: &mut dyn FnMut(Piece<'_>) -> Result<()>,
     ) -> Result<StreamEnd> {
         #[cfg(test)]
         RUN_AHEAD_CALLS.with(|calls| calls.set(calls.get() + 1));
-        let (sender, receiver) = std::sync::mpsc::sync_channel::<Ahead>(AHEAD_DEPTH);
-        let (recycle, recycled) = std::sync::mpsc::channel::<Ahead>();
+        let end = segment_ends.last().copied().unwrap_or(start);
+        let n_decoders = decoders().min(segment_ends.len()).max(1);
+        let mut others = (1..n_decoders)
+            .map(|_| FrameStream::new(self.source, end - start))
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(|error| PersistenceError::io(path, error))?;
         std::thread::scope(|scope| {
-            let producer = scope.spawn(move || {
-                let fresh = || {
-                    let mut run = recycled.try_recv().unwrap_or_default();
-                    run.bytes.clear();
-                    run.frame_ends.clear();
-                    run
-                };
-                let mut run = fresh();
-                // The consumer stopped; its own error is the one reported.
-                let stopped = |_| PersistenceError::Cancelled;
-                let ended = self.run(start, end, path, cancel, &mut |piece| {
-                    match piece {
-                        Piece::Plaintext(bytes) => run.bytes.extend_from_slice(bytes),
-                        Piece::FrameEnd { end } => run.frame_ends.push((run.bytes.len(), end)),
+            let mut receivers = Vec::with_capacity(n_decoders);
+            let mut recycles = Vec::with_capacity(n_decoders);
+            let mut decoding = Vec::with_capacity(n_decoders);
+            for (first, stream) in std::iter::once(&mut *self).chain(others.iter_mut()).enumerate() {
+                let (sender, receiver) = std::sync::mpsc::sync_channel::<Decoded>(AHEAD_DEPTH / n_decoders);
+                let (recycle, recycled) = std::sync::mpsc::channel::<Ahead>();
+                let lane = Lane { start, segment_ends, first, step: n_decoders, sender, recycled };
+                decoding.push(scope.spawn(move || stream.decode_segments(lane, path, cancel)));
+                receivers.push(receiver);
+                recycles.push(recycle);
+            }
+            let mut outcome = Ok(StreamEnd::Exhausted { frame_start: end });
+            // The decoder that stopped before its segment was done: its error is the answer.
+            let mut stopped = None;
+            'segments: for (index, &segment_end) in segment_ends.iter().enumerate() {
+                let decoder = index % n_decoders;
+                loop {
+                    match receivers[decoder].recv() {
+                        Ok(Decoded::Run(run)) => {
+                            let step = run.deliver(on_piece);
+                            let _ = recycles[decoder].send(run);
+                            if let Err(error) = step {
+                                outcome = Err(error);
+                                break 'segments;
+                            }
+                        }
+                        Ok(Decoded::End(ended)) if ended == (StreamEnd::Exhausted { frame_start: segment_end }) => {
+                            break;
+                        }
+                        Ok(Decoded::End(ended)) => {
+                            outcome = Ok(ended);
+                            break 'segments;
+                        }
+                        Err(_) => {
+                            stopped = Some(decoder);
+                            break 'segments;
+                        }
                     }
-                    if run.bytes.len() >= AHEAD_RUN_BYTES {
-                        sender.send(std::mem::replace(&mut run, fresh())).map_err(stopped)?;
-                    }
-                    Ok(())
-                })?;
-                // What the decoder produced before it stopped, failed frame or not, goes first.
-                if !run.bytes.is_empty() || !run.frame_ends.is_empty() {
-                    sender.send(run).map_err(stopped)?;
-                }
-                Ok(ended)
-            });
-            let mut consumed = Ok(());
-            for run in receiver {
-                let step = run.deliver(on_piece);
-                let _ = recycle.send(run);
-                if let Err(error) = step {
-                    consumed = Err(error);
-                    // Dropping the receiver makes the producer's next send fail, which stops it.
-                    break;
                 }
             }
-            let produced = producer.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            consumed.and(produced)
+            // Dropping the receivers makes each decoder's next send fail, which stops it. What
+            // a decoder met past the segment that ended the read is not this read's answer.
+            drop(receivers);
+            for (decoder, handle) in decoding.into_iter().enumerate() {
+                let decoded = handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                if stopped == Some(decoder) {
+                    // Invariant: a decoder sends an end for each of its segments unless it fails.
+                    outcome = Err(decoded.expect_err("a decoder stops early only on an error"));
+                }
+            }
+            outcome
         })
+    }
+
+    /// One decoding thread of [`FrameStream::run_ahead`]: decodes its segments in turn, sending
+    /// each one's plaintext in runs and then how it ended; stops after a segment that did not
+    /// end cleanly, or once the consumer is gone.
+    fn decode_segments(&mut self, lane: Lane<'_>, path: &Path, cancel: &CancellationToken) -> Result<()> {
+        let Lane { start, segment_ends, first, step, sender, recycled } = lane;
+        let fresh = || {
+            let mut run = recycled.try_recv().unwrap_or_default();
+            run.bytes.clear();
+            run.frame_ends.clear();
+            run
+        };
+        // The consumer stopped; its own error is the one reported.
+        let gone = |_| PersistenceError::Cancelled;
+        for index in (first..segment_ends.len()).step_by(step) {
+            let segment_start = if index == 0 { start } else { segment_ends[index - 1] };
+            let mut run = fresh();
+            let ended = self.run(segment_start, segment_ends[index], path, cancel, &mut |piece| {
+                match piece {
+                    Piece::Plaintext(bytes) => run.bytes.extend_from_slice(bytes),
+                    Piece::FrameEnd { end } => run.frame_ends.push((run.bytes.len(), end)),
+                }
+                if run.bytes.len() >= AHEAD_RUN_BYTES {
+                    sender.send(Decoded::Run(std::mem::replace(&mut run, fresh()))).map_err(gone)?;
+                }
+                Ok(())
+            })?;
+            // What the decoder produced before it stopped, failed frame or not, goes first.
+            if !run.bytes.is_empty() || !run.frame_ends.is_empty() {
+                sender.send(Decoded::Run(run)).map_err(gone)?;
+            }
+            sender.send(Decoded::End(ended)).map_err(gone)?;
+            #[cfg(test)]
+            if first > 0 {
+                SEGMENTS_ON_OTHER_DECODERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            if ended != (StreamEnd::Exhausted { frame_start: segment_ends[index] }) {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Decodes the frames in `[start, end)`, handing plaintext and frame ends to `on_piece`.
