@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     config::FollowConfig,
     hub::{Delivered, Hub},
+    wire::Frame,
 };
 
 /// How far back, in the store's clock, a sweep looks for sessions created elsewhere beyond the
@@ -423,6 +424,8 @@ impl Context {
                 };
                 let baseline =
                     if created && position.next_seq <= REPLAY_CREATED_MAX { -1 } else { position.next_seq as i64 - 1 };
+                // Its baseline is one more frame in each mux queue that sees it.
+                wait_for_room(self.hub.mux_queues_seeing(header.owner.as_deref()), 1, cancel).await;
                 if !self.hub.follow_remote(header, baseline, false) {
                     // It became live here, or another round follows it already.
                     return Ok(None);
@@ -507,6 +510,9 @@ impl Context {
             }
         };
         if let Some(seq) = u64::try_from(last_seq).ok().filter(|_| !changed.is_empty()) {
+            // One frame per changed value: after a tail that filled a queue, they wait for room
+            // as its events did.
+            self.wait_for_room(id, changed.len(), cancel).await;
             self.hub.project_remote(id, &changed, seq);
         }
         Ok(())
@@ -516,15 +522,7 @@ impl Context {
     /// frames. A client that stays behind that long is then cut by the hub's overflow rule, as
     /// for a session live here; one that keeps up never is, however long the tail.
     async fn wait_for_room(&self, id: &SessionId, n: usize, cancel: &CancellationToken) {
-        let queues = self.hub.mux_queues_of(id);
-        let deadline = tokio::time::Instant::now() + ROOM_WAIT;
-        for queue in queues {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                // The permits are dropped at once: this only waits for the room.
-                _ = tokio::time::timeout_at(deadline, queue.reserve_many(n.min(queue.max_capacity()))) => {}
-            }
-        }
+        wait_for_room(self.hub.mux_queues_of(id), n, cancel).await;
     }
 
     /// A session live here is fenced once its write met another writer's, or once the store
@@ -546,11 +544,25 @@ impl Context {
             return Ok(());
         }
         let durable = self.persistence.durable_len(id).unwrap_or(0).min(position.next_seq);
+        // The new baseline is one more frame in each mux queue that sees the session.
+        self.wait_for_room(id, 1, cancel).await;
         if self.hub.fence_local(id, durable as i64 - 1) {
             self.folds.lock().remove(id);
             tracing::info!(session = %id, durable, "another writer moved this session on; following it from the store");
             self.read_tail(id, durable, cancel).await?;
         }
         Ok(())
+    }
+}
+
+/// Waits (up to [`ROOM_WAIT`]) until each of `queues` has room for `n` more frames.
+async fn wait_for_room(queues: Vec<tokio::sync::mpsc::Sender<Arc<Frame>>>, n: usize, cancel: &CancellationToken) {
+    let deadline = tokio::time::Instant::now() + ROOM_WAIT;
+    for queue in queues {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            // The permits are dropped at once: this only waits for the room.
+            _ = tokio::time::timeout_at(deadline, queue.reserve_many(n.min(queue.max_capacity()))) => {}
+        }
     }
 }

@@ -301,13 +301,13 @@ impl Hub {
     pub(crate) fn mux_queues_of(&self, id: &SessionId) -> Vec<mpsc::Sender<Arc<Frame>>> {
         let state = self.state.lock();
         let Some(live) = state.live.get(id) else { return Vec::new() };
-        let owner = live.header.owner.as_deref();
-        state
-            .subscribers
-            .iter()
-            .filter(|subscriber| subscriber.kind == StreamKind::Mux && sees(subscriber.owner.as_deref(), owner))
-            .map(|subscriber| subscriber.tx.clone())
-            .collect()
+        mux_queues(&state, live.header.owner.as_deref())
+    }
+
+    /// The queues of the mux connections that see sessions of `owner`: those a session about to
+    /// be followed will send its baseline to.
+    pub(crate) fn mux_queues_seeing(&self, owner: Option<&str>) -> Vec<mpsc::Sender<Arc<Frame>>> {
+        mux_queues(&self.state.lock(), owner)
     }
 
     /// Sets what runs after each new subscription.
@@ -329,6 +329,16 @@ impl Hub {
     pub(crate) fn remote_ids(&self) -> Vec<SessionId> {
         self.state.lock().live.iter().filter(|(_, live)| live.remote).map(|(id, _)| id.clone()).collect()
     }
+}
+
+/// The queues of the mux connections that see sessions of `owner`.
+fn mux_queues(state: &HubState, owner: Option<&str>) -> Vec<mpsc::Sender<Arc<Frame>>> {
+    state
+        .subscribers
+        .iter()
+        .filter(|subscriber| subscriber.kind == StreamKind::Mux && sees(subscriber.owner.as_deref(), owner))
+        .map(|subscriber| subscriber.tx.clone())
+        .collect()
 }
 
 /// Queues a frame (built once, only if someone sees it) for every visible connection of `kind`;

@@ -348,6 +348,36 @@ async fn a_burst_written_elsewhere_is_read_once_per_round_gap() {
     b.stop().await;
 }
 
+/// A followed tail that fills a client's queue to the brim does not cost the client its
+/// downlink when the projection values it changed follow: they wait for room as its events did,
+/// so a client that reads, however late, keeps its connection and gets every frame.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tail_that_fills_a_queue_waits_for_room_for_its_projections() {
+    let net = Arc::new(Net::default());
+    let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
+    // Room for seven frames: the session's baseline and one turn's six events fill it.
+    let b = Server::start_on_backend(Handle::new(&net, 1), ProxyConfig { push_queue_frames: 7, ..config() }).await;
+    let mut mux = b.ws("/api/events.mux", None).await;
+    // The client reads nothing while the turn is followed; the values it changes come after.
+    a.ok(None, "session.create", json!({"sessionId": "brim", "cwd": "/w"})).await;
+    a.ok(None, "session.append", json!({"sessionId": "brim", "events": turn(1), "durable": true})).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut frames = Vec::new();
+    let quiet = loop {
+        match tokio::time::timeout(Duration::from_millis(1000), mux.next()).await {
+            Ok(Some(frame)) => frames.push(frame),
+            Ok(None) => break false,
+            Err(_) => break true,
+        }
+    };
+    let kinds: Vec<&str> = frames.iter().map(|frame| frame["type"].as_str().unwrap_or("")).collect();
+    assert!(quiet && !kinds.contains(&"stream/error"), "the client kept its downlink: {kinds:?}");
+    assert_eq!(kinds[..7], ["session/subscribed"].into_iter().chain(["session/event"; 6]).collect::<Vec<_>>()[..]);
+    assert!(kinds[7..].iter().all(|kind| *kind == "session/projection") && kinds.len() > 7, "{kinds:?}");
+    a.stop().await;
+    b.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_signals_are_made_up_by_the_sweep() {
     let (net, a, b) = pair().await;
