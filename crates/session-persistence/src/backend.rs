@@ -323,6 +323,14 @@ pub trait ScanSink {
         false
     }
 
+    /// How many threads may decompress ahead for this sink when [`read_ahead`](Self::read_ahead)
+    /// allows it at all (the frames of a long zstd log are independent, so two decoders can take
+    /// them in turn). Defaults to one: a second pays only where cores are free for it, which a
+    /// sink that knows how many reads run can tell. Wrapping sinks should forward this call.
+    fn read_ahead_decoders(&self) -> usize {
+        1
+    }
+
     /// The stream delivered everything, closers included, and ends well. A sink that only needs
     /// its result, not what it accumulated, may reduce itself here: a persistence reading many
     /// sessions calls this on the reading thread as each read ends, so finished reads waiting for

@@ -129,6 +129,10 @@ impl<S: ScanSink> ScanSink for Lent<S> {
         self.sink.as_ref().is_some_and(ScanSink::read_ahead)
     }
 
+    fn read_ahead_decoders(&self) -> usize {
+        self.sink.as_ref().map_or(1, |sink| sink.read_ahead_decoders())
+    }
+
     fn finish(&mut self) {
         self.sink().finish();
     }

@@ -182,11 +182,12 @@ impl ScanSink for ValidatingSink<'_> {
 }
 
 /// When a cold read may use helper threads: a validating thread next to the decoding one, and,
-/// for a compressed log, a thread that decompresses ahead (see [`ScanSink::read_ahead`]).
+/// for a compressed log, a thread that decompresses ahead (see [`ScanSink::read_ahead`]), or two
+/// where the cores are free for them (see [`ScanSink::read_ahead_decoders`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ReadThreads {
     /// Helpers only while few cold reads run in the process: fewer than half as many as there
-    /// are cores. One read then uses two or three cores; reads that already run side by side
+    /// are cores. One read then uses two to four threads; reads that already run side by side
     /// (a listing reads several children at once) each stay on one thread, which costs less CPU
     /// in all than threads handing events to each other.
     #[default]
@@ -216,18 +217,33 @@ impl Drop for InFlight {
     }
 }
 
+/// Cores per running read before a read decompresses on a second thread. A read ahead already
+/// runs three threads (decompressing, parsing, validating); with fewer cores free they keep every
+/// core busy, and a second decoder only adds hand-overs (measured on two cores: a 100,000-event
+/// `inspect_stream` 71 -> 79 ms, `docs/benchmarks.md`).
+const CORES_FOR_TWO_DECODERS: usize = 4;
+
+/// The cores this process may use.
+fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
+}
+
 impl ReadThreads {
     /// Whether a read that starts with `others` reads already running may use helpers.
     fn allows_helpers(self, others: usize) -> bool {
-        static CORES: OnceLock<usize> = OnceLock::new();
         match self {
             ReadThreads::Always => true,
             ReadThreads::Never => false,
-            ReadThreads::Auto => {
-                let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from));
-                cores > 1 && others * 2 < cores
-            }
+            ReadThreads::Auto => cores() > 1 && others * 2 < cores(),
         }
+    }
+
+    /// How many threads may decompress ahead for a read that starts with `others` reads already
+    /// running: two while each running read has [`CORES_FOR_TWO_DECODERS`] cores, else one.
+    fn decoders(self, others: usize) -> usize {
+        let free = self.allows_helpers(others) && cores() >= CORES_FOR_TWO_DECODERS * (others + 1);
+        if free { 2 } else { 1 }
     }
 }
 
@@ -245,7 +261,8 @@ enum Relayed {
 /// outcome with the closers that balance it (none when the backend streamed a suffix only).
 ///
 /// When `threads` allows helpers, a long log is validated on a second thread while the backend
-/// keeps decoding (and may decompress ahead on a third), so one cold read can use two cores. A
+/// keeps decoding (and may decompress ahead on a third, or a third and a fourth), so one cold
+/// read can use two cores or more. A
 /// log shorter than one relay batch is handled inline without a thread. Memory stays bounded:
 /// at most a few batches are in flight.
 pub(crate) fn scan_validated(
@@ -282,12 +299,14 @@ pub(crate) fn validated(
 ) -> Result<Option<(crate::backend::ScanOutcome, Vec<SessionEvent>)>> {
     let (_in_flight, others) = InFlight::enter();
     let helpers = threads.allows_helpers(others);
+    let decoders = threads.decoders(others);
     let mut validating = ValidatingSink::new(id.clone(), backend, known, inner);
     let run = |validating: &mut ValidatingSink<'_>, source: Source<'_>| {
         std::thread::scope(|scope| {
             let mut relay = Relay {
                 validating: Some(validating),
                 helpers,
+                decoders,
                 scope,
                 sender: None,
                 worker: None,
@@ -326,6 +345,8 @@ struct Relay<'scope, 'env, 'a> {
     validating: Option<&'env mut ValidatingSink<'a>>,
     /// Whether this read may use helper threads.
     helpers: bool,
+    /// How many of them may decompress ahead.
+    decoders: usize,
     scope: &'scope std::thread::Scope<'scope, 'env>,
     sender: Option<std::sync::mpsc::SyncSender<Relayed>>,
     worker: Option<std::thread::ScopedJoinHandle<'scope, Result<()>>>,
@@ -447,6 +468,10 @@ impl<'a> ScanSink for Relay<'_, '_, 'a> {
         self.helpers
     }
 
+    fn read_ahead_decoders(&self) -> usize {
+        self.decoders
+    }
+
     fn restart(&mut self) -> bool {
         match self.validating.as_mut() {
             Some(validating) => {
@@ -474,6 +499,12 @@ mod tests {
         }
         // However many cores, a read among many others stays on its own thread.
         assert!(!ReadThreads::Auto.allows_helpers(cores));
+        // A second decoder only where each running read has four cores.
+        for threads in [ReadThreads::Auto, ReadThreads::Always] {
+            assert_eq!(threads.decoders(0), if cores >= 4 { 2 } else { 1 }, "{threads:?}");
+            assert_eq!(threads.decoders(cores), 1, "{threads:?}: reads side by side decode on one thread each");
+        }
+        assert_eq!(ReadThreads::Never.decoders(0), 1);
         assert_eq!(ReadThreads::default(), ReadThreads::Auto);
     }
 

@@ -285,6 +285,7 @@ fn scan_zstd(
         n_bytes = resume.text_offset;
     }
     let read_ahead = walk.complete_end - start > RUN_AHEAD_MIN_BYTES && sink.read_ahead();
+    let decoders = sink.read_ahead_decoders();
     let on_piece = &mut |piece: Piece<'_>| {
         match piece {
             Piece::Plaintext(bytes) => {
@@ -322,7 +323,7 @@ fn scan_zstd(
     };
     // A long log is decompressed on helper threads while this one decodes, if the sink wants.
     let end = if read_ahead {
-        stream.run_ahead(start, &segment_ends, path, cancel, on_piece)?
+        stream.run_ahead(start, &segment_ends, decoders, path, cancel, on_piece)?
     } else {
         stream.run(start, walk.complete_end, path, cancel, on_piece)?
     };

@@ -148,11 +148,20 @@ fn scans_stream_into_any_sink() {
     assert_eq!(sink.1.as_deref(), Some(&*scan.header));
 }
 
-/// A sink that lets the backend decompress ahead.
-#[derive(Default)]
-struct AheadSink(CollectSink);
+/// A sink that lets the backend decompress ahead, on this many threads.
+struct AheadSink(CollectSink, usize);
+
+impl AheadSink {
+    fn on(decoders: usize) -> AheadSink {
+        AheadSink(CollectSink::default(), decoders)
+    }
+}
 
 impl crate::ScanSink for AheadSink {
+    fn header(&mut self, header: &Arc<SessionHeader>) -> crate::Result<()> {
+        self.0.header(header)
+    }
+
     fn event(&mut self, event: Arc<SessionEvent>) -> crate::Result<()> {
         self.0.event(event)
     }
@@ -160,10 +169,14 @@ impl crate::ScanSink for AheadSink {
     fn read_ahead(&self) -> bool {
         true
     }
+
+    fn read_ahead_decoders(&self) -> usize {
+        self.1
+    }
 }
 
-/// A long zstd log is decompressed on helper threads (with more than one core, on more than one)
-/// exactly when the sink allows it, and the events are the same either way.
+/// A long zstd log is decompressed on helper threads (on two where the sink says so) exactly
+/// when the sink allows it, and the events are the same either way.
 #[test]
 fn read_ahead_runs_only_when_the_sink_allows_it() {
     use crate::ScanSink;
@@ -203,15 +216,16 @@ fn read_ahead_runs_only_when_the_sink_allows_it() {
     scan_log(&bytes, Compression::Zstd, Path::new("log"), &cancel, &mut inline).unwrap();
     assert_eq!(calls(), before, "a sink that does not allow read-ahead gets none");
 
-    let mut ahead = AheadSink::default();
+    let other_decoders = || super::zstd::SEGMENTS_FROM_OTHER_DECODERS.with(std::cell::Cell::get);
+    let taken = other_decoders();
+    let mut ahead = AheadSink::on(1);
     scan_log(&bytes, Compression::Zstd, Path::new("log"), &cancel, &mut ahead).unwrap();
     assert_eq!(calls(), before + 1, "the long log was decompressed ahead");
+    assert_eq!(other_decoders(), taken, "on one decoding thread");
     assert_eq!(ahead.0.events.len() as u64, seq);
     assert_eq!(ahead.0.events, inline.events);
 
-    // Given two decoding threads (what a read gets on four cores or more), both took segments.
-    super::zstd::FORCE_DECODERS.store(2, std::sync::atomic::Ordering::Relaxed);
-    let segments = super::zstd::SEGMENTS_ON_OTHER_DECODERS.load(std::sync::atomic::Ordering::Relaxed);
+    // Given two decoding threads (what a read gets where cores are free), both took segments.
     let (walk, segment_ends) = super::zstd::walk_segments(
         &bytes,
         bytes.len() as u64,
@@ -223,18 +237,25 @@ fn read_ahead_runs_only_when_the_sink_allows_it() {
     .unwrap();
     assert!(segment_ends.len() > 4, "the log must span several segments");
     assert_eq!(segment_ends.last().copied(), Some(walk.complete_end));
-    let full = &segment_ends[..segment_ends.len() - 1];
+    let bounds: Vec<u64> = std::iter::once(0).chain(segment_ends.iter().copied()).collect();
     assert!(
-        full.windows(2).all(|pair| pair[1] - pair[0] >= super::zstd::SEGMENT_BYTES),
+        bounds[..bounds.len() - 1].windows(2).all(|pair| pair[1] - pair[0] >= super::zstd::SEGMENT_BYTES),
         "only the last segment is short"
     );
-    let mut ahead = AheadSink::default();
+    let magic = super::zstd::ZSTD_MAGIC.to_le_bytes();
+    for &end in &segment_ends[..segment_ends.len() - 1] {
+        assert_eq!(bytes[end as usize..end as usize + 4], magic, "segment end {end} is where a frame starts");
+    }
+    let mut ahead = AheadSink::on(2);
     scan_log(&bytes, Compression::Zstd, Path::new("log"), &cancel, &mut ahead).unwrap();
     assert_eq!(ahead.0.events, inline.events);
-    assert!(
-        super::zstd::SEGMENTS_ON_OTHER_DECODERS.load(std::sync::atomic::Ordering::Relaxed) > segments,
-        "a second thread decompressed some of the segments"
-    );
+    assert!(other_decoders() > taken, "a second thread decompressed some of the segments");
+    // A read that starts past the header frame (its header known) cuts its segments from there.
+    let known = read_header(&bytes.as_slice(), Compression::Zstd, Path::new("log"), &cancel).unwrap().unwrap();
+    let known = known.known.expect("the header is reusable");
+    let mut resumed = AheadSink::on(2);
+    scan_log_known(&bytes, Compression::Zstd, Path::new("log"), &cancel, Some(&known), &mut resumed).unwrap();
+    assert_eq!(resumed.0.events, inline.events);
 
     // The helpers hand over runs that span several frames, and the reader takes them back in
     // segment order; frame ends inside a run still reach the scan in order, so a torn final
@@ -258,7 +279,7 @@ fn read_ahead_runs_only_when_the_sink_allows_it() {
     for log in logs {
         let mut inline = CollectSink::default();
         let plain = scan_log(&log, Compression::Zstd, Path::new("log"), &cancel, &mut inline);
-        let mut ahead = AheadSink::default();
+        let mut ahead = AheadSink::on(2);
         let fast = scan_log(&log, Compression::Zstd, Path::new("log"), &cancel, &mut ahead);
         match (plain, fast) {
             (Ok(plain), Ok(fast)) => {
@@ -278,7 +299,7 @@ fn read_ahead_runs_only_when_the_sink_allows_it() {
         let mut inline = CollectSink::default();
         let plain = scan_log(&failing, Compression::Zstd, Path::new("log"), &cancel, &mut inline).unwrap_err();
         failing.reads.store(0, std::sync::atomic::Ordering::Relaxed);
-        let mut ahead = AheadSink::default();
+        let mut ahead = AheadSink::on(2);
         let fast = scan_log(&failing, Compression::Zstd, Path::new("log"), &cancel, &mut ahead).unwrap_err();
         assert!(matches!(plain, PersistenceError::Io { .. }), "{plain:?}");
         assert_eq!(fast.to_string(), plain.to_string());

@@ -133,9 +133,10 @@ pub(crate) fn walk_frames(
     walk_frames_with(source, len, 0, path, cancel, max_frames, &mut |_| {})
 }
 
-/// [`walk_frames`] over every frame from `from` (a frame boundary), which also cuts the complete frames into segments of
-/// about `segment_bytes` compressed bytes for [`FrameStream::run_ahead`]: the end of each
-/// segment, in order, the last one the walk's `complete_end` (none if no frame is complete).
+/// [`walk_frames`] over every frame from `from` (a frame boundary), which also cuts the complete
+/// frames into segments of about `segment_bytes` compressed bytes for [`FrameStream::run_ahead`]:
+/// the end of each segment, in order, the last one the walk's `complete_end` (none if no frame
+/// is complete).
 pub(crate) fn walk_segments(
     source: &dyn ByteSource,
     len: u64,
@@ -330,12 +331,9 @@ const AHEAD_RUN_BYTES: usize = 64 << 10;
 thread_local! {
     /// How many reads this thread ran with [`FrameStream::run_ahead`], so tests can tell.
     pub(crate) static RUN_AHEAD_CALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Segments this thread's reads took back from a decoder other than their first.
+    pub(crate) static SEGMENTS_FROM_OTHER_DECODERS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
-
-/// Segments decoded by a decoding thread other than a read's first, in this process, so tests
-/// can tell that one read used several (it only grows).
-#[cfg(test)]
-pub(crate) static SEGMENTS_ON_OTHER_DECODERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Plaintext buffers in flight between the decompressing threads and the consuming one.
 const AHEAD_DEPTH: usize = 8;
@@ -344,30 +342,8 @@ const AHEAD_DEPTH: usize = 8;
 /// the decoding threads take in turn.
 pub(crate) const SEGMENT_BYTES: u64 = 64 << 10;
 
-/// Cores a process needs before one read decompresses on a second thread. A read ahead already
-/// runs three threads (decompressing, parsing, validating); on fewer cores they keep every core
-/// busy, and a second decoder only adds hand-overs (measured on two cores: a 100,000-event
-/// `inspect_stream` 71 -> 79 ms, see `docs/benchmarks.md`).
-const CORES_FOR_TWO_DECODERS: usize = 4;
-
-/// Forces the number of decoding threads, for tests on machines of any size (0: not forced).
-#[cfg(test)]
-pub(crate) static FORCE_DECODERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// How many threads decompress one read ahead: two where the cores are free for it (see
-/// [`CORES_FOR_TWO_DECODERS`]), else one.
-fn decoders() -> usize {
-    #[cfg(test)]
-    match FORCE_DECODERS.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => {}
-        forced => return forced,
-    }
-    static DECODERS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *DECODERS.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        if cores >= CORES_FOR_TWO_DECODERS { 2 } else { 1 }
-    })
-}
+/// Threads that decompress one read ahead at most.
+const MAX_DECODERS: usize = 2;
 
 /// What a decoding thread of [`FrameStream::run_ahead`] hands over.
 enum Decoded {
@@ -455,16 +431,19 @@ impl<'s> FrameStream<'s> {
 
     /// [`FrameStream::run`] over the segments a walk cut (see [`walk_segments`]: the end of
     /// each, the first starting at `start`), decompressed on helper threads so that it overlaps
-    /// with `on_piece`, which runs on the caller's thread. Frames are independent: with more than
-    /// one core, [`decoders`] threads take the segments in turn, each with its own context, and
-    /// the caller takes their plaintext back in segment order, so `on_piece` sees what one
-    /// [`FrameStream::run`] would show it, up to the first segment that does not decode cleanly,
-    /// whose end is the answer. Memory stays bounded: at most [`AHEAD_DEPTH`] plaintext runs are
-    /// in flight in all, and they are reused.
+    /// with `on_piece`, which runs on the caller's thread. Frames are independent: given more
+    /// than one decoder (`decoders`, at most [`MAX_DECODERS`]), they take the segments in turn,
+    /// each with its own context, and the caller takes their plaintext back in segment order, so
+    /// `on_piece` sees what one [`FrameStream::run`] would show it, up to the first segment that
+    /// does not decode cleanly, whose end is the answer. (A decoder never reads past its segment:
+    /// an I/O error there is not met when an earlier frame already failed, where one pass may
+    /// have read on into it.) Memory stays bounded: the channels hold [`AHEAD_DEPTH`] plaintext
+    /// runs in all, each decoder fills one more and the caller holds one, and they are reused.
     pub(crate) fn run_ahead(
         &mut self,
         start: u64,
         segment_ends: &[u64],
+        decoders: usize,
         path: &Path,
         cancel: &CancellationToken,
         on_piece: &mut dyn FnMut(Piece<'_>) -> Result<()>,
@@ -472,7 +451,7 @@ impl<'s> FrameStream<'s> {
         #[cfg(test)]
         RUN_AHEAD_CALLS.with(|calls| calls.set(calls.get() + 1));
         let end = segment_ends.last().copied().unwrap_or(start);
-        let n_decoders = decoders().min(segment_ends.len()).max(1);
+        let n_decoders = decoders.min(MAX_DECODERS).min(segment_ends.len()).max(1);
         let mut others = (1..n_decoders)
             .map(|_| FrameStream::new(self.source, end - start))
             .collect::<io::Result<Vec<_>>>()
@@ -482,7 +461,7 @@ impl<'s> FrameStream<'s> {
             let mut recycles = Vec::with_capacity(n_decoders);
             let mut decoding = Vec::with_capacity(n_decoders);
             for (first, stream) in std::iter::once(&mut *self).chain(others.iter_mut()).enumerate() {
-                let (sender, receiver) = std::sync::mpsc::sync_channel::<Decoded>(AHEAD_DEPTH / n_decoders);
+                let (sender, receiver) = std::sync::mpsc::sync_channel::<Decoded>((AHEAD_DEPTH / n_decoders).max(1));
                 let (recycle, recycled) = std::sync::mpsc::channel::<Ahead>();
                 let lane = Lane { start, segment_ends, first, step: n_decoders, sender, recycled };
                 decoding.push(scope.spawn(move || stream.decode_segments(lane, path, cancel)));
@@ -505,6 +484,10 @@ impl<'s> FrameStream<'s> {
                             }
                         }
                         Ok(Decoded::End(ended)) if ended == (StreamEnd::Exhausted { frame_start: segment_end }) => {
+                            #[cfg(test)]
+                            if decoder > 0 {
+                                SEGMENTS_FROM_OTHER_DECODERS.with(|taken| taken.set(taken.get() + 1));
+                            }
                             break;
                         }
                         Ok(Decoded::End(ended)) => {
@@ -563,10 +546,6 @@ impl<'s> FrameStream<'s> {
                 sender.send(Decoded::Run(run)).map_err(gone)?;
             }
             sender.send(Decoded::End(ended)).map_err(gone)?;
-            #[cfg(test)]
-            if first > 0 {
-                SEGMENTS_ON_OTHER_DECODERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
             if ended != (StreamEnd::Exhausted { frame_start: segment_ends[index] }) {
                 break;
             }

@@ -51,6 +51,10 @@ impl ScanSink for BoundSink<'_> {
     fn read_ahead(&self) -> bool {
         self.inner.read_ahead()
     }
+
+    fn read_ahead_decoders(&self) -> usize {
+        self.inner.read_ahead_decoders()
+    }
 }
 
 impl JsonlStore {
