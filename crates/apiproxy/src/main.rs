@@ -552,9 +552,14 @@ async fn verify(options: StoreLocation, repair: bool) -> Result<ExitCode> {
             true
         });
     if writer_active {
+        let writers = match options {
+            // Nothing tells a PostgreSQL store's writers apart from its readers: any may write.
+            StoreLocation::Postgres(_) => "other gateways and hosts may write this database at any time",
+            _ => "another process holds the store for writing",
+        };
         eprintln!(
-            "apiproxy: another process holds the store for writing; logs that end inside a turn or with a torn \
-             tail are reported as in-use (the writer may be in the middle of them)"
+            "apiproxy: {writers}; logs that end inside a turn or with a torn tail are reported as in-use (the \
+             writer may be in the middle of them)"
         );
     }
     let bar = progress_bar("{bar:40} {pos}/{len} logs {msg}");

@@ -118,6 +118,10 @@ fn two_gateways_share_one_postgres_store() {
     assert!(String::from_utf8_lossy(&output.stdout).contains("\"kid\""), "{output:?}");
     let output = apiproxy(&["verify", "--store", &store]);
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stdout));
+    // Nothing holds a shared database for writing: any gateway or host may write it at any time.
+    let warned = String::from_utf8_lossy(&output.stderr);
+    assert!(warned.contains("other gateways and hosts may write this database at any time"), "{warned}");
+    assert!(!warned.contains("another process holds"), "{warned}");
 }
 
 #[test]
