@@ -484,8 +484,13 @@ async fn throughputs(apiproxy: &std::path::Path, appends: usize, own_cores: bool
     let mut rates = vec![Vec::new(); cases.len()];
     let mut heard = vec![Vec::new(); cases.len()];
     let mut others_cpu = vec![(Vec::new(), Vec::new()); cases.len()];
-    for _ in 0..n_rounds {
-        for (at, case) in cases.iter().enumerate() {
+    for round in 0..n_rounds {
+        // Each round starts at another case, so that no case always runs right after the same
+        // one (the server's work left over from a heavy case, its checkpoints, the catalog
+        // churn of a dropped schema fall on every case alike).
+        for step in 0..cases.len() {
+            let at = (round + step) % cases.len();
+            let case = &cases[at];
             let measured = throughput(apiproxy, *case, appends, own_cores).await;
             rates[at].push(measured.rate);
             heard[at].push(measured.heard);
