@@ -129,6 +129,7 @@ pub use jsonl::faults;
 pub mod lease;
 mod memory;
 mod persistence;
+mod threads;
 mod validate;
 pub mod watch;
 

@@ -17,6 +17,7 @@ use session_core::{
 use crate::{
     backend::{Backend, PrefetchedLog, ScanSink},
     error::{CorruptKind, Location, PersistenceError, Result},
+    threads::spawn_helper,
 };
 
 /// Imports each event from the legacy shapes, validates it and forwards it to `inner`; tracks
@@ -358,6 +359,11 @@ struct Relay<'scope, 'env, 'a> {
     returned: Option<std::sync::mpsc::Receiver<Vec<Arc<SessionEvent>>>>,
 }
 
+/// A log changed under a read whose sink cannot start over.
+fn cannot_restart() -> PersistenceError {
+    PersistenceError::invalid_input("the log changed while it was being read and the read cannot start over")
+}
+
 /// The error a scan sees once the validating thread stopped; the thread's own error replaces it.
 fn relay_stopped() -> PersistenceError {
     PersistenceError::invalid_input("the validating side of a cold read stopped")
@@ -369,12 +375,12 @@ where
 {
     fn send(&mut self, message: Relayed) -> Result<()> {
         if self.sender.is_none() {
-            // Invariant: `validating` is taken here only, the one time `sender` is still unset.
-            let validating = self.validating.take().expect("the validator is taken only when the thread starts");
             let (sender, receiver) = std::sync::mpsc::sync_channel::<Relayed>(4);
             let (giver, returned) = std::sync::mpsc::channel();
-            self.returned = Some(returned);
-            self.worker = Some(self.scope.spawn(move || {
+            // The validator goes to the thread once it runs: one the system refuses leaves it here.
+            let (hand, handed) = std::sync::mpsc::sync_channel::<&'env mut ValidatingSink<'a>>(1);
+            let started = spawn_helper(self.scope, move || {
+                let Ok(validating) = handed.recv() else { return Ok(()) };
                 for message in receiver {
                     match message {
                         Relayed::Header(header) => validating.header(&header)?,
@@ -388,20 +394,47 @@ where
                         }
                         Relayed::Restart => {
                             if !validating.restart() {
-                                return Err(PersistenceError::invalid_input(
-                                    "the log changed while it was being read and the read cannot start over",
-                                ));
+                                return Err(cannot_restart());
                             }
                         }
                     }
                 }
                 Ok(())
-            }));
-            self.sender = Some(sender);
+            });
+            match started {
+                Ok(worker) => {
+                    // Invariant: `validating` is taken here only, the one time `sender` is still
+                    // unset and a thread started.
+                    let validating =
+                        self.validating.take().expect("the validator is taken only when the thread starts");
+                    // A thread gone already shows at the first send, and its join says why.
+                    let _ = hand.send(validating);
+                    self.worker = Some(worker);
+                    self.returned = Some(returned);
+                    self.sender = Some(sender);
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "no thread to validate on; validating on the reading thread");
+                    self.helpers = false;
+                    return self.validate_here(message);
+                }
+            }
         }
         // Invariant: the branch above sets `sender` if it was unset.
         let sender = self.sender.as_ref().expect("the sender exists once the thread started");
         sender.send(message).map_err(|_| relay_stopped())
+    }
+
+    /// `message` validated on this thread, which keeps the validator while no thread runs.
+    fn validate_here(&mut self, message: Relayed) -> Result<()> {
+        // Invariant: called only when the validating thread could not start, which leaves it here.
+        let validating = self.validating.as_mut().expect("the validator stays here without a thread");
+        match message {
+            Relayed::Header(header) => validating.header(&header),
+            Relayed::Events(events) => events.into_iter().try_for_each(|event| validating.event(event)),
+            Relayed::Restart if validating.restart() => Ok(()),
+            Relayed::Restart => Err(cannot_restart()),
+        }
     }
 
     fn flush_batch(&mut self) -> Result<()> {
@@ -506,6 +539,47 @@ mod tests {
         }
         assert_eq!(ReadThreads::Never.decoders(0), 1);
         assert_eq!(ReadThreads::default(), ReadThreads::Auto);
+    }
+
+    /// A read whose validating thread the system will not start validates on its own thread
+    /// instead, and answers as a read without helpers does (no panic).
+    #[test]
+    fn a_read_whose_helper_thread_cannot_start_validates_on_its_own_thread() {
+        use std::sync::Arc;
+
+        use session_core::{JsonData, SessionEvent, SessionHeader, SessionId};
+        use tokio_util::sync::CancellationToken;
+
+        use super::{ReadThreads, scan_validated};
+        use crate::{Backend, CollectSink, MemoryStore};
+
+        let store = MemoryStore::new();
+        let id = SessionId::from("s-long");
+        // Four relay batches of turns.
+        let events: Vec<Arc<SessionEvent>> = (0..1_024u64)
+            .map(|seq| {
+                let turn = seq / 2 + 1;
+                let (kind, data) = match seq % 2 {
+                    0 => ("turn/start", format!(r#"{{"turn":{turn}}}"#)),
+                    _ => ("turn/end", format!(r#"{{"turn":{turn},"reason":{{"kind":"completed"}}}}"#)),
+                };
+                Arc::new(SessionEvent::new(kind, seq, 1, JsonData::from_text(data).unwrap()))
+            })
+            .collect();
+        store.append_batch(&SessionHeader::new(id.clone(), 1), &events, false).unwrap();
+        let known = super::KnownTypes::default();
+        let read = |threads| {
+            let mut sink = CollectSink::default();
+            let outcome = scan_validated(&store, &id, 0, &known, threads, &CancellationToken::new(), &mut sink);
+            (outcome.unwrap().map(|(outcome, closers)| (outcome.n_events, closers.len())), sink.events)
+        };
+        let alone = read(ReadThreads::Never);
+        assert_eq!(alone.1.len(), 1_024);
+        crate::threads::REFUSE_HELPERS.with(|refuse| refuse.set(true));
+        let refused = read(ReadThreads::Always);
+        crate::threads::REFUSE_HELPERS.with(|refuse| refuse.set(false));
+        assert_eq!(refused, alone);
+        assert_eq!(read(ReadThreads::Always), alone, "and with its thread");
     }
 
     #[test]

@@ -10,7 +10,10 @@ use zstd::{
 };
 
 use super::scan::ByteSource;
-use crate::error::{CorruptKind, Location, PersistenceError, Result};
+use crate::{
+    error::{CorruptKind, Location, PersistenceError, Result},
+    threads::spawn_helper,
+};
 
 /// The frame magic number; stored little-endian as `28 B5 2F FD`.
 pub const ZSTD_MAGIC: u32 = 0xFD2F_B528;
@@ -456,7 +459,7 @@ impl<'s> FrameStream<'s> {
             .map(|_| FrameStream::new(self.source, end - start))
             .collect::<io::Result<Vec<_>>>()
             .map_err(|error| PersistenceError::io(path, error))?;
-        std::thread::scope(|scope| {
+        let decoded = std::thread::scope(|scope| {
             let mut receivers = Vec::with_capacity(n_decoders);
             let mut recycles = Vec::with_capacity(n_decoders);
             let mut decoding = Vec::with_capacity(n_decoders);
@@ -464,7 +467,21 @@ impl<'s> FrameStream<'s> {
                 let (sender, receiver) = std::sync::mpsc::sync_channel::<Decoded>((AHEAD_DEPTH / n_decoders).max(1));
                 let (recycle, recycled) = std::sync::mpsc::channel::<Ahead>();
                 let lane = Lane { start, segment_ends, first, step: n_decoders, sender, recycled };
-                decoding.push(scope.spawn(move || stream.decode_segments(lane, path, cancel)));
+                match spawn_helper(scope, move || stream.decode_segments(lane, path, cancel)) {
+                    Ok(handle) => decoding.push(handle),
+                    Err(error) => {
+                        // Nothing reached `on_piece` yet: the decoders that started stop at their
+                        // next send, and this thread decodes the whole range itself.
+                        tracing::debug!(%error, "no thread to decompress ahead on; decoding on the reading thread");
+                        drop(receivers);
+                        for handle in decoding {
+                            if let Err(panic) = handle.join() {
+                                std::panic::resume_unwind(panic);
+                            }
+                        }
+                        return None;
+                    }
+                }
                 receivers.push(receiver);
                 recycles.push(recycle);
             }
@@ -511,8 +528,12 @@ impl<'s> FrameStream<'s> {
                     outcome = Err(decoded.expect_err("a decoder stops early only on an error"));
                 }
             }
-            outcome
-        })
+            Some(outcome)
+        });
+        match decoded {
+            Some(outcome) => outcome,
+            None => self.run(start, end, path, cancel, on_piece),
+        }
     }
 
     /// One decoding thread of [`FrameStream::run_ahead`]: decodes its segments in turn, sending
