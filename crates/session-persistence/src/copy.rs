@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     backend::{Backend, ScanSink},
     error::{PersistenceError, Result},
+    threads::spawn_helper,
 };
 
 /// How [`copy_store`] runs.
@@ -173,7 +174,12 @@ pub fn copy_store(
     };
     std::thread::scope(|scope| {
         for _ in 1..options.jobs.max(1) {
-            scope.spawn(work);
+            // Each thread takes the next session as it finishes one: the copy runs on the threads
+            // it got, this one at least.
+            if let Err(error) = spawn_helper(scope, work) {
+                tracing::debug!(%error, "a copying thread did not start; copying on fewer threads");
+                break;
+            }
         }
         work();
     });

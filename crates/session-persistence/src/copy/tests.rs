@@ -62,6 +62,23 @@ fn every_session_is_copied_and_a_second_run_finds_them_identical() {
     );
 }
 
+/// A copy whose threads the system will not start copies every session on the calling thread.
+#[test]
+fn a_copy_without_its_threads_copies_on_the_calling_thread() {
+    let (source, target) = (MemoryStore::new(), MemoryStore::new());
+    for (id, n) in [("a", 2), ("b", 31), ("c", 1)] {
+        write(&source, id, n);
+    }
+    let options = CopyOptions { jobs: 4, batch_events: 4, ..CopyOptions::default() };
+    crate::threads::REFUSE_HELPERS.with(|refuse| refuse.set(true));
+    let copies = copy(&source, &target, &options);
+    crate::threads::REFUSE_HELPERS.with(|refuse| refuse.set(false));
+    assert_eq!(outcomes(&copies), ["a: copied 2 events", "b: copied 31 events", "c: copied 1 events"]);
+    for id in ["a", "b", "c"] {
+        assert_eq!(lines(&target, id), lines(&source, id));
+    }
+}
+
 #[test]
 fn a_session_too_large_to_hold_is_read_twice_and_written_in_batches() {
     let source = MemoryStore::new();
