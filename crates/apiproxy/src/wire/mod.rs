@@ -449,11 +449,19 @@ impl Frame {
 
     /// The `server-request` envelope of this frame, with a fresh rpcId.
     pub fn envelope(&self) -> String {
-        let rpc_id = uuid::Uuid::new_v4().to_string();
-        format!(
-            "{{\"type\":\"server-request\",\"rpcId\":\"{rpc_id}\",\"method\":\"{}\",\"payload\":{}}}",
-            self.kind, self.payload
-        )
+        const HEAD: &str = "{\"type\":\"server-request\",\"rpcId\":\"";
+        let mut rpc_id = uuid::Uuid::encode_buffer();
+        let rpc_id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut rpc_id);
+        // Written once into a string of its final size: a frame goes out to every client.
+        let mut text = String::with_capacity(HEAD.len() + rpc_id.len() + self.kind.len() + self.payload.len() + 25);
+        text.push_str(HEAD);
+        text.push_str(rpc_id);
+        text.push_str("\",\"method\":\"");
+        text.push_str(self.kind);
+        text.push_str("\",\"payload\":");
+        text.push_str(&self.payload);
+        text.push('}');
+        text
     }
 }
 

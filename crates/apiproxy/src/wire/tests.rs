@@ -87,10 +87,21 @@ fn envelopes() {
 fn frames_and_rows() {
     let frame = Frame::session_projection("s", "title", &Value::Null, 3);
     assert_eq!(frame.payload(), r#"{"type":"session/projection","sessionId":"s","key":"title","value":null,"seq":3}"#);
-    let envelope: Value = serde_json::from_str(&frame.envelope()).unwrap();
+    let text = frame.envelope();
+    let envelope: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(envelope["method"], "session/projection");
     assert_eq!(envelope["payload"]["value"], Value::Null);
-    assert_eq!(envelope["rpcId"].as_str().map(str::len), Some(36));
+    let rpc_id = envelope["rpcId"].as_str().unwrap();
+    assert_eq!(rpc_id.len(), 36);
+    assert_eq!(
+        text,
+        format!(
+            r#"{{"type":"server-request","rpcId":"{rpc_id}","method":"session/projection","payload":{}}}"#,
+            frame.payload()
+        )
+    );
+    assert_eq!(text.len(), text.capacity(), "written into a string of its final size");
+    assert_ne!(frame.envelope(), text, "each envelope has an rpcId of its own");
     expect![[r#"{"type":"stream/error","error":{"code":"internal","message":"x","details":{}}}"#]]
         .assert_eq(Frame::stream_error(&RpcError::internal("x")).payload());
     check(
