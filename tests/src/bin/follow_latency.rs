@@ -246,21 +246,27 @@ impl Drop for OwnCores {
     }
 }
 
+/// The watching clients of [`watch_all`]: their thread, its `/proc` stat file (for its CPU),
+/// and the sender whose drop stops them.
+struct Watchers {
+    thread: std::thread::JoinHandle<()>,
+    stat: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+}
+
 /// Mux clients of `addrs` that read every frame, on a thread of their own (on `cpus` when
 /// given); they stop when the returned sender is dropped.
-fn watch_all(
-    addrs: Vec<String>,
-    cpus: Option<&'static str>,
-) -> (std::thread::JoinHandle<()>, tokio::sync::oneshot::Sender<()>) {
+fn watch_all(addrs: Vec<String>, cpus: Option<&'static str>) -> Watchers {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (ready, is_ready) = std::sync::mpsc::channel();
     let thread = std::thread::spawn(move || {
+        // "PID/task/TID": this thread alone.
+        let me = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
         if let Some(cpus) = cpus {
-            // "PID/task/TID": this thread alone.
-            let me = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
             let tid = me.file_name().and_then(|tid| tid.to_str()).expect("a thread id").to_owned();
             taskset(&["-p", "-c", cpus, &tid]);
         }
+        let stat = format!("/proc/{}/stat", me.display());
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
         runtime.block_on(async move {
             let mut taps = Vec::new();
@@ -270,15 +276,15 @@ fn watch_all(
                     .expect("a follower's downlink opens");
                 taps.push(tokio::spawn(async move { while let Some(Ok(_)) = socket.next().await {} }));
             }
-            let _ = ready.send(());
+            let _ = ready.send(stat);
             let _ = stopped.await;
             for tap in taps {
                 tap.abort();
             }
         });
     });
-    is_ready.recv().expect("the watching clients connect");
-    (thread, stop)
+    let stat = is_ready.recv().expect("the watching clients connect");
+    Watchers { thread, stat, stop }
 }
 
 /// How long the throughput cases wait, once the others are up and A's sessions stored, before
@@ -325,6 +331,8 @@ async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, 
         true => None,
         false => Some(OthersCpu::sample(&gateway_pids).await),
     };
+    let watchers_cpu = || watchers.as_ref().and_then(|watchers| stat_cpu_seconds(&watchers.stat));
+    let watchers_before = watchers_cpu();
     HEARD.store(0, std::sync::atomic::Ordering::Relaxed);
     let started = Instant::now();
     let runs = clients.into_iter().enumerate().map(|(s, mut client)| async move {
@@ -339,11 +347,14 @@ async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, 
         Some(before) => Some(OthersCpu::sample(&gateway_pids).await.since(before, SESSIONS * appends)),
         None => None,
     };
+    let watchers_cpu = watchers_cpu()
+        .zip(watchers_before)
+        .map(|(now, then)| (now - then) * 1_000.0 * 1_000.0 / (SESSIONS * appends) as f64);
     let heard = match others {
         Others::Listeners(n) if n > 0 => HEARD.load(std::sync::atomic::Ordering::Relaxed) / n,
         _ => 0,
     };
-    if let Some((thread, stop)) = watchers {
+    if let Some(Watchers { thread, stop, .. }) = watchers {
         drop(stop);
         thread.join().expect("the watching clients stop");
     }
@@ -351,7 +362,7 @@ async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, 
     for tap in taps {
         tap.abort();
     }
-    Measured { rate, heard, others_cpu }
+    Measured { rate, heard, others_cpu, watchers_cpu }
 }
 
 /// The `application_name` of the other gateways' connections (their listening connections add
@@ -369,6 +380,9 @@ struct Measured {
     heard: usize,
     /// With other gateways: their CPU and their backends' per 1,000 appends through A.
     others_cpu: Option<(f64, f64)>,
+    /// With watched gateways: the CPU of their watching clients (this probe's thread) per 1,000
+    /// appends through A.
+    watchers_cpu: Option<f64>,
 }
 
 /// CPU seconds (user and system) of the other gateways' processes and of their server backends,
@@ -408,21 +422,22 @@ impl OthersCpu {
 
 /// CPU seconds (user and system) of each of `pids` still running.
 fn cpu_seconds(pids: &[u32]) -> std::collections::HashMap<u32, f64> {
+    pids.iter().filter_map(|&pid| Some((pid, stat_cpu_seconds(&format!("/proc/{pid}/stat"))?))).collect()
+}
+
+/// CPU seconds (user and system) in a `/proc/.../stat` file (a process's or a thread's).
+fn stat_cpu_seconds(path: &str) -> Option<f64> {
     static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     let ticks = *TICKS.get_or_init(|| {
         let output = std::process::Command::new("getconf").arg("CLK_TCK").output().ok();
         output.and_then(|output| String::from_utf8(output.stdout).ok()?.trim().parse().ok()).unwrap_or(100.0)
     });
-    pids.iter()
-        .filter_map(|&pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // The fields after the command name, which is in parentheses and may hold spaces.
-            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-            let user: f64 = fields.get(11)?.parse().ok()?;
-            let system: f64 = fields.get(12)?.parse().ok()?;
-            Some((pid, (user + system) / ticks))
-        })
-        .collect()
+    let stat = std::fs::read_to_string(path).ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let user: f64 = fields.get(11)?.parse().ok()?;
+    let system: f64 = fields.get(12)?.parse().ok()?;
+    Some((user + system) / ticks)
 }
 
 /// The position query of one sweep over `n` tracked sessions, each with one stored event.
@@ -484,6 +499,7 @@ async fn throughputs(apiproxy: &std::path::Path, appends: usize, own_cores: bool
     let mut rates = vec![Vec::new(); cases.len()];
     let mut heard = vec![Vec::new(); cases.len()];
     let mut others_cpu = vec![(Vec::new(), Vec::new()); cases.len()];
+    let mut watchers_cpu = vec![Vec::new(); cases.len()];
     for round in 0..n_rounds {
         // Each round starts at another case, so that no case always runs right after the same
         // one (the server's work left over from a heavy case, its checkpoints, the catalog
@@ -498,6 +514,7 @@ async fn throughputs(apiproxy: &std::path::Path, appends: usize, own_cores: bool
                 others_cpu[at].0.push(gateways);
                 others_cpu[at].1.push(backends);
             }
+            watchers_cpu[at].extend(measured.watchers_cpu);
         }
     }
     let median = |rates: &mut Vec<f64>| {
@@ -510,16 +527,20 @@ async fn throughputs(apiproxy: &std::path::Path, appends: usize, own_cores: bool
         rates.iter().map(|case| case.iter().zip(&rates[0]).map(|(rate, alone)| rate / alone - 1.0).collect()).collect();
     let alone = median(&mut rates[0].clone());
     println!("A's durable appends/s (median of {n_rounds}), nobody else on the store: {alone:.0} {:.0?}", rates[0]);
-    for ((((case, rates), mut paired), heard), (gateways, backends)) in
-        cases.iter().zip(&rates).zip(paired).zip(&heard).zip(&others_cpu).skip(1)
+    for (((((case, rates), mut paired), heard), (gateways, backends)), watchers) in
+        cases.iter().zip(&rates).zip(paired).zip(&heard).zip(&others_cpu).zip(&watchers_cpu).skip(1)
     {
         let rate = median(&mut rates.clone());
         let heard = match case {
             Others::Listeners(_) => format!(", each listener heard {heard:?} notifications"),
             _ if !gateways.is_empty() => format!(
-                "; their CPU per 1,000 appends (medians): the gateways {:.0} ms, their server backends {:.0} ms",
+                "; their CPU per 1,000 appends (medians): the gateways {:.0} ms, their server backends {:.0} ms{}",
                 median(&mut gateways.clone()),
-                median(&mut backends.clone())
+                median(&mut backends.clone()),
+                match watchers.is_empty() {
+                    true => String::new(),
+                    false => format!(", their watching clients (this probe) {:.0} ms", median(&mut watchers.clone())),
+                }
             ),
             _ => String::new(),
         };
