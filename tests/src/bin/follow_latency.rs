@@ -7,8 +7,8 @@
 //!
 //! With `--own-cores` it measures the throughput cases only, with the other gateways on cores of
 //! their own, as on hosts of their own: the database server, A and this probe on CPU 0; every
-//! other gateway, and the clients that watch them, on CPU 1 (`taskset`; the server's processes
-//! get their CPUs back at the end).
+//! other gateway, the clients that watch them and (once a case has settled) the other gateways'
+//! server backends on CPU 1 (`taskset`; the server's processes get their CPUs back at the end).
 //!
 //! `--cases=l1,l4,g1,g4,w1,w4` (any of them) and `--rounds=N` choose the throughput cases and
 //! their rounds; `--appends=N` each client's appends per case (100; a longer steady state for a
@@ -327,6 +327,13 @@ async fn throughput(apiproxy: &std::path::Path, others: Others, appends: usize, 
     // sessions' headers, a watcher's subscription) is over before the measured appends.
     tokio::time::sleep(SETTLE).await;
     let gateway_pids: Vec<u32> = gateways.iter().map(Gateway::pid).collect();
+    if own_cores && !gateway_pids.is_empty() {
+        // Their backends work for them: on their CPU too, as a database on a host of its own
+        // would give them cores of their own.
+        for pid in others_backends().await {
+            taskset(&["-p", "-c", OTHERS_CPU, &pid.to_string()]);
+        }
+    }
     let cpu_before = match gateway_pids.is_empty() {
         true => None,
         false => Some(OthersCpu::sample(&gateway_pids).await),
@@ -372,6 +379,21 @@ fn others_application() -> String {
     format!("follow-latency-other-{}", std::process::id())
 }
 
+/// The pids of the other gateways' server backends (found by their `application_name`).
+async fn others_backends() -> Vec<u32> {
+    let (client, connection) =
+        tokio_postgres::connect(&server_url(), tokio_postgres::NoTls).await.expect("a connection for pg_stat_activity");
+    let driver = tokio::spawn(connection);
+    let pattern = format!("{}%", others_application());
+    let rows = client
+        .query("SELECT pid FROM pg_stat_activity WHERE application_name LIKE $1", &[&pattern])
+        .await
+        .expect("the other gateways' backends");
+    drop(client);
+    let _ = driver.await;
+    rows.iter().filter_map(|row| u32::try_from(row.get::<_, i32>(0)).ok()).collect()
+}
+
 /// What one throughput case measured.
 struct Measured {
     /// A's durable appends per second.
@@ -394,18 +416,7 @@ struct OthersCpu {
 
 impl OthersCpu {
     async fn sample(gateway_pids: &[u32]) -> OthersCpu {
-        let (client, connection) = tokio_postgres::connect(&server_url(), tokio_postgres::NoTls)
-            .await
-            .expect("a connection for pg_stat_activity");
-        let driver = tokio::spawn(connection);
-        let pattern = format!("{}%", others_application());
-        let rows = client
-            .query("SELECT pid FROM pg_stat_activity WHERE application_name LIKE $1", &[&pattern])
-            .await
-            .expect("the other gateways' backends");
-        drop(client);
-        let _ = driver.await;
-        let backends: Vec<u32> = rows.iter().filter_map(|row| u32::try_from(row.get::<_, i32>(0)).ok()).collect();
+        let backends = others_backends().await;
         OthersCpu { gateways: cpu_seconds(gateway_pids), backends: cpu_seconds(&backends) }
     }
 
