@@ -9,9 +9,23 @@ use std::{
 
 #[cfg(test)]
 thread_local! {
-    /// Makes every helper this thread asks for fail to start, so tests can see what a read does
-    /// then.
-    pub(crate) static REFUSE_HELPERS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Makes every helper this thread asks for fail to start (see [`without_helpers`]).
+    static REFUSE_HELPERS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `work` with every helper this thread asks for refused, as a system at its thread limit
+/// would; helpers are allowed again afterwards, even if `work` panics.
+#[cfg(test)]
+pub(crate) fn without_helpers<T>(work: impl FnOnce() -> T) -> T {
+    struct Allow;
+    impl Drop for Allow {
+        fn drop(&mut self) {
+            REFUSE_HELPERS.with(|refuse| refuse.set(false));
+        }
+    }
+    REFUSE_HELPERS.with(|refuse| refuse.set(true));
+    let _allow = Allow;
+    work()
 }
 
 /// Starts `work` on a thread of `scope`, or says why the system would not start one.

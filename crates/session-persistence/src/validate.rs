@@ -575,9 +575,7 @@ mod tests {
         };
         let alone = read(ReadThreads::Never);
         assert_eq!(alone.1.len(), 1_024);
-        crate::threads::REFUSE_HELPERS.with(|refuse| refuse.set(true));
-        let refused = read(ReadThreads::Always);
-        crate::threads::REFUSE_HELPERS.with(|refuse| refuse.set(false));
+        let refused = crate::threads::without_helpers(|| read(ReadThreads::Always));
         assert_eq!(refused, alone);
         assert_eq!(read(ReadThreads::Always), alone, "and with its thread");
     }

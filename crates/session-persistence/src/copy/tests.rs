@@ -42,20 +42,28 @@ fn outcomes(copies: &[(String, String)]) -> Vec<&str> {
     copies.iter().map(|(_, text)| text.as_str()).collect()
 }
 
-#[test]
-fn every_session_is_copied_and_a_second_run_finds_them_identical() {
-    let (source, target) = (MemoryStore::new(), MemoryStore::new());
+/// A memory store holding sessions `a`, `b` and `c` of 2, 31 and 1 events.
+fn three_sessions() -> MemoryStore {
+    let source = MemoryStore::new();
     for (id, n) in [("a", 2), ("b", 31), ("c", 1)] {
         write(&source, id, n);
     }
-    let options = CopyOptions { jobs: 2, batch_events: 4, ..CopyOptions::default() };
-    assert_eq!(
-        outcomes(&copy(&source, &target, &options)),
-        ["a: copied 2 events", "b: copied 31 events", "c: copied 1 events"]
-    );
+    source
+}
+
+/// Checks that `copies` copied [`three_sessions`] into `target` whole.
+fn assert_three_copied(copies: &[(String, String)], source: &MemoryStore, target: &MemoryStore) {
+    assert_eq!(outcomes(copies), ["a: copied 2 events", "b: copied 31 events", "c: copied 1 events"]);
     for id in ["a", "b", "c"] {
-        assert_eq!(lines(&target, id), lines(&source, id));
+        assert_eq!(lines(target, id), lines(source, id));
     }
+}
+
+#[test]
+fn every_session_is_copied_and_a_second_run_finds_them_identical() {
+    let (source, target) = (three_sessions(), MemoryStore::new());
+    let options = CopyOptions { jobs: 2, batch_events: 4, ..CopyOptions::default() };
+    assert_three_copied(&copy(&source, &target, &options), &source, &target);
     assert_eq!(
         outcomes(&copy(&source, &target, &options)),
         ["a: already copied (2 events)", "b: already copied (31 events)", "c: already copied (1 events)"]
@@ -65,18 +73,10 @@ fn every_session_is_copied_and_a_second_run_finds_them_identical() {
 /// A copy whose threads the system will not start copies every session on the calling thread.
 #[test]
 fn a_copy_without_its_threads_copies_on_the_calling_thread() {
-    let (source, target) = (MemoryStore::new(), MemoryStore::new());
-    for (id, n) in [("a", 2), ("b", 31), ("c", 1)] {
-        write(&source, id, n);
-    }
+    let (source, target) = (three_sessions(), MemoryStore::new());
     let options = CopyOptions { jobs: 4, batch_events: 4, ..CopyOptions::default() };
-    crate::threads::REFUSE_HELPERS.with(|refuse| refuse.set(true));
-    let copies = copy(&source, &target, &options);
-    crate::threads::REFUSE_HELPERS.with(|refuse| refuse.set(false));
-    assert_eq!(outcomes(&copies), ["a: copied 2 events", "b: copied 31 events", "c: copied 1 events"]);
-    for id in ["a", "b", "c"] {
-        assert_eq!(lines(&target, id), lines(&source, id));
-    }
+    let copies = crate::threads::without_helpers(|| copy(&source, &target, &options));
+    assert_three_copied(&copies, &source, &target);
 }
 
 #[test]

@@ -257,10 +257,10 @@ fn read_ahead_runs_only_when_the_sink_allows_it() {
     scan_log_known(&bytes, Compression::Zstd, Path::new("log"), &cancel, Some(&known), &mut resumed).unwrap();
     assert_eq!(resumed.0.events, inline.events);
     // Decoders the system will not start: the reading thread decodes the log itself.
-    crate::threads::REFUSE_HELPERS.with(|refuse| refuse.set(true));
     let mut refused = AheadSink::on(2);
-    let scanned = scan_log(&bytes, Compression::Zstd, Path::new("log"), &cancel, &mut refused);
-    crate::threads::REFUSE_HELPERS.with(|refuse| refuse.set(false));
+    let scanned = crate::threads::without_helpers(|| {
+        scan_log(&bytes, Compression::Zstd, Path::new("log"), &cancel, &mut refused)
+    });
     assert_eq!(scanned.unwrap().n_events, seq);
     assert_eq!(refused.0.events, inline.events);
 
