@@ -51,6 +51,9 @@ pub struct PgStore {
     /// The pace of this handle's append notifications.
     pacer: Pacer,
     headers: headers::HeaderCache,
+    /// How long one statement of a long read may stream before the read goes on in another (half
+    /// the query timeout, which the server enforces on each statement).
+    statement_span: std::time::Duration,
 }
 
 /// The writer leases of one store: a shared session-level advisory lock per session live in
@@ -116,7 +119,9 @@ impl PgStore {
         let notifier = Notifier::new(&schema);
         let pacer = Pacer::new(config.notify_gap);
         let leases = parking_lot::Mutex::new(Leases::default());
-        PgStore { db, schema, store_id, sql, leases, notifier, pacer, headers: headers::HeaderCache::default() }
+        let statement_span = config.query_timeout / 2;
+        let headers = headers::HeaderCache::default();
+        PgStore { db, schema, store_id, sql, leases, notifier, pacer, headers, statement_span }
     }
 
     /// The store as messages name it (no password).
@@ -146,6 +151,13 @@ impl PgStore {
     #[cfg(feature = "testing")]
     pub fn suppress_notifications(&self, suppressed: bool) {
         self.notifier.suppress(suppressed);
+    }
+
+    /// Sets how long one statement of a long read streams before the read goes on in another
+    /// (zero: one row per statement). A hook for tests (the `testing` feature).
+    #[cfg(feature = "testing")]
+    pub fn set_statement_span(&mut self, span: std::time::Duration) {
+        self.statement_span = span;
     }
 
     /// Runs `work` with a pooled connection (for this crate's checkpoint store).

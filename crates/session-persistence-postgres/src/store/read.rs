@@ -1,14 +1,19 @@
 //! Reading a session: its header and its events from a seq on, in one snapshot. A short log
 //! (at most [`SHORT_ROWS`] events from that seq) is one statement, which is its own snapshot:
-//! one round trip where the paged read takes four (begin, the session row, the events, commit),
+//! one round trip where the long read takes four (begin, the session row, the events, commit),
 //! which is what a listing of many small sessions, a `verify` and a blank probe pay per session.
-//! A longer one is read page by page in a read-only repeatable-read transaction.
+//! A longer one is read in a read-only repeatable-read transaction by one statement whose rows
+//! stream: the server reads and sends rows while the client decodes the ones before. A sink that
+//! holds the statement open for half the query timeout ends it, and the read goes on from the
+//! next row in another statement of the same snapshot.
 //!
 //! A lane of a batched read (a listing's cold children, say) reads many short logs ahead in one
 //! statement ([`Backend::prefetch`](session_persistence::Backend::prefetch)): one round trip,
 //! and one pass of the server's executor, for up to [`PREFETCH_SESSIONS`] sessions.
 
 use std::sync::Arc;
+
+use futures::TryStreamExt;
 
 use session_core::{SessionEvent, SessionId};
 use session_persistence::{CorruptKind, Location, PersistenceError, PrefetchedLog, Result, ScanOutcome, ScanSink};
@@ -18,14 +23,8 @@ use tokio_util::sync::CancellationToken;
 use super::{PgStore, to_sql_seq};
 use crate::codec;
 
-/// The events a one-statement read takes at most; a log with more from the seq is read paged.
+/// The events a one-statement read takes at most; a log with more from the seq is read long.
 const SHORT_ROWS: i64 = 256;
-
-/// About how many events one page of a paged read holds.
-const PAGE_EVENTS: i64 = 1024;
-
-/// The rows of a paged read's first page, before the rows say how many events they hold.
-const FIRST_PAGE_ROWS: i64 = 16;
 
 /// The most sessions one read ahead asks for.
 pub(super) const PREFETCH_SESSIONS: usize = 64;
@@ -150,7 +149,7 @@ enum Short {
 impl PgStore {
     /// [`Backend::scan`](session_persistence::Backend::scan) and
     /// [`scan_from`](session_persistence::Backend::scan_from): one statement for a short log, else
-    /// page by page in a transaction.
+    /// a streamed read in a transaction.
     pub(super) fn read(
         &self,
         id: &SessionId,
@@ -164,7 +163,7 @@ impl PgStore {
         match self.read_short(id, from_seq, sink)? {
             Short::Absent => Ok(None),
             Short::Read(outcome) => Ok(Some(outcome)),
-            Short::Long => self.read_paged(id, from_seq, cancel, sink),
+            Short::Long => self.read_long(id, from_seq, cancel, sink),
         }
     }
 
@@ -305,8 +304,8 @@ impl PgStore {
     }
 
     /// Reads `id`'s header and its events from `from_seq` on in one snapshot (a read-only
-    /// repeatable-read transaction), page by page.
-    fn read_paged(
+    /// repeatable-read transaction), streamed (see the module's documentation).
+    fn read_long(
         &self,
         id: &SessionId,
         from_seq: u64,
@@ -330,27 +329,24 @@ impl PgStore {
             let session = self.session_row(&row)?;
             let header = session.header?;
             sink.header(&header)?;
-            let first_page =
-                db.timed("preparing a read", transaction.prepare_cached(&self.sql.events_from_run)).await?;
-            let next_page = db.timed("preparing a read", transaction.prepare_cached(&self.sql.events_from)).await?;
+            let whole = db.timed("preparing a read", transaction.prepare_cached(&self.sql.events_from_run)).await?;
+            let rest = db.timed("preparing a read", transaction.prepare_cached(&self.sql.events_from)).await?;
             let mut check = RowCheck::new(id, from_seq);
-            // Pages of about `PAGE_EVENTS` events: the first of a few rows, the others of as many
-            // rows as the last page's rows say hold that many (runs hold many events, version-1 rows one).
-            let (mut page_rows, mut first) = (FIRST_PAGE_ROWS, true);
+            let mut statement = &whole;
             loop {
-                if cancel.is_cancelled() {
-                    return Err(PersistenceError::Cancelled);
-                }
-                let statement = if first { &first_page } else { &next_page };
-                let before = check.expected;
-                let rows = db
-                    .timed(
-                        "reading events",
-                        transaction.query(statement, &[&id.as_str(), &to_sql_seq(check.expected), &page_rows]),
-                    )
-                    .await?;
-                let n_rows = rows.len() as i64;
-                for row in rows {
+                let key = id.as_str();
+                let from = to_sql_seq(check.expected);
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&key, &from, &i64::MAX];
+                // The rows stream as the server sends them: the client decodes one while the
+                // next arrive, and the socket's buffers hold back a server that is ahead.
+                let started = std::time::Instant::now();
+                let rows = db.timed("reading events", transaction.query_raw(statement, params)).await?;
+                let mut rows = std::pin::pin!(rows);
+                let mut cut = false;
+                while let Some(row) = db.timed("reading events", rows.try_next()).await? {
+                    if cancel.is_cancelled() {
+                        return Err(PersistenceError::Cancelled);
+                    }
                     check.row(
                         db.column(&row, 0)?,
                         db.column(&row, 1)?,
@@ -358,15 +354,18 @@ impl PgStore {
                         db.column(&row, 3)?,
                         sink,
                     )?;
+                    // A sink slower than the server keeps the statement running: past half the
+                    // query timeout (which the server enforces on it too) it ends here, and the
+                    // read goes on from the next row in a statement of its own.
+                    if started.elapsed() >= self.statement_span {
+                        cut = true;
+                        break;
+                    }
                 }
-                if n_rows < page_rows {
+                if !cut {
                     break;
                 }
-                first = false;
-                // As many rows as the last page says hold `PAGE_EVENTS` events: a log's rows are
-                // one event each where an old build wrote them, runs after.
-                let per_row = (check.expected.saturating_sub(before) as i64 / n_rows).max(1);
-                page_rows = (PAGE_EVENTS / per_row).clamp(1, PAGE_EVENTS);
+                statement = &rest;
             }
             check.finish(next_seq)?;
             db.timed("ending a read", transaction.commit()).await?;

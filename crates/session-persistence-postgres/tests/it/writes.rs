@@ -190,3 +190,44 @@ fn reads_of_every_length_around_the_one_statement_bound_agree() {
         }
     }
 }
+
+/// A long read streams one statement, which a slow sink ends early (`store::read`): a read whose
+/// statements end after every row reads what one statement reads, whole and from any seq, and
+/// meets a missing row as the same typed defect.
+#[test]
+fn a_long_read_whose_statements_end_after_every_row_reads_the_same_events() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = schema.open();
+    let mut cut = schema.open();
+    cut.set_statement_span(std::time::Duration::ZERO);
+    // Rows of one event, of a few, and runs of up to 512.
+    let mut seq = 0;
+    for n in [1u64, 7, 300, 1, 600, 40, 1_100, 3] {
+        let events: Vec<_> = (seq..seq + n).map(|seq| event("test/n", seq, &format!("{{\"n\":{seq}}}"))).collect();
+        store.append_batch(&header("rows"), &events, false).unwrap();
+        seq += n;
+    }
+    let seqs = |read: &mut dyn FnMut(&mut CollectSink) -> u64| {
+        let mut sink = CollectSink::default();
+        let n_events = read(&mut sink);
+        assert_eq!(n_events, sink.events.len() as u64);
+        sink.events.iter().map(|event| event.seq).collect::<Vec<_>>()
+    };
+    let id = SessionId::from("rows");
+    let cancel = CancellationToken::new();
+    for from in [0, 1, 8, 9, 300, 308, 309, 500, 908, 1_000, 1_500, 2_049, seq - 300] {
+        let read = |store: &dyn Backend| {
+            seqs(&mut |sink| store.scan_from(&id, from, &cancel, sink).unwrap().unwrap().n_events)
+        };
+        let (whole, ended) = (read(&store), read(&cut));
+        assert_eq!(whole, (from..seq).collect::<Vec<_>>(), "from {from}");
+        assert_eq!(ended, whole, "from {from}");
+    }
+    // A run in the middle is missing: the same gap on both.
+    schema.sql("DELETE FROM {s}.events WHERE session_id = 'rows' AND seq = 909");
+    for store in [&store, &cut] {
+        let error = store.scan(&id, &cancel, &mut CollectSink::default()).unwrap_err();
+        assert!(matches!(&error, PersistenceError::Corrupt { kind: CorruptKind::SeqGap, .. }), "{error}");
+        assert!(error.to_string().contains("the event at seq 909 is missing (next stored: 949)"), "{error}");
+    }
+}
