@@ -26,6 +26,10 @@ use crate::codec;
 /// The events a one-statement read takes at most; a log with more from the seq is read long.
 const SHORT_ROWS: i64 = 256;
 
+/// The seqs one statement of a long read spans: what the server sends in vain, at most, when a
+/// slow sink ends the statement early.
+const STREAM_EVENTS: i64 = 65_536;
+
 /// The most sessions one read ahead asks for.
 pub(super) const PREFETCH_SESSIONS: usize = 64;
 
@@ -333,20 +337,27 @@ impl PgStore {
             let rest = db.timed("preparing a read", transaction.prepare_cached(&self.sql.events_from)).await?;
             let mut check = RowCheck::new(id, from_seq);
             let mut statement = &whole;
+            // Spans of `STREAM_EVENTS` seqs while the session row says events follow, then one
+            // without an end (normally empty: it meets rows stored past `next_seq`); a span with
+            // no row is a gap at least that wide, which the unbounded statement meets at once.
+            let mut unbounded = false;
             loop {
                 let key = id.as_str();
                 let from = to_sql_seq(check.expected);
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&key, &from, &i64::MAX];
+                let last = unbounded || from >= next_seq;
+                let end = if last { i64::MAX } else { from.saturating_add(STREAM_EVENTS) };
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&key, &from, &end];
                 // The rows stream as the server sends them: the client decodes one while the
                 // next arrive, and the socket's buffers hold back a server that is ahead.
                 let started = std::time::Instant::now();
                 let rows = db.timed("reading events", transaction.query_raw(statement, params)).await?;
                 let mut rows = std::pin::pin!(rows);
-                let mut cut = false;
+                let (mut cut, mut n_rows) = (false, 0u64);
                 while let Some(row) = db.timed("reading events", rows.try_next()).await? {
                     if cancel.is_cancelled() {
                         return Err(PersistenceError::Cancelled);
                     }
+                    n_rows += 1;
                     check.row(
                         db.column(&row, 0)?,
                         db.column(&row, 1)?,
@@ -356,16 +367,21 @@ impl PgStore {
                     )?;
                     // A sink slower than the server keeps the statement running: past half the
                     // query timeout (which the server enforces on it too) it ends here, and the
-                    // read goes on from the next row in a statement of its own.
+                    // read goes on from the next row in a statement of its own. The server still
+                    // sends the rest of the span, which the driver drops: at most one span.
                     if started.elapsed() >= self.statement_span {
                         cut = true;
                         break;
                     }
                 }
-                if !cut {
+                statement = &rest;
+                if cut {
+                    continue;
+                }
+                if last {
                     break;
                 }
-                statement = &rest;
+                unbounded = n_rows == 0;
             }
             check.finish(next_seq)?;
             db.timed("ending a read", transaction.commit()).await?;

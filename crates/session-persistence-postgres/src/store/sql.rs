@@ -7,8 +7,10 @@ pub(super) struct Sql {
     pub(super) session: String,
     /// The session row and its events from a seq on, one row per event (`store::read`).
     pub(super) session_events: String,
+    /// The rows of session `$1` that start at seqs from `$2` up to `$3` (excluded): a span of a
+    /// long read (`store::read`).
     pub(super) events_from: String,
-    /// `events_from` from the run that holds `$2`: a read's first page.
+    /// `events_from` from the run that holds `$2`: a long read's first span.
     pub(super) events_from_run: String,
     /// Many whole short logs, one row per event (`store::read`'s read ahead).
     pub(super) sessions_events: String,
@@ -62,10 +64,10 @@ impl Sql {
                  ORDER BY e.seq"
             )),
             events_from: q("SELECT seq, record, record_zstd, n_events FROM {s}.events WHERE session_id = $1 \
-                 AND seq >= $2 ORDER BY seq LIMIT $3"),
+                 AND seq >= $2 AND seq < $3 ORDER BY seq"),
             events_from_run: q(&format!(
                 "SELECT seq, record, record_zstd, n_events FROM {{s}}.events WHERE session_id = $1 \
-                 AND seq >= {RUN_START} ORDER BY seq LIMIT $3"
+                 AND seq >= {RUN_START} AND seq < $3 ORDER BY seq"
             )),
             // The sessions of `$1` with at most `$2` events, in the order asked, as long as
             // their stored bytes add up to at most `$3`; each with every event row (one more
