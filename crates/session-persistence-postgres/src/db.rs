@@ -241,12 +241,31 @@ impl Db {
     ///   all run there, so nothing waits for the caller's runtime: no deadlock), and blocks that
     ///   thread until the answer comes, for at most the query timeout per step.
     pub(crate) fn run<T>(&self, work: impl AsyncFnOnce(&mut Client) -> Result<T>) -> Result<T> {
+        self.run_with(work, discard_if_failed)
+    }
+
+    /// [`run`](Self::run) for work that may end with a statement's rows still on their way
+    /// (a streamed read that stopped early): a connection that failed in any way is dropped,
+    /// not handed to the next caller with the rest of those rows to wait for.
+    pub(crate) fn run_streaming<T>(&self, work: impl AsyncFnOnce(&mut Client) -> Result<T>) -> Result<T> {
+        self.run_with(work, |client, result| {
+            if result.is_err() {
+                drop(deadpool_postgres::Object::take(client));
+            }
+        })
+    }
+
+    fn run_with<T>(
+        &self,
+        work: impl AsyncFnOnce(&mut Client) -> Result<T>,
+        settle: impl FnOnce(Client, &Result<T>),
+    ) -> Result<T> {
         // Invariant: the runtime lives until drop.
         let runtime = self.runtime.as_ref().expect("the runtime lives as long as the pool");
         let call = async {
             let mut client = self.pool.get().await.map_err(|error| self.pool_error(error))?;
             let result = work(&mut client).await;
-            discard_if_failed(client, &result);
+            settle(client, &result);
             result
         };
         match tokio::runtime::Handle::try_current().map(|caller| caller.runtime_flavor()) {

@@ -1,11 +1,12 @@
 //! Reading a session: its header and its events from a seq on, in one snapshot. A short log
 //! (at most [`SHORT_ROWS`] events from that seq) is one statement, which is its own snapshot:
-//! one round trip where the long read takes four (begin, the session row, the events, commit),
-//! which is what a listing of many small sessions, a `verify` and a blank probe pay per session.
-//! A longer one is read in a read-only repeatable-read transaction by one statement whose rows
-//! stream: the server reads and sends rows while the client decodes the ones before. A sink that
-//! holds the statement open for half the query timeout ends it, and the read goes on from the
-//! next row in another statement of the same snapshot.
+//! one round trip where the long read takes at least four (begin, the session row, the events,
+//! commit), which is what a listing of many small sessions, a `verify` and a blank probe pay per
+//! session. A longer one is read in a read-only repeatable-read transaction, in statements that
+//! span about [`SPAN_BYTES`] of events each (the last one without an end) and whose rows stream:
+//! the server reads and sends rows while the client decodes the ones before. A sink that holds a
+//! statement open for half the query timeout ends it, and the read goes on from the next row in
+//! another statement of the same snapshot.
 //!
 //! A lane of a batched read (a listing's cold children, say) reads many short logs ahead in one
 //! statement ([`Backend::prefetch`](session_persistence::Backend::prefetch)): one round trip,
@@ -26,9 +27,12 @@ use crate::codec;
 /// The events a one-statement read takes at most; a log with more from the seq is read long.
 const SHORT_ROWS: i64 = 256;
 
-/// The seqs one statement of a long read spans: what the server sends in vain, at most, when a
-/// slow sink ends the statement early.
-const STREAM_EVENTS: i64 = 65_536;
+/// About how many bytes of event lines one statement of a long read spans (by the session's mean
+/// event size): what the server still sends, at most, after a slow sink ended the statement early.
+const SPAN_BYTES: i64 = 2 << 20;
+
+/// The fewest and the most seqs one statement of a long read spans.
+const SPAN_EVENTS: std::ops::RangeInclusive<i64> = 1_024..=65_536;
 
 /// The most sessions one read ahead asks for.
 pub(super) const PREFETCH_SESSIONS: usize = 64;
@@ -317,7 +321,9 @@ impl PgStore {
         sink: &mut dyn ScanSink,
     ) -> Result<Option<ScanOutcome>> {
         let db = &self.db;
-        db.run(async |client| {
+        // A read that stops early (a defect, a cancel, its sink's error) may leave a statement's
+        // rows on their way: its connection is not handed on.
+        db.run_streaming(async |client| {
             let transaction = db
                 .timed(
                     "starting a read",
@@ -337,20 +343,23 @@ impl PgStore {
             let rest = db.timed("preparing a read", transaction.prepare_cached(&self.sql.events_from)).await?;
             let mut check = RowCheck::new(id, from_seq);
             let mut statement = &whole;
-            // Spans of `STREAM_EVENTS` seqs while the session row says events follow, then one
-            // without an end (normally empty: it meets rows stored past `next_seq`); a span with
-            // no row is a gap at least that wide, which the unbounded statement meets at once.
+            // Spans of about `SPAN_BYTES` while the session row says events follow, the last one
+            // without an end (it meets rows stored past `next_seq`); a span with no row is a gap at
+            // least that wide, which a statement without an end meets at once.
+            let n_bytes: i64 = db.column(&row, 4)?;
+            let mean_event = (n_bytes / next_seq.max(1)).max(1);
+            let span = (SPAN_BYTES / mean_event).clamp(*SPAN_EVENTS.start(), *SPAN_EVENTS.end());
             let mut unbounded = false;
             loop {
                 let key = id.as_str();
                 let from = to_sql_seq(check.expected);
-                let last = unbounded || from >= next_seq;
-                let end = if last { i64::MAX } else { from.saturating_add(STREAM_EVENTS) };
+                let last = unbounded || from.saturating_add(span) >= next_seq;
+                let end = if last { i64::MAX } else { from + span };
                 let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&key, &from, &end];
                 // The rows stream as the server sends them: the client decodes one while the
                 // next arrive, and the socket's buffers hold back a server that is ahead.
-                let started = std::time::Instant::now();
                 let rows = db.timed("reading events", transaction.query_raw(statement, params)).await?;
+                let started = std::time::Instant::now();
                 let mut rows = std::pin::pin!(rows);
                 let (mut cut, mut n_rows) = (false, 0u64);
                 while let Some(row) = db.timed("reading events", rows.try_next()).await? {
@@ -368,7 +377,7 @@ impl PgStore {
                     // A sink slower than the server keeps the statement running: past half the
                     // query timeout (which the server enforces on it too) it ends here, and the
                     // read goes on from the next row in a statement of its own. The server still
-                    // sends the rest of the span, which the driver drops: at most one span.
+                    // sends the rest of the span, which the driver drops.
                     if started.elapsed() >= self.statement_span {
                         cut = true;
                         break;

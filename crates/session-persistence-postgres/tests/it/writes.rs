@@ -215,7 +215,7 @@ fn a_long_read_whose_statements_end_after_every_row_reads_the_same_events() {
     };
     let id = SessionId::from("rows");
     let cancel = CancellationToken::new();
-    for from in [0, 1, 8, 9, 300, 308, 309, 500, 908, 1_000, 1_500, 2_049, seq - 300] {
+    for from in [0, 1, 8, 9, 300, 308, 309, 500, 908, 1_000, 1_500, 1_700, seq - 300] {
         let read = |store: &dyn Backend| {
             seqs(&mut |sink| store.scan_from(&id, from, &cancel, sink).unwrap().unwrap().n_events)
         };
@@ -232,13 +232,16 @@ fn a_long_read_whose_statements_end_after_every_row_reads_the_same_events() {
     }
 }
 
-/// A long read spans at most 65,536 seqs per statement (`store::read`): a log longer than that
-/// reads whole and from a seq past the first span, a gap wider than a span is the same missing
-/// event, and rows stored past the session row's next seq are still met.
+/// A long read spans about 2 MiB of event lines per statement (`store::read`: here about 42,000
+/// seqs): a log longer than that reads whole and from either side of a span's end, a gap wider
+/// than a span is the same missing event, and rows stored past the session row's next seq are
+/// still met; the same with statements ended after every row.
 #[test]
 fn a_long_read_across_statement_spans_meets_wide_gaps_and_rows_past_next_seq() {
     let Some(schema) = TestSchema::new() else { return };
     let store = schema.open();
+    let mut cut = schema.open();
+    cut.set_statement_span(std::time::Duration::ZERO);
     let n = 70_000u64;
     for start in (0..n).step_by(10_000) {
         let events: Vec<_> = (start..start + 10_000).map(|seq| event("test/n", seq, "1")).collect();
@@ -246,24 +249,31 @@ fn a_long_read_across_statement_spans_meets_wide_gaps_and_rows_past_next_seq() {
     }
     let id = SessionId::from("wide");
     let cancel = CancellationToken::new();
-    for from in [0, 65_535, 65_536, 66_000] {
-        let mut sink = CollectSink::default();
-        let outcome = store.scan_from(&id, from, &cancel, &mut sink).unwrap().unwrap();
-        assert_eq!(outcome.n_events, n - from, "from {from}");
-        assert!(sink.events.iter().map(|event| event.seq).eq(from..n), "from {from}");
+    for store in [&store, &cut] {
+        for from in [0, 40_000, 42_000, 65_535, 65_536, 69_000] {
+            let mut sink = CollectSink::default();
+            let outcome = store.scan_from(&id, from, &cancel, &mut sink).unwrap().unwrap();
+            assert_eq!(outcome.n_events, n - from, "from {from}");
+            assert!(sink.events.iter().map(|event| event.seq).eq(from..n), "from {from}");
+        }
     }
     // Rows stored past the session row's next seq.
     schema.sql("UPDATE {s}.sessions SET next_seq = 500 WHERE id = 'wide'");
-    let error = store.scan(&id, &cancel, &mut CollectSink::default()).unwrap_err();
-    assert!(
-        error.to_string().contains("events are stored up to seq 69999, but the session row's next_seq is 500"),
-        "{error}"
-    );
+    for store in [&store, &cut] {
+        let error = store.scan(&id, &cancel, &mut CollectSink::default()).unwrap_err();
+        let message = "events are stored up to seq 69999, but the session row's next_seq is 500";
+        assert!(error.to_string().contains(message), "{error}");
+    }
     // A gap wider than a span.
     schema.sql(&format!("UPDATE {{s}}.sessions SET next_seq = {n} WHERE id = 'wide'"));
     schema.sql("DELETE FROM {s}.events WHERE session_id = 'wide' AND seq >= 1024 AND seq < 67000");
     let next = schema.value("SELECT min(seq) FROM {s}.events WHERE session_id = 'wide' AND seq >= 1024").unwrap();
-    let error = store.scan(&id, &cancel, &mut CollectSink::default()).unwrap_err();
-    assert!(matches!(&error, PersistenceError::Corrupt { kind: CorruptKind::SeqGap, .. }), "{error}");
-    assert!(error.to_string().contains(&format!("the event at seq 1024 is missing (next stored: {next})")), "{error}");
+    for store in [&store, &cut] {
+        let error = store.scan(&id, &cancel, &mut CollectSink::default()).unwrap_err();
+        assert!(matches!(&error, PersistenceError::Corrupt { kind: CorruptKind::SeqGap, .. }), "{error}");
+        assert!(
+            error.to_string().contains(&format!("the event at seq 1024 is missing (next stored: {next})")),
+            "{error}"
+        );
+    }
 }
