@@ -351,40 +351,13 @@ impl PgStore {
             let span = (SPAN_BYTES / mean_event).clamp(*SPAN_EVENTS.start(), *SPAN_EVENTS.end());
             let mut unbounded = false;
             loop {
-                let key = id.as_str();
                 let from = to_sql_seq(check.expected);
                 let last = unbounded || from.saturating_add(span) >= next_seq;
                 let end = if last { i64::MAX } else { from + span };
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&key, &from, &end];
-                // The rows stream as the server sends them: the client decodes one while the
-                // next arrive, and the socket's buffers hold back a server that is ahead.
-                let rows = db.timed("reading events", transaction.query_raw(statement, params)).await?;
-                let started = std::time::Instant::now();
-                let mut rows = std::pin::pin!(rows);
-                let (mut cut, mut n_rows) = (false, 0u64);
-                while let Some(row) = db.timed("reading events", rows.try_next()).await? {
-                    if cancel.is_cancelled() {
-                        return Err(PersistenceError::Cancelled);
-                    }
-                    n_rows += 1;
-                    check.row(
-                        db.column(&row, 0)?,
-                        db.column(&row, 1)?,
-                        db.column(&row, 2)?,
-                        db.column(&row, 3)?,
-                        sink,
-                    )?;
-                    // A sink slower than the server keeps the statement running: past half the
-                    // query timeout (which the server enforces on it too) it ends here, and the
-                    // read goes on from the next row in a statement of its own. The server still
-                    // sends the rest of the span, which the driver drops.
-                    if started.elapsed() >= self.statement_span {
-                        cut = true;
-                        break;
-                    }
-                }
+                let (n_rows, ended) =
+                    self.stream_span(&transaction, statement, (from, end), &mut check, cancel, sink).await?;
                 statement = &rest;
-                if cut {
+                if ended {
                     continue;
                 }
                 if last {
@@ -402,5 +375,41 @@ impl PgStore {
                 n_bytes: check.n_bytes,
             }))
         })
+    }
+
+    /// Streams the rows `statement` answers for the span `from..end` of `check`'s session into
+    /// `check` and `sink`: the client decodes each row while the next ones arrive (the socket's
+    /// buffers hold back a server that is ahead). Returns how many rows came, and whether the
+    /// statement was ended early: a sink slower than the server keeps a statement running, and
+    /// the server bounds it by the query timeout, so past [`PgStore::statement_span`] (half of it)
+    /// it ends after the row just decoded, and the caller goes on from the next row in another
+    /// statement (the server still sends the rest of the span, which the driver drops).
+    async fn stream_span(
+        &self,
+        transaction: &tokio_postgres::Transaction<'_>,
+        statement: &tokio_postgres::Statement,
+        (from, end): (i64, i64),
+        check: &mut RowCheck<'_>,
+        cancel: &CancellationToken,
+        sink: &mut dyn ScanSink,
+    ) -> Result<(u64, bool)> {
+        let db = &self.db;
+        let key = check.id.as_str();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&key, &from, &end];
+        let rows = db.timed("reading events", transaction.query_raw(statement, params)).await?;
+        let started = std::time::Instant::now();
+        let mut rows = std::pin::pin!(rows);
+        let mut n_rows = 0;
+        while let Some(row) = db.timed("reading events", rows.try_next()).await? {
+            if cancel.is_cancelled() {
+                return Err(PersistenceError::Cancelled);
+            }
+            n_rows += 1;
+            check.row(db.column(&row, 0)?, db.column(&row, 1)?, db.column(&row, 2)?, db.column(&row, 3)?, sink)?;
+            if started.elapsed() >= self.statement_span {
+                return Ok((n_rows, true));
+            }
+        }
+        Ok((n_rows, false))
     }
 }
