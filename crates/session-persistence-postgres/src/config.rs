@@ -183,8 +183,16 @@ impl fmt::Debug for PgEnv {
 impl PgEnv {
     /// The process environment's variables of the list above (the program's edge only: a
     /// library reads its settings from its caller).
+    /// Where neither `USER` nor `LOGNAME` is set (a container, a service), the account the
+    /// process runs as stands for `USER`, as libpq takes the user name from the system.
     pub fn from_process() -> PgEnv {
-        PgEnv::from_vars(ENV_NAMES.iter().filter_map(|name| Some((*name, std::env::var(name).ok()?))))
+        let mut env = PgEnv::from_vars(ENV_NAMES.iter().filter_map(|name| Some((*name, std::env::var(name).ok()?))));
+        if env.get("USER").or_else(|| env.get("LOGNAME")).is_none()
+            && let Some(name) = account_name()
+        {
+            env.vars.insert("USER".to_owned(), name);
+        }
+        env
     }
 
     /// An environment of the given variables (others than the list above are kept and ignored).
@@ -196,6 +204,25 @@ impl PgEnv {
     fn get(&self, name: &str) -> Option<&str> {
         self.vars.get(name).map(String::as_str).filter(|value| !value.is_empty())
     }
+}
+
+/// The name of the account this process runs as (libpq's `getpwuid(geteuid())`): the
+/// `/etc/passwd` entry of the user that owns `/proc/self`. `None` where either cannot be read,
+/// or the account is not in that file (a directory service's).
+fn account_name() -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata("/proc/self").ok()?.uid();
+    name_of_uid(&std::fs::read_to_string("/etc/passwd").ok()?, uid)
+}
+
+/// The name of `uid`'s entry in `passwd` (lines `name:password:uid:...`).
+fn name_of_uid(passwd: &str, uid: u32) -> Option<String> {
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next().filter(|name| !name.is_empty() && !name.starts_with('#'))?;
+        let _password = fields.next()?;
+        (fields.next()?.parse::<u32>().ok()? == uid).then(|| name.to_owned())
+    })
 }
 
 impl PgConfig {

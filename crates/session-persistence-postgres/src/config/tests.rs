@@ -184,3 +184,20 @@ fn schema_names_are_quoted_and_pg_is_refused() {
     assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
     assert_eq!(crate::schema::qualify("SELECT 1 FROM {s}.t", "user"), "SELECT 1 FROM \"user\".t");
 }
+
+/// The default user where the environment names none: the account's name from `/etc/passwd`,
+/// as libpq takes it from the system.
+#[test]
+fn an_account_without_user_variables_is_found_in_the_password_file() {
+    let passwd = "# comment\nroot:x:0:0:root:/root:/bin/bash\n:x:7:7::/:/bin/sh\nbroken\nagent:x:1000:1000::/home/agent:/bin/sh\n";
+    assert_eq!(super::name_of_uid(passwd, 0).as_deref(), Some("root"));
+    assert_eq!(super::name_of_uid(passwd, 1000).as_deref(), Some("agent"));
+    assert_eq!(super::name_of_uid(passwd, 7), None, "an entry without a name");
+    assert_eq!(super::name_of_uid(passwd, 42), None);
+    // This process's own account is in this machine's file, and names the process's user.
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata("/proc/self").unwrap().uid();
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    assert_eq!(super::account_name(), super::name_of_uid(&passwd, uid));
+    assert!(super::account_name().is_some());
+}
