@@ -146,6 +146,14 @@ impl ScanSink for Gather {
     }
 }
 
+/// How one statement of a long read went.
+enum Span {
+    /// Every row of its span came (`n_rows` of them).
+    Whole { n_rows: u64 },
+    /// A slow sink ended it after the row that starts at this seq.
+    EndedAfter(i64),
+}
+
 /// What the one-statement read found.
 enum Short {
     Absent,
@@ -349,21 +357,20 @@ impl PgStore {
             let n_bytes: i64 = db.column(&row, 4)?;
             let mean_event = (n_bytes / next_seq.max(1)).max(1);
             let span = (SPAN_BYTES / mean_event).clamp(*SPAN_EVENTS.start(), *SPAN_EVENTS.end());
-            let mut unbounded = false;
+            // The statements cut the rows into consecutive ranges of their first seqs, each from
+            // where the one before ended (its end, or just past the row it ended after), so every
+            // row one statement would send is sent once, an overlapping one included.
+            let (mut from, mut unbounded) = (to_sql_seq(from_seq), false);
             loop {
-                let from = to_sql_seq(check.expected);
                 let last = unbounded || from.saturating_add(span) >= next_seq;
                 let end = if last { i64::MAX } else { from + span };
-                let (n_rows, ended) =
-                    self.stream_span(&transaction, statement, (from, end), &mut check, cancel, sink).await?;
+                let read = self.stream_span(&transaction, statement, (from, end), &mut check, cancel, sink).await?;
                 statement = &rest;
-                if ended {
-                    continue;
+                match read {
+                    Span::EndedAfter(seq) => from = seq.saturating_add(1),
+                    Span::Whole { .. } if last => break,
+                    Span::Whole { n_rows } => (from, unbounded) = (end, n_rows == 0),
                 }
-                if last {
-                    break;
-                }
-                unbounded = n_rows == 0;
             }
             check.finish(next_seq)?;
             db.timed("ending a read", transaction.commit()).await?;
@@ -379,11 +386,11 @@ impl PgStore {
 
     /// Streams the rows `statement` answers for the span `from..end` of `check`'s session into
     /// `check` and `sink`: the client decodes each row while the next ones arrive (the socket's
-    /// buffers hold back a server that is ahead). Returns how many rows came, and whether the
-    /// statement was ended early: a sink slower than the server keeps a statement running, and
-    /// the server bounds it by the query timeout, so past [`PgStore::statement_span`] (half of it)
-    /// it ends after the row just decoded, and the caller goes on from the next row in another
-    /// statement (the server still sends the rest of the span, which the driver drops).
+    /// buffers hold back a server that is ahead). A sink slower than the server keeps a
+    /// statement running, and the server bounds it by the query timeout, so past
+    /// [`PgStore::statement_span`] (half of it) the statement ends after the row just decoded,
+    /// and the caller goes on just past that row in another statement (the server still sends the
+    /// rest of the span, which the driver drops).
     async fn stream_span(
         &self,
         transaction: &tokio_postgres::Transaction<'_>,
@@ -392,7 +399,7 @@ impl PgStore {
         check: &mut RowCheck<'_>,
         cancel: &CancellationToken,
         sink: &mut dyn ScanSink,
-    ) -> Result<(u64, bool)> {
+    ) -> Result<Span> {
         let db = &self.db;
         let key = check.id.as_str();
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&key, &from, &end];
@@ -405,11 +412,12 @@ impl PgStore {
                 return Err(PersistenceError::Cancelled);
             }
             n_rows += 1;
-            check.row(db.column(&row, 0)?, db.column(&row, 1)?, db.column(&row, 2)?, db.column(&row, 3)?, sink)?;
+            let seq: i64 = db.column(&row, 0)?;
+            check.row(seq, db.column(&row, 1)?, db.column(&row, 2)?, db.column(&row, 3)?, sink)?;
             if started.elapsed() >= self.statement_span {
-                return Ok((n_rows, true));
+                return Ok(Span::EndedAfter(seq));
             }
         }
-        Ok((n_rows, false))
+        Ok(Span::Whole { n_rows })
     }
 }

@@ -232,10 +232,10 @@ fn a_long_read_whose_statements_end_after_every_row_reads_the_same_events() {
     }
 }
 
-/// A long read spans about 2 MiB of event lines per statement (`store::read`: here about 42,000
-/// seqs): a log longer than that reads whole and from either side of a span's end, a gap wider
-/// than a span is the same missing event, and rows stored past the session row's next seq are
-/// still met; the same with statements ended after every row.
+/// A long read spans about 2 MiB of event lines per statement (`store::read`: here about 40,000
+/// seqs): a log longer than that reads whole and from either side of a span's end, and a row
+/// that overlaps a run, a gap wider than a span and rows stored past the session row's next seq
+/// are met as one statement meets them; the same with statements ended after every row.
 #[test]
 fn a_long_read_across_statement_spans_meets_wide_gaps_and_rows_past_next_seq() {
     let Some(schema) = TestSchema::new() else { return };
@@ -257,6 +257,18 @@ fn a_long_read_across_statement_spans_meets_wide_gaps_and_rows_past_next_seq() {
             assert!(sink.events.iter().map(|event| event.seq).eq(from..n), "from {from}");
         }
     }
+    // A row inside a run that crosses a span's end (or, with statements ended after every
+    // row, inside the run before it) overlaps that run: met as one statement meets it.
+    schema.sql(
+        "INSERT INTO {s}.events (session_id, seq, type, time, record, record_zstd, n_events) VALUES \
+         ('wide', 42000, 'test/n', 42010, '{\"type\":\"test/n\",\"seq\":42000,\"time\":42010,\"data\":1}', NULL, 1)",
+    );
+    for store in [&store, &cut] {
+        let error = store.scan(&id, &cancel, &mut CollectSink::default()).unwrap_err();
+        assert!(matches!(&error, PersistenceError::Corrupt { kind: CorruptKind::SeqGap, .. }), "{error}");
+        assert!(error.to_string().contains("the event at seq 42048 is missing (next stored: 42000)"), "{error}");
+    }
+    schema.sql("DELETE FROM {s}.events WHERE session_id = 'wide' AND seq = 42000");
     // Rows stored past the session row's next seq.
     schema.sql("UPDATE {s}.sessions SET next_seq = 500 WHERE id = 'wide'");
     for store in [&store, &cut] {
