@@ -7,6 +7,7 @@ use std::sync::{Arc, Barrier};
 
 use session_core::{JsonData, SessionEvent, SessionHeader, SessionId};
 use session_persistence::{Backend, CollectSink, CorruptKind, PersistenceError};
+use session_persistence_postgres::PgStore;
 use tokio_util::sync::CancellationToken;
 
 use crate::TestSchema;
@@ -191,22 +192,48 @@ fn reads_of_every_length_around_the_one_statement_bound_agree() {
     }
 }
 
+/// A store of `schema`, and another whose long reads end each statement after its first row (as
+/// a slow sink makes them: `store::read`).
+fn store_and_one_ending_every_statement(schema: &TestSchema) -> (PgStore, PgStore) {
+    let mut ending = schema.open();
+    ending.set_statement_span(std::time::Duration::ZERO);
+    (schema.open(), ending)
+}
+
+/// Appends `id`'s events from seq 0 on in batches of `sizes` (each at most 512 events a row), the
+/// payload of each `data(seq)`; returns the next seq.
+fn append_batches(
+    store: &PgStore,
+    id: &str,
+    sizes: impl IntoIterator<Item = u64>,
+    data: impl Fn(u64) -> String,
+) -> u64 {
+    let mut seq = 0;
+    for n in sizes {
+        let events: Vec<_> = (seq..seq + n).map(|seq| event("test/n", seq, &data(seq))).collect();
+        store.append_batch(&header(id), &events, false).unwrap();
+        seq += n;
+    }
+    seq
+}
+
+/// A whole read of `id` fails as a seq gap (an event missing, or stored past `next_seq`),
+/// `message` in its text.
+fn assert_seq_gap(store: &PgStore, id: &SessionId, message: &str) {
+    let error = store.scan(id, &CancellationToken::new(), &mut CollectSink::default()).unwrap_err();
+    assert!(matches!(&error, PersistenceError::Corrupt { kind: CorruptKind::SeqGap, .. }), "{error}");
+    assert!(error.to_string().contains(message), "{error}");
+}
+
 /// A long read streams one statement, which a slow sink ends early (`store::read`): a read whose
 /// statements end after every row reads what one statement reads, whole and from any seq, and
 /// meets a missing row as the same typed defect.
 #[test]
 fn a_long_read_whose_statements_end_after_every_row_reads_the_same_events() {
     let Some(schema) = TestSchema::new() else { return };
-    let store = schema.open();
-    let mut cut = schema.open();
-    cut.set_statement_span(std::time::Duration::ZERO);
+    let (store, cut) = store_and_one_ending_every_statement(&schema);
     // Rows of one event, of a few, and runs of up to 512.
-    let mut seq = 0;
-    for n in [1u64, 7, 300, 1, 600, 40, 1_100, 3] {
-        let events: Vec<_> = (seq..seq + n).map(|seq| event("test/n", seq, &format!("{{\"n\":{seq}}}"))).collect();
-        store.append_batch(&header("rows"), &events, false).unwrap();
-        seq += n;
-    }
+    let seq = append_batches(&store, "rows", [1, 7, 300, 1, 600, 40, 1_100, 3], |seq| format!("{{\"n\":{seq}}}"));
     let seqs = |read: &mut dyn FnMut(&mut CollectSink) -> u64| {
         let mut sink = CollectSink::default();
         let n_events = read(&mut sink);
@@ -226,9 +253,7 @@ fn a_long_read_whose_statements_end_after_every_row_reads_the_same_events() {
     // A run in the middle is missing: the same gap on both.
     schema.sql("DELETE FROM {s}.events WHERE session_id = 'rows' AND seq = 909");
     for store in [&store, &cut] {
-        let error = store.scan(&id, &cancel, &mut CollectSink::default()).unwrap_err();
-        assert!(matches!(&error, PersistenceError::Corrupt { kind: CorruptKind::SeqGap, .. }), "{error}");
-        assert!(error.to_string().contains("the event at seq 909 is missing (next stored: 949)"), "{error}");
+        assert_seq_gap(store, &id, "the event at seq 909 is missing (next stored: 949)");
     }
 }
 
@@ -239,14 +264,8 @@ fn a_long_read_whose_statements_end_after_every_row_reads_the_same_events() {
 #[test]
 fn a_long_read_across_statement_spans_meets_wide_gaps_and_rows_past_next_seq() {
     let Some(schema) = TestSchema::new() else { return };
-    let store = schema.open();
-    let mut cut = schema.open();
-    cut.set_statement_span(std::time::Duration::ZERO);
-    let n = 70_000u64;
-    for start in (0..n).step_by(10_000) {
-        let events: Vec<_> = (start..start + 10_000).map(|seq| event("test/n", seq, "1")).collect();
-        store.append_batch(&header("wide"), &events, false).unwrap();
-    }
+    let (store, cut) = store_and_one_ending_every_statement(&schema);
+    let n = append_batches(&store, "wide", [10_000; 7], |_| "1".to_owned());
     let id = SessionId::from("wide");
     let cancel = CancellationToken::new();
     for store in [&store, &cut] {
@@ -264,28 +283,19 @@ fn a_long_read_across_statement_spans_meets_wide_gaps_and_rows_past_next_seq() {
          ('wide', 42000, 'test/n', 42010, '{\"type\":\"test/n\",\"seq\":42000,\"time\":42010,\"data\":1}', NULL, 1)",
     );
     for store in [&store, &cut] {
-        let error = store.scan(&id, &cancel, &mut CollectSink::default()).unwrap_err();
-        assert!(matches!(&error, PersistenceError::Corrupt { kind: CorruptKind::SeqGap, .. }), "{error}");
-        assert!(error.to_string().contains("the event at seq 42048 is missing (next stored: 42000)"), "{error}");
+        assert_seq_gap(store, &id, "the event at seq 42048 is missing (next stored: 42000)");
     }
     schema.sql("DELETE FROM {s}.events WHERE session_id = 'wide' AND seq = 42000");
     // Rows stored past the session row's next seq.
     schema.sql("UPDATE {s}.sessions SET next_seq = 500 WHERE id = 'wide'");
     for store in [&store, &cut] {
-        let error = store.scan(&id, &cancel, &mut CollectSink::default()).unwrap_err();
-        let message = "events are stored up to seq 69999, but the session row's next_seq is 500";
-        assert!(error.to_string().contains(message), "{error}");
+        assert_seq_gap(store, &id, "events are stored up to seq 69999, but the session row's next_seq is 500");
     }
     // A gap wider than a span.
     schema.sql(&format!("UPDATE {{s}}.sessions SET next_seq = {n} WHERE id = 'wide'"));
     schema.sql("DELETE FROM {s}.events WHERE session_id = 'wide' AND seq >= 1024 AND seq < 67000");
     let next = schema.value("SELECT min(seq) FROM {s}.events WHERE session_id = 'wide' AND seq >= 1024").unwrap();
     for store in [&store, &cut] {
-        let error = store.scan(&id, &cancel, &mut CollectSink::default()).unwrap_err();
-        assert!(matches!(&error, PersistenceError::Corrupt { kind: CorruptKind::SeqGap, .. }), "{error}");
-        assert!(
-            error.to_string().contains(&format!("the event at seq 1024 is missing (next stored: {next})")),
-            "{error}"
-        );
+        assert_seq_gap(store, &id, &format!("the event at seq 1024 is missing (next stored: {next})"));
     }
 }
