@@ -330,8 +330,24 @@ pub(crate) struct StoredRow {
     pub(crate) ignorable: Option<i64>,
 }
 
+/// The columns of one result row: a row of a running statement, or one copied out of it to be
+/// decoded on another thread ([`crate::ahead`]).
+pub(crate) trait Columns {
+    /// The value of column `idx`.
+    fn value(&self, idx: usize) -> rusqlite::Result<ValueRef<'_>>;
+}
+
+impl Columns for rusqlite::Row<'_> {
+    fn value(&self, idx: usize) -> rusqlite::Result<ValueRef<'_>> {
+        self.get_ref(idx)
+    }
+}
+
 /// The columns every row query selects, in [`StoredRow::read`]'s order.
 pub(crate) const ROW_COLUMNS: &str = "seq, type, time, data, source_event_seqs, surface_op, ignorable";
+
+/// How many columns [`ROW_COLUMNS`] names.
+pub(crate) const ROW_COLUMN_COUNT: usize = 7;
 
 fn safe_integer(value: ValueRef<'_>, column: &str) -> Result<i64, String> {
     match value {
@@ -353,8 +369,8 @@ fn text(value: ValueRef<'_>, column: &str) -> Result<String, String> {
 /// copy of its text before the event's own): every column as the reference writes it for a
 /// common event, `data` as text. `None` for any other row, which [`StoredRow::read`] and
 /// [`StoredRow::decode`] then take (and refuse or decode) as before, so the answer is the same.
-pub(crate) fn decode_plain_row(row: &rusqlite::Row<'_>) -> Option<SessionEvent> {
-    let get = |idx: usize| row.get_ref(idx).ok();
+pub(crate) fn decode_plain_row(row: &impl Columns) -> Option<SessionEvent> {
+    let get = |idx: usize| row.value(idx).ok();
     let ValueRef::Integer(seq) = get(0)? else { return None };
     let ValueRef::Text(kind) = get(1)? else { return None };
     let ValueRef::Integer(time) = get(2)? else { return None };
@@ -391,13 +407,13 @@ pub(crate) fn decode_plain_row(row: &rusqlite::Row<'_>) -> Option<SessionEvent> 
 impl StoredRow {
     /// Reads and checks the columns of [`ROW_COLUMNS`]. A failure is the reference's message,
     /// fatal for the read whatever the row's place (§5.1).
-    pub(crate) fn read(row: &rusqlite::Row<'_>) -> Result<StoredRow, RowError> {
+    pub(crate) fn read(row: &impl Columns) -> Result<StoredRow, RowError> {
         StoredRow::read_at(row, 0)
     }
 
     /// [`read`](Self::read) of the [`ROW_COLUMNS`] that start at column `first` of `row`.
-    pub(crate) fn read_at(row: &rusqlite::Row<'_>, first: usize) -> Result<StoredRow, RowError> {
-        let get = |idx: usize| row.get_ref(first + idx).map_err(RowError::Sqlite);
+    pub(crate) fn read_at(row: &impl Columns, first: usize) -> Result<StoredRow, RowError> {
+        let get = |idx: usize| row.value(first + idx).map_err(RowError::Sqlite);
         let seq = safe_integer(get(0)?, "seq").map_err(RowError::Column)?;
         let seq = u64::try_from(seq).map_err(|_| RowError::Column("stored seq must be non-negative".to_owned()))?;
         let kind = text(get(1)?, "type").map_err(RowError::Column)?;

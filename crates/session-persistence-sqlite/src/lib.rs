@@ -94,6 +94,7 @@
 //! # }
 //! ```
 
+mod ahead;
 mod checkpoint;
 mod codec;
 mod config;

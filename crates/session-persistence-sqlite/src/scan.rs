@@ -8,12 +8,12 @@ use session_persistence::{CorruptKind, Location, PersistenceError};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    codec::{MAX_PACKED_MEMBERS, ROW_COLUMNS, RowError, StoredRow, decode_plain_row},
+    codec::{Columns, MAX_PACKED_MEMBERS, ROW_COLUMNS, RowError, StoredRow, decode_plain_row},
     error::sqlite_error,
 };
 
 /// How many rows pass between two looks at the cancellation token.
-const CANCEL_EVERY_ROWS: u64 = 256;
+pub(crate) const CANCEL_EVERY_ROWS: u64 = 256;
 
 /// What a row scan found besides the events it handed on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +79,11 @@ enum Stop {
 
 /// The seq of the last row at or after `base` that decodes and holds a `turn/end` (§7 step 1):
 /// rows up to it are committed. Only a scalar row can hold one.
-fn committed_until(connection: &Connection, ctx: ScanContext<'_>, base: u64) -> Result<Option<u64>, PersistenceError> {
+pub(crate) fn committed_until(
+    connection: &Connection,
+    ctx: ScanContext<'_>,
+    base: u64,
+) -> Result<Option<u64>, PersistenceError> {
     let mut statement = connection
         .prepare_cached(&format!(
             "SELECT {ROW_COLUMNS} FROM events WHERE session_id = ?1 AND seq >= ?2 AND type = 'turn/end' ORDER BY seq DESC"
@@ -108,11 +112,14 @@ pub(crate) fn to_sql_seq(seq: u64) -> i64 {
     i64::try_from(seq).unwrap_or(i64::MAX)
 }
 
+/// The statement of a scan: a session's rows from a seq (`?2`) on, in seq order.
+pub(crate) fn rows_from(connection: &Connection) -> rusqlite::Result<rusqlite::CachedStatement<'_>> {
+    connection
+        .prepare_cached(&format!("SELECT {ROW_COLUMNS} FROM events WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq"))
+}
+
 /// Scans the rows of a session with `seq >= base` in seq order (§7), handing each decoded event
-/// with `seq >= emit_from` to `emit`. The first row must start at `base`. A row whose columns
-/// are invalid (§5.1) fails the scan wherever it is; a row that does not decode or does not
-/// continue the seqs is corruption at or before the committed `turn/end`, else the start of the
-/// torn tail, which is then read only for the column checks.
+/// with `seq >= emit_from` to `emit` ([`RowDecoder`]), on the calling thread.
 pub(crate) fn scan_rows(
     connection: &Connection,
     ctx: ScanContext<'_>,
@@ -123,50 +130,89 @@ pub(crate) fn scan_rows(
 ) -> Result<RowScan, PersistenceError> {
     let sql_error = |error| sqlite_error(ctx.shown, error);
     let committed = committed_until(connection, ctx, base)?;
-    let mut statement = connection
-        .prepare_cached(&format!("SELECT {ROW_COLUMNS} FROM events WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq"))
-        .map_err(sql_error)?;
+    let mut statement = rows_from(connection).map_err(sql_error)?;
     let mut rows = statement.query(rusqlite::params![ctx.id.as_str(), to_sql_seq(base)]).map_err(sql_error)?;
-    let mut scan = RowScan { n_events: 0, next_seq: base, torn_from: None, n_bytes: 0 };
-    let mut stop: Option<Stop> = None;
-    let mut decoded = Vec::new();
+    let mut decoder = RowDecoder::new(ctx, base, emit_from, committed);
     let mut n_rows = 0u64;
     while let Some(row) = rows.next().map_err(sql_error)? {
         n_rows += 1;
         if n_rows.is_multiple_of(CANCEL_EVERY_ROWS) && cancel.is_cancelled() {
             return Err(PersistenceError::Cancelled);
         }
-        if stop.is_none()
-            && let Some(event) = decode_plain_row(row).filter(|event| event.seq == scan.next_seq)
+        decoder.row(row, emit)?;
+    }
+    decoder.finish()
+}
+
+/// Decodes a session's rows from `base` on, in seq order (§7), wherever they come from: the
+/// first row must start at `base`. A row whose columns are invalid (§5.1) fails the scan
+/// wherever it is; a row that does not decode or does not continue the seqs is corruption at or
+/// before the committed `turn/end`, else the start of the torn tail, which is then read only for
+/// the column checks.
+pub(crate) struct RowDecoder<'a> {
+    ctx: ScanContext<'a>,
+    emit_from: u64,
+    /// The seq of the last committed row ([`committed_until`]).
+    committed: Option<u64>,
+    scan: RowScan,
+    stop: Option<Stop>,
+    decoded: Vec<SessionEvent>,
+}
+
+impl<'a> RowDecoder<'a> {
+    pub(crate) fn new(ctx: ScanContext<'a>, base: u64, emit_from: u64, committed: Option<u64>) -> RowDecoder<'a> {
+        RowDecoder {
+            ctx,
+            emit_from,
+            committed,
+            scan: RowScan { n_events: 0, next_seq: base, torn_from: None, n_bytes: 0 },
+            stop: None,
+            decoded: Vec::new(),
+        }
+    }
+
+    /// Takes the next row, handing its events with `seq >= emit_from` to `emit`.
+    pub(crate) fn row(
+        &mut self,
+        row: &impl Columns,
+        emit: &mut dyn FnMut(SessionEvent) -> Result<(), PersistenceError>,
+    ) -> Result<(), PersistenceError> {
+        let ctx = self.ctx;
+        if self.stop.is_none()
+            && let Some(event) = decode_plain_row(row).filter(|event| event.seq == self.scan.next_seq)
         {
-            scan.take(event, emit_from, emit)?;
-            continue;
+            return self.scan.take(event, self.emit_from, emit);
         }
         let row = StoredRow::read(row).map_err(|error| ctx.row_error(error))?;
-        if stop.is_some() {
-            continue;
+        if self.stop.is_some() {
+            return Ok(());
         }
         let seq = row.seq;
-        let gap = seq != scan.next_seq;
-        decoded.clear();
-        if gap || row.decode(&mut decoded).is_err() {
-            stop = Some(match committed {
+        let gap = seq != self.scan.next_seq;
+        self.decoded.clear();
+        if gap || row.decode(&mut self.decoded).is_err() {
+            self.stop = Some(match self.committed {
                 Some(committed) if seq <= committed => Stop::Corrupt { seq, gap },
                 _ => Stop::Torn { seq },
             });
-            continue;
+            return Ok(());
         }
-        for event in decoded.drain(..) {
-            scan.take(event, emit_from, emit)?;
+        for event in self.decoded.drain(..) {
+            self.scan.take(event, self.emit_from, emit)?;
         }
+        Ok(())
     }
-    match stop {
-        None => Ok(scan),
-        Some(Stop::Torn { seq }) => Ok(RowScan { torn_from: Some(seq), ..scan }),
-        Some(Stop::Corrupt { seq, gap }) => Err(ctx.corrupt(
-            if gap { CorruptKind::SeqGap } else { CorruptKind::Record },
-            format!("corrupt session log: invalid committed physical row at seq {seq}"),
-        )),
+
+    /// What the rows taken make: the scan, its torn tail, or the corruption it met.
+    pub(crate) fn finish(self) -> Result<RowScan, PersistenceError> {
+        match self.stop {
+            None => Ok(self.scan),
+            Some(Stop::Torn { seq }) => Ok(RowScan { torn_from: Some(seq), ..self.scan }),
+            Some(Stop::Corrupt { seq, gap }) => Err(self.ctx.corrupt(
+                if gap { CorruptKind::SeqGap } else { CorruptKind::Record },
+                format!("corrupt session log: invalid committed physical row at seq {seq}"),
+            )),
+        }
     }
 }
 

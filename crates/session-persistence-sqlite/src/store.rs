@@ -26,6 +26,7 @@ use session_persistence::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    ahead,
     codec::{NewRow, pack_batch, scalar_row},
     config::{Access, SqliteConfig, Target},
     error::sqlite_error,
@@ -289,7 +290,8 @@ impl SqliteStore {
     }
 
     /// Reads the `sessions` row of `id` and its rows from `from_seq` on (a whole log for 0), in
-    /// one read transaction, handing the header and then each event to `sink`.
+    /// one read transaction, handing the header and then each event to `sink`. A long read of a
+    /// file store whose sink allows it steps its statements on a helper thread ([`ahead`]).
     fn read_log(
         &self,
         connection: &mut Connection,
@@ -298,18 +300,21 @@ impl SqliteStore {
         cancel: &CancellationToken,
         sink: &mut dyn ScanSink,
     ) -> Result<Option<(StoredSession, RowScan)>> {
+        let ctx = self.ctx(id);
+        if self.file.is_some()
+            && sink.read_ahead()
+            && ahead::worth_it(connection, ctx, from_seq)?
+            && let Some(read) =
+                ahead::read_log(connection, ctx, from_seq, cancel, |found| checked_session(id, found), sink)
+        {
+            return read;
+        }
         let transaction = connection.transaction().map_err(self.sql_error())?;
-        let Some(session) = read_session(&transaction, id).map_err(self.sql_error())? else {
+        let found = read_session(&transaction, id).map_err(self.sql_error())?;
+        let Some(session) = checked_session(id, found)? else {
             return Ok(None);
         };
-        let session = session.map_err(|message| {
-            PersistenceError::corrupt(CorruptKind::Header, Location::Session { id: id.clone() }, message)
-        })?;
-        if let Some(message) = session.unsupported_version() {
-            return Err(PersistenceError::FormatUnsupported { id: id.clone(), message, location: None });
-        }
         sink.header(&Arc::new(session.header.clone()))?;
-        let ctx = self.ctx(id);
         let base = if from_seq == 0 { 0 } else { seek_base(&transaction, ctx, from_seq)? };
         let scan = scan_rows(&transaction, ctx, base, from_seq, cancel, &mut |event| sink.event(Arc::new(event)))?;
         transaction.commit().map_err(self.sql_error())?;
@@ -490,6 +495,22 @@ fn file_identity(metadata: &Metadata) -> String {
         .and_then(|created| created.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |since| since.as_nanos());
     format!("file:{}:{}:{birth}", metadata.dev(), metadata.ino())
+}
+
+/// The `sessions` row of `id` as [`read_session`] found it, checked: `Ok(None)` when there is
+/// none, an error when it does not decode or its format version is one this build cannot read.
+pub(crate) fn checked_session(
+    id: &SessionId,
+    found: Option<std::result::Result<StoredSession, String>>,
+) -> Result<Option<StoredSession>> {
+    let Some(session) = found else { return Ok(None) };
+    let session = session.map_err(|message| {
+        PersistenceError::corrupt(CorruptKind::Header, Location::Session { id: id.clone() }, message)
+    })?;
+    if let Some(message) = session.unsupported_version() {
+        return Err(PersistenceError::FormatUnsupported { id: id.clone(), message, location: None });
+    }
+    Ok(Some(session))
 }
 
 impl Backend for SqliteStore {
