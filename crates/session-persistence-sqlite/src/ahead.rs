@@ -4,14 +4,18 @@
 //! and the decode (the JSON walk of each payload) then run side by side; the sink, and every
 //! event it gets, stay on the calling thread, so events are freed by the thread that made them.
 //!
-//! The helper runs the same read as [`SqliteStore::read_log`](crate::store) does on one thread:
-//! one read transaction holding the `sessions` row, the seek base, the committed `turn/end` and
-//! the rows; the calling thread takes them with the same [`RowDecoder`], so the answer, its
-//! errors and its torn tail are the same. What the helper copies is bounded: at most
-//! [`BATCHES_IN_FLIGHT`] batches wait for the decoder, and batches go back to the helper to be
-//! refilled.
+//! The helper runs the read the store runs on one thread
+//! ([`SqliteStore::read_log`](crate::SqliteStore)): one read transaction holding the `sessions`
+//! row, the seek base, the committed `turn/end` and the rows ([`step_rows`]); the calling thread
+//! takes the rows with the same [`RowDecoder`], so the answer, its errors and its torn tail are
+//! the same. What the helper copies is bounded: at most [`BATCHES_IN_FLIGHT`] batches wait for
+//! the decoder, besides the one it fills and the one being decoded, and decoded batches go back
+//! to it to be refilled.
 
-use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::{
+    Arc,
+    mpsc::{self, Receiver, SyncSender},
+};
 
 use rusqlite::{Connection, types::ValueRef};
 use session_persistence::{PersistenceError, ScanSink};
@@ -20,16 +24,16 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     codec::{Columns, ROW_COLUMN_COUNT},
     error::sqlite_error,
-    scan::{CANCEL_EVERY_ROWS, RowDecoder, RowScan, ScanContext, committed_until, rows_from, seek_base, to_sql_seq},
-    sessions::{StoredSession, read_session},
+    scan::{RowDecoder, RowScan, ScanContext, committed_until, seek_base, step_rows, to_sql_seq},
+    sessions::{StoredSession, checked_session, read_session},
 };
 
 #[cfg(test)]
 mod tests;
 
-/// A read takes the helper only from this many seqs ahead of where it starts: a thread costs
-/// tens of microseconds, which a short read does not win back.
-pub(crate) const AHEAD_MIN_SEQS: u64 = 1024;
+/// A read takes the helper only for at least this many rows from where it starts: a thread
+/// costs tens of microseconds, which a short read does not win back.
+const AHEAD_MIN_ROWS: u64 = 1024;
 
 /// Rows in one batch (fewer when their columns pass [`BATCH_BYTES`]).
 const BATCH_ROWS: usize = 256;
@@ -37,7 +41,7 @@ const BATCH_ROWS: usize = 256;
 /// Column bytes past which a batch goes to the decoder before it holds [`BATCH_ROWS`] rows.
 const BATCH_BYTES: usize = 256 * 1024;
 
-/// Batches copied and not yet decoded, at most.
+/// Batches copied and waiting for the decoder, at most.
 const BATCHES_IN_FLIGHT: usize = 4;
 
 /// One column of a copied row; text and blobs are ranges of the batch's bytes.
@@ -52,7 +56,7 @@ enum Cell {
 
 /// Rows copied out of a statement: each row's [`ROW_COLUMN_COUNT`] cells in turn.
 #[derive(Debug, Default)]
-pub(crate) struct RowBatch {
+struct RowBatch {
     bytes: Vec<u8>,
     cells: Vec<Cell>,
 }
@@ -125,26 +129,30 @@ impl Columns for BatchRow<'_> {
 }
 
 /// What the helper sends the decoder, in this order.
-enum Ahead {
-    /// The `sessions` row, as [`read_session`] found it.
-    Session(Option<Result<StoredSession, String>>),
+enum FromHelper {
+    /// The `sessions` row, checked ([`checked_session`]); the helper goes on only for one it
+    /// can read.
+    Session(Result<Option<StoredSession>, PersistenceError>),
     /// Where the rows start and the last committed row ([`committed_until`]).
     Start { base: u64, committed: Option<u64> },
     /// The next rows.
     Rows(RowBatch),
+    /// The last row was sent and the read transaction ended well.
+    End,
 }
 
-/// Whether a read of `ctx`'s events from `from_seq` is long enough for the helper: its last
-/// stored seq is at least [`AHEAD_MIN_SEQS`] past `from_seq`.
+/// Whether a read of `ctx`'s events from `from_seq` is long enough for the helper: at least
+/// [`AHEAD_MIN_ROWS`] rows from there (counted on the key's index, and no further).
 pub(crate) fn worth_it(connection: &Connection, ctx: ScanContext<'_>, from_seq: u64) -> Result<bool, PersistenceError> {
+    let sql_error = |error| sqlite_error(ctx.shown, error);
     let mut statement = connection
-        .prepare_cached("SELECT max(seq) FROM events WHERE session_id = ?1")
-        .map_err(|error| sqlite_error(ctx.shown, error))?;
-    let last: Option<i64> =
-        statement.query_row([ctx.id.as_str()], |row| row.get(0)).map_err(|error| sqlite_error(ctx.shown, error))?;
-    Ok(last
-        .and_then(|last| u64::try_from(last).ok())
-        .is_some_and(|last| last.saturating_sub(from_seq) >= AHEAD_MIN_SEQS))
+        .prepare_cached("SELECT count(*) FROM (SELECT 1 FROM events WHERE session_id = ?1 AND seq >= ?2 LIMIT ?3)")
+        .map_err(sql_error)?;
+    let limit = i64::try_from(AHEAD_MIN_ROWS).unwrap_or(i64::MAX);
+    let rows: i64 = statement
+        .query_row(rusqlite::params![ctx.id.as_str(), to_sql_seq(from_seq), limit], |row| row.get(0))
+        .map_err(sql_error)?;
+    Ok(rows >= limit)
 }
 
 #[cfg(test)]
@@ -153,6 +161,8 @@ thread_local! {
     static READS_AHEAD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// Set by tests to have the helper refused, as a process at its thread limit would be.
     static REFUSE_HELPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Set by tests to have the helper fail after this many rows, as a failing disk would.
+    static FAIL_AFTER_ROWS: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
 /// What a read on two threads found: `None` when the helper thread could not start (the caller
@@ -160,41 +170,52 @@ thread_local! {
 pub(crate) type AheadRead = Option<Result<Option<(StoredSession, RowScan)>, PersistenceError>>;
 
 /// Reads `ctx`'s session row and its events from `from_seq` on, as one read transaction on
-/// `connection`, with the statements stepped on a helper thread; `check` vets the session row
-/// before its header goes to `sink`, then each decoded event does.
+/// `connection`, with the statements stepped on a helper thread, handing the header and then
+/// each event to `sink`.
 pub(crate) fn read_log(
     connection: &mut Connection,
     ctx: ScanContext<'_>,
     from_seq: u64,
     cancel: &CancellationToken,
-    check: impl FnOnce(Option<Result<StoredSession, String>>) -> Result<Option<StoredSession>, PersistenceError>,
     sink: &mut dyn ScanSink,
 ) -> AheadRead {
+    #[cfg(test)]
+    if REFUSE_HELPER.with(std::cell::Cell::get) {
+        return None;
+    }
+    #[cfg(test)]
+    let fail_after = FAIL_AFTER_ROWS.with(std::cell::Cell::get);
+    #[cfg(not(test))]
+    let fail_after = None;
     std::thread::scope(|scope| {
-        let (to_decoder, from_reader) = mpsc::sync_channel(BATCHES_IN_FLIGHT);
+        let (to_decoder, from_helper) = mpsc::sync_channel(BATCHES_IN_FLIGHT);
         let (recycle, recycled) = mpsc::channel();
-        #[cfg(test)]
-        if REFUSE_HELPER.with(std::cell::Cell::get) {
-            return None;
-        }
-        let reader = std::thread::Builder::new()
+        let helper = std::thread::Builder::new()
             .name("sqlite-read-ahead".to_owned())
-            .spawn_scoped(scope, move || read_rows(connection, ctx, from_seq, cancel, &to_decoder, &recycled))
+            .spawn_scoped(scope, move || {
+                read_rows(connection, ctx, from_seq, cancel, fail_after, &to_decoder, &recycled)
+            })
             .ok()?;
         #[cfg(test)]
         READS_AHEAD.with(|reads| reads.set(reads.get() + 1));
-        let decoded = decode(ctx, from_seq, cancel, &from_reader, &recycle, check, sink);
-        // The helper stops at its next batch once nobody takes them.
-        drop(from_reader);
-        let read = match reader.join() {
+        let decoded = decode(ctx, from_seq, cancel, &from_helper, &recycle, sink);
+        // A helper blocked on a full channel stops once nobody takes its batches.
+        drop(from_helper);
+        let read = match helper.join() {
             Ok(read) => read,
             Err(panic) => std::panic::resume_unwind(panic),
         };
         Some(match (decoded, read) {
-            // The decoder's own error (a sink's, a corrupt row's) is the read's: the helper only
-            // saw its batches refused.
-            (Err(error), _) | (Ok(_), Err(error)) => Err(error),
-            (Ok(decoded), Ok(())) => Ok(decoded),
+            // The decoder's own error (the sink's, a row's, the session row's) comes from a row
+            // before any the helper failed at: the helper only saw its batches refused.
+            (Err(error), _) => Err(error),
+            (Ok(Decoded::Answer(answer)), _) => Ok(answer.map(|answer| *answer)),
+            // The rows stopped before their end: the helper's error is the read's.
+            (Ok(Decoded::Cut), Err(error)) => Err(error),
+            (Ok(Decoded::Cut), Ok(())) => Err(PersistenceError::io(
+                ctx.shown,
+                std::io::Error::other("the read's rows ended before the helper reading them did"),
+            )),
         })
     })
 }
@@ -206,74 +227,86 @@ fn read_rows(
     ctx: ScanContext<'_>,
     from_seq: u64,
     cancel: &CancellationToken,
-    to_decoder: &SyncSender<Ahead>,
+    fail_after: Option<usize>,
+    to_decoder: &SyncSender<FromHelper>,
     recycled: &Receiver<RowBatch>,
 ) -> Result<(), PersistenceError> {
     let sql_error = |error| sqlite_error(ctx.shown, error);
     let transaction = connection.transaction().map_err(sql_error)?;
     let found = read_session(&transaction, ctx.id).map_err(sql_error)?;
-    let found_one = matches!(found, Some(Ok(_)));
-    if to_decoder.send(Ahead::Session(found)).is_err() || !found_one {
+    let checked = checked_session(ctx.id, found);
+    let readable = matches!(checked, Ok(Some(_)));
+    if to_decoder.send(FromHelper::Session(checked)).is_err() || !readable {
         return Ok(());
     }
     let base = if from_seq == 0 { 0 } else { seek_base(&transaction, ctx, from_seq)? };
     let committed = committed_until(&transaction, ctx, base)?;
-    if to_decoder.send(Ahead::Start { base, committed }).is_err() {
+    if to_decoder.send(FromHelper::Start { base, committed }).is_err() {
         return Ok(());
     }
-    {
-        let mut statement = rows_from(&transaction).map_err(sql_error)?;
-        let mut rows = statement.query(rusqlite::params![ctx.id.as_str(), to_sql_seq(base)]).map_err(sql_error)?;
-        let mut batch = RowBatch::default();
-        let mut n_rows = 0u64;
-        while let Some(row) = rows.next().map_err(sql_error)? {
-            n_rows += 1;
-            if n_rows.is_multiple_of(CANCEL_EVERY_ROWS) && cancel.is_cancelled() {
-                return Err(PersistenceError::Cancelled);
-            }
-            batch.push(row).map_err(sql_error)?;
-            if batch.is_full() {
-                let next = recycled.try_recv().unwrap_or_default();
-                if to_decoder.send(Ahead::Rows(std::mem::replace(&mut batch, next))).is_err() {
-                    return Ok(());
-                }
-            }
+    let mut batch = RowBatch::default();
+    let mut n_rows = 0;
+    let mut sent = true;
+    step_rows(&transaction, ctx, base, cancel, &mut |row| {
+        if fail_after == Some(n_rows) {
+            return Err(PersistenceError::io(ctx.shown, std::io::Error::other("a failing disk (test)")));
         }
-        if batch.len() > 0 && to_decoder.send(Ahead::Rows(batch)).is_err() {
-            return Ok(());
+        n_rows += 1;
+        batch.push(row).map_err(sql_error)?;
+        if batch.is_full() {
+            let next = recycled.try_recv().unwrap_or_default();
+            sent = to_decoder.send(FromHelper::Rows(std::mem::replace(&mut batch, next))).is_ok();
         }
+        Ok(sent)
+    })?;
+    if !sent || (batch.len() > 0 && to_decoder.send(FromHelper::Rows(batch)).is_err()) {
+        return Ok(());
     }
-    transaction.commit().map_err(sql_error)
+    transaction.commit().map_err(sql_error)?;
+    // The decoder may be gone already: it then has its answer.
+    let _ = to_decoder.send(FromHelper::End);
+    Ok(())
 }
 
-/// The calling thread's side: the session row checked and its header handed on, then every
-/// batch decoded in order, the token looked at after each. `Ok(None)` when there is no such session, or when the helper stopped
-/// before the rows (its error is then the read's).
+/// Where the calling thread's side ended.
+enum Decoded {
+    /// The read's answer: its session row and rows (`None`: no such session).
+    Answer(Option<Box<(StoredSession, RowScan)>>),
+    /// The helper stopped before the end of the rows.
+    Cut,
+}
+
+/// The calling thread's side: the session row's verdict and its header handed on, then every
+/// batch decoded in order, the token looked at after each.
 fn decode(
     ctx: ScanContext<'_>,
     from_seq: u64,
     cancel: &CancellationToken,
-    from_reader: &Receiver<Ahead>,
+    from_helper: &Receiver<FromHelper>,
     recycle: &mpsc::Sender<RowBatch>,
-    check: impl FnOnce(Option<Result<StoredSession, String>>) -> Result<Option<StoredSession>, PersistenceError>,
     sink: &mut dyn ScanSink,
-) -> Result<Option<(StoredSession, RowScan)>, PersistenceError> {
-    let Ok(Ahead::Session(found)) = from_reader.recv() else { return Ok(None) };
-    let Some(session) = check(found)? else { return Ok(None) };
-    sink.header(&std::sync::Arc::new(session.header.clone()))?;
-    let Ok(Ahead::Start { base, committed }) = from_reader.recv() else { return Ok(None) };
+) -> Result<Decoded, PersistenceError> {
+    let Ok(FromHelper::Session(checked)) = from_helper.recv() else { return Ok(Decoded::Cut) };
+    let Some(session) = checked? else { return Ok(Decoded::Answer(None)) };
+    sink.header(&Arc::new(session.header.clone()))?;
+    let Ok(FromHelper::Start { base, committed }) = from_helper.recv() else { return Ok(Decoded::Cut) };
     let mut decoder = RowDecoder::new(ctx, base, from_seq, committed);
-    let emit = &mut |event| sink.event(std::sync::Arc::new(event));
-    while let Ok(Ahead::Rows(mut batch)) = from_reader.recv() {
-        for row in batch.rows() {
-            decoder.row(&row, emit)?;
+    let emit = &mut |event| sink.event(Arc::new(event));
+    loop {
+        match from_helper.recv() {
+            Ok(FromHelper::Rows(mut batch)) => {
+                for row in batch.rows() {
+                    decoder.row(&row, emit)?;
+                }
+                if cancel.is_cancelled() {
+                    return Err(PersistenceError::Cancelled);
+                }
+                batch.clear();
+                // The helper may have finished: the batch is then dropped here.
+                let _ = recycle.send(batch);
+            }
+            Ok(FromHelper::End) => return Ok(Decoded::Answer(Some(Box::new((session, decoder.finish()?))))),
+            Ok(FromHelper::Session(_) | FromHelper::Start { .. }) | Err(_) => return Ok(Decoded::Cut),
         }
-        if cancel.is_cancelled() {
-            return Err(PersistenceError::Cancelled);
-        }
-        batch.clear();
-        // The helper may have finished: the batch is then dropped here.
-        let _ = recycle.send(batch);
     }
-    Ok(Some((session, decoder.finish()?)))
 }

@@ -13,7 +13,7 @@ use crate::{
 };
 
 /// How many rows pass between two looks at the cancellation token.
-pub(crate) const CANCEL_EVERY_ROWS: u64 = 256;
+const CANCEL_EVERY_ROWS: u64 = 256;
 
 /// What a row scan found besides the events it handed on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,10 +112,31 @@ pub(crate) fn to_sql_seq(seq: u64) -> i64 {
     i64::try_from(seq).unwrap_or(i64::MAX)
 }
 
-/// The statement of a scan: a session's rows from a seq (`?2`) on, in seq order.
-pub(crate) fn rows_from(connection: &Connection) -> rusqlite::Result<rusqlite::CachedStatement<'_>> {
-    connection
+/// Steps the rows of `ctx`'s session with `seq >= base`, in seq order, handing each to `take`
+/// until it answers `false`, and looks at `cancel` every [`CANCEL_EVERY_ROWS`] rows.
+pub(crate) fn step_rows(
+    connection: &Connection,
+    ctx: ScanContext<'_>,
+    base: u64,
+    cancel: &CancellationToken,
+    take: &mut dyn FnMut(&rusqlite::Row<'_>) -> Result<bool, PersistenceError>,
+) -> Result<(), PersistenceError> {
+    let sql_error = |error| sqlite_error(ctx.shown, error);
+    let mut statement = connection
         .prepare_cached(&format!("SELECT {ROW_COLUMNS} FROM events WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq"))
+        .map_err(sql_error)?;
+    let mut rows = statement.query(rusqlite::params![ctx.id.as_str(), to_sql_seq(base)]).map_err(sql_error)?;
+    let mut n_rows = 0u64;
+    while let Some(row) = rows.next().map_err(sql_error)? {
+        n_rows += 1;
+        if n_rows.is_multiple_of(CANCEL_EVERY_ROWS) && cancel.is_cancelled() {
+            return Err(PersistenceError::Cancelled);
+        }
+        if !take(row)? {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Scans the rows of a session with `seq >= base` in seq order (§7), handing each decoded event
@@ -128,19 +149,9 @@ pub(crate) fn scan_rows(
     cancel: &CancellationToken,
     emit: &mut dyn FnMut(SessionEvent) -> Result<(), PersistenceError>,
 ) -> Result<RowScan, PersistenceError> {
-    let sql_error = |error| sqlite_error(ctx.shown, error);
     let committed = committed_until(connection, ctx, base)?;
-    let mut statement = rows_from(connection).map_err(sql_error)?;
-    let mut rows = statement.query(rusqlite::params![ctx.id.as_str(), to_sql_seq(base)]).map_err(sql_error)?;
     let mut decoder = RowDecoder::new(ctx, base, emit_from, committed);
-    let mut n_rows = 0u64;
-    while let Some(row) = rows.next().map_err(sql_error)? {
-        n_rows += 1;
-        if n_rows.is_multiple_of(CANCEL_EVERY_ROWS) && cancel.is_cancelled() {
-            return Err(PersistenceError::Cancelled);
-        }
-        decoder.row(row, emit)?;
-    }
+    step_rows(connection, ctx, base, cancel, &mut |row| decoder.row(row, emit).map(|()| true))?;
     decoder.finish()
 }
 

@@ -3,6 +3,7 @@
 
 use rusqlite::{Connection, OptionalExtension, types::ValueRef};
 use session_core::{Origin, SESSION_FORMAT_VERSION, SessionHeader, SessionId, json::MAX_SAFE_INTEGER};
+use session_persistence::{CorruptKind, Location, PersistenceError};
 
 use crate::schema::is_reference_uuid;
 
@@ -173,4 +174,20 @@ pub(crate) fn upsert_session(connection: &Connection, header: &SessionHeader) ->
         uuid::Uuid::new_v4().to_string(),
     ])?;
     Ok(())
+}
+
+/// The `sessions` row of `id` as [`read_session`] found it, checked: `Ok(None)` when there is
+/// none, an error when it does not decode or its format version is one this build cannot read.
+pub(crate) fn checked_session(
+    id: &SessionId,
+    found: Option<Result<StoredSession, String>>,
+) -> Result<Option<StoredSession>, PersistenceError> {
+    let Some(session) = found else { return Ok(None) };
+    let session = session.map_err(|message| {
+        PersistenceError::corrupt(CorruptKind::Header, Location::Session { id: id.clone() }, message)
+    })?;
+    if let Some(message) = session.unsupported_version() {
+        return Err(PersistenceError::FormatUnsupported { id: id.clone(), message, location: None });
+    }
+    Ok(Some(session))
 }

@@ -36,7 +36,7 @@ use crate::{
     rules::{self, SESSION_DATABASE},
     scan::{RowScan, ScanContext, next_seq, scan_rows, seek_base, to_sql_seq},
     schema::{OpenSpec, Role, check_before_mutation, open_connection},
-    sessions::{StoredSession, read_session, upsert_session},
+    sessions::{StoredSession, checked_session, read_session, upsert_session},
     watch::{self, OwnWrites, WatchSpec},
 };
 
@@ -304,8 +304,7 @@ impl SqliteStore {
         if self.file.is_some()
             && sink.read_ahead()
             && ahead::worth_it(connection, ctx, from_seq)?
-            && let Some(read) =
-                ahead::read_log(connection, ctx, from_seq, cancel, |found| checked_session(id, found), sink)
+            && let Some(read) = ahead::read_log(connection, ctx, from_seq, cancel, sink)
         {
             return read;
         }
@@ -495,22 +494,6 @@ fn file_identity(metadata: &Metadata) -> String {
         .and_then(|created| created.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |since| since.as_nanos());
     format!("file:{}:{}:{birth}", metadata.dev(), metadata.ino())
-}
-
-/// The `sessions` row of `id` as [`read_session`] found it, checked: `Ok(None)` when there is
-/// none, an error when it does not decode or its format version is one this build cannot read.
-pub(crate) fn checked_session(
-    id: &SessionId,
-    found: Option<std::result::Result<StoredSession, String>>,
-) -> Result<Option<StoredSession>> {
-    let Some(session) = found else { return Ok(None) };
-    let session = session.map_err(|message| {
-        PersistenceError::corrupt(CorruptKind::Header, Location::Session { id: id.clone() }, message)
-    })?;
-    if let Some(message) = session.unsupported_version() {
-        return Err(PersistenceError::FormatUnsupported { id: id.clone(), message, location: None });
-    }
-    Ok(Some(session))
 }
 
 impl Backend for SqliteStore {

@@ -1,20 +1,21 @@
 //! A read on two threads gives what the read on one gives: the same events, torn tail, errors
-//! and outcome, for whole logs and seek reads, damaged or not; and it stops cleanly when its sink
-//! fails or its read is cancelled.
+//! and outcome, for whole logs and seek reads, damaged or not, missing or unreadable sessions; and
+//! it stops cleanly when its sink fails, its read is cancelled or its helper fails.
 
 use std::{path::Path, sync::Arc};
 
 use serde_json::{Value, json};
-use session_core::{JsonData, SessionEvent, SessionHeader, SessionId};
+use session_core::{JsonData, SESSION_FORMAT_VERSION, SessionEvent, SessionHeader, SessionId};
 use session_persistence::{Backend, CollectSink, PersistenceError, ScanSink};
 use tokio_util::sync::CancellationToken;
 
-use super::{AHEAD_MIN_SEQS, READS_AHEAD, REFUSE_HELPER, RowBatch, read_log, worth_it};
+use super::{
+    AHEAD_MIN_ROWS, BATCH_ROWS, BATCHES_IN_FLIGHT, FAIL_AFTER_ROWS, READS_AHEAD, REFUSE_HELPER, RowBatch, read_log,
+};
 use crate::{
     SqliteConfig, SqliteStore,
     codec::{Columns, ROW_COLUMN_COUNT, ROW_COLUMNS},
     scan::ScanContext,
-    store::checked_session,
 };
 
 const ID: &str = "s-ahead";
@@ -44,18 +45,40 @@ fn turn(number: u64, closed: bool) -> Vec<Arc<SessionEvent>> {
     events
 }
 
-/// A database holding 100 turns, the last one open (2,998 events, one batch per turn), and a
-/// raw connection to damage it with.
+/// A database holding 100 turns, the last one open (2,998 events in about 500 rows, one append
+/// per turn), and a raw connection to damage it with.
 fn written() -> (tempfile::TempDir, std::path::PathBuf, rusqlite::Connection) {
+    written_with((1..=100).map(|number| turn(number, number < 100)).collect())
+}
+
+/// A database holding `appends` (each appended at once), and a raw connection to it.
+fn written_with(appends: Vec<Vec<Arc<SessionEvent>>>) -> (tempfile::TempDir, std::path::PathBuf, rusqlite::Connection) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sessions.db");
     let store = SqliteStore::open(SqliteConfig::file(&path)).unwrap();
     let header = SessionHeader::new(SessionId::from(ID), 1);
-    for number in 1..=100 {
-        store.append_batch(&header, &turn(number, number < 100), number > 1).unwrap();
+    for (at, events) in appends.iter().enumerate() {
+        store.append_batch(&header, events, at > 0).unwrap();
     }
     let connection = rusqlite::Connection::open(&path).unwrap();
     (dir, path, connection)
+}
+
+/// 2,000 turns of four scalar rows each, every tenth turn's start carrying 3 KiB of padding:
+/// more rows than the helper may have copied ahead, and batches cut short by their bytes.
+fn scalar_turns() -> Vec<Vec<Arc<SessionEvent>>> {
+    (0..2_000u64)
+        .map(|turn| {
+            let first = turn * 4;
+            let pad = if turn % 10 == 0 { "p".repeat(3 * 1024) } else { String::new() };
+            vec![
+                event("turn/start", first, json!({"turn": turn + 1, "pad": pad})),
+                event("step/start", first + 1, json!({"turn": turn + 1, "step": 1})),
+                event("step/end", first + 2, json!({"turn": turn + 1, "step": 1})),
+                event("turn/end", first + 3, json!({"turn": turn + 1, "reason": {"kind": "completed"}})),
+            ]
+        })
+        .collect()
 }
 
 /// What a read gave: its events and (seq of its torn tail, events, bytes), or its error's text.
@@ -68,31 +91,68 @@ fn read_on_one_thread(path: &Path, from_seq: u64) -> Answer {
     assert!(!sink.read_ahead());
     let outcome = store
         .scan_from(&SessionId::from(ID), from_seq, &CancellationToken::new(), &mut sink)
-        .map_err(|error| error.to_string())?
+        .map_err(|error| format!("{error:?}"))?
         .expect("stored");
     Ok((sink.events, outcome.torn.map(|torn| torn.truncate_to), outcome.n_events, outcome.n_bytes))
 }
 
-/// The read on two threads, on a read connection of its own.
-fn read_on_two_threads(path: &Path, from_seq: u64, cancel: &CancellationToken, sink: &mut dyn ScanSink) -> Answer {
+/// The read on two threads, on a read connection of its own: `Ok(None)` for no such session.
+fn read_on_two_threads(
+    path: &Path,
+    id: &str,
+    from_seq: u64,
+    cancel: &CancellationToken,
+    sink: &mut dyn ScanSink,
+) -> Result<Option<(Option<u64>, u64, u64)>, String> {
     let store = SqliteStore::open(SqliteConfig::file(path)).unwrap();
     let mut connection = store.open_reader(path).unwrap();
-    let id = SessionId::from(ID);
+    let id = SessionId::from(id);
     let ctx = ScanContext { id: &id, shown: path };
-    let read = read_log(&mut connection, ctx, from_seq, cancel, |found| checked_session(&id, found), sink)
-        .expect("the helper thread starts");
+    let read = read_log(&mut connection, ctx, from_seq, cancel, sink).expect("the helper thread starts");
     assert!(connection.is_autocommit(), "the read's transaction is over, whatever its end");
-    let (_, scan) = read.map_err(|error| error.to_string())?.expect("stored");
-    let torn = scan.torn_from.filter(|_| from_seq == 0);
-    Ok((Vec::new(), torn, scan.n_events, scan.n_bytes))
+    let read = read.map_err(|error| format!("{error:?}"))?;
+    Ok(read.map(|(_, scan)| (scan.torn_from.filter(|_| from_seq == 0), scan.n_events, scan.n_bytes)))
 }
 
 fn check_same(path: &Path, from_seq: u64, case: &str) {
     let one = read_on_one_thread(path, from_seq);
     let mut sink = CollectSink::default();
-    let two = read_on_two_threads(path, from_seq, &CancellationToken::new(), &mut sink)
-        .map(|(_, torn, n_events, n_bytes)| (sink.events, torn, n_events, n_bytes));
+    let two = read_on_two_threads(path, ID, from_seq, &CancellationToken::new(), &mut sink)
+        .map(|read| read.expect("stored"))
+        .map(|(torn, n_events, n_bytes)| (sink.events, torn, n_events, n_bytes));
     assert_eq!(two, one, "{case}, from {from_seq}");
+}
+
+/// Sets a test hook of this thread for as long as it lives.
+struct Hooked(&'static std::thread::LocalKey<std::cell::Cell<Option<usize>>>);
+
+impl Hooked {
+    fn fail_after_rows(rows: usize) -> Hooked {
+        FAIL_AFTER_ROWS.with(|hook| hook.set(Some(rows)));
+        Hooked(&FAIL_AFTER_ROWS)
+    }
+}
+
+impl Drop for Hooked {
+    fn drop(&mut self) {
+        self.0.with(|hook| hook.set(None));
+    }
+}
+
+/// Refuses this thread's helpers for as long as it lives.
+struct Refused;
+
+impl Refused {
+    fn new() -> Refused {
+        REFUSE_HELPER.with(|refuse| refuse.set(true));
+        Refused
+    }
+}
+
+impl Drop for Refused {
+    fn drop(&mut self) {
+        REFUSE_HELPER.with(|refuse| refuse.set(false));
+    }
 }
 
 const FROM: [u64; 6] = [0, 1, 5, 1_000, 2_002, 2_990];
@@ -129,19 +189,78 @@ fn a_long_read_on_two_threads_gives_what_one_thread_gives() {
     }
 }
 
+/// More rows than the helper may copy ahead, some batches cut short by their bytes: the same
+/// answer, and a sink that fails at once or part way stops a helper blocked on a full channel.
 #[test]
-fn only_a_long_read_takes_the_helper() {
-    let (_dir, path, _connection) = written();
+fn a_read_longer_than_the_batches_in_flight_gives_what_one_thread_gives() {
+    let (_dir, path, connection) = written_with(scalar_turns());
+    let rows: i64 = connection.query_row("SELECT COUNT(*) FROM events", [], |row| row.get(0)).unwrap();
+    assert!(rows as usize > (BATCHES_IN_FLIGHT + 2) * BATCH_ROWS * 4, "{rows} rows");
+    for from_seq in [0, 3, 4_000, 6_977] {
+        check_same(&path, from_seq, "scalar rows");
+    }
+    assert!(connection.execute("UPDATE events SET data = '{' WHERE seq = 7_000", []).unwrap() > 0);
+    for from_seq in [0, 6_999, 7_001] {
+        check_same(&path, from_seq, "a committed row that does not decode");
+    }
+    for fail_at in [1, 5_000] {
+        let mut failing = Stopping { seen: 0, fail_at, cancel: None };
+        let error = read_on_two_threads(&path, ID, 0, &CancellationToken::new(), &mut failing).unwrap_err();
+        assert_eq!(error, format!("{:?}", PersistenceError::invalid_input("the sink is full")));
+        assert_eq!(failing.seen, fail_at, "no event after the sink's error");
+    }
+}
+
+/// A helper that fails part way fails the read with its own error, even after a committed row
+/// that did not decode (one thread meets the failing step before the end of the rows, where the
+/// corruption would be reported).
+#[test]
+fn a_helper_that_fails_part_way_fails_the_read_with_its_error() {
+    let (_dir, path, connection) = written_with(scalar_turns());
+    assert!(connection.execute("UPDATE events SET data = '{' WHERE seq = 100", []).unwrap() > 0);
+    let corrupt = read_on_two_threads(&path, ID, 0, &CancellationToken::new(), &mut CollectSink::default());
+    assert!(corrupt.unwrap_err().contains("invalid committed physical row at seq 100"));
+    for rows in [0, 1, 3_000, 7_999] {
+        let hooked = Hooked::fail_after_rows(rows);
+        let error = read_on_two_threads(&path, ID, 0, &CancellationToken::new(), &mut CollectSink::default());
+        drop(hooked);
+        assert!(error.unwrap_err().contains("a failing disk (test)"), "after {rows} rows");
+    }
+}
+
+/// A missing session, one whose `sessions` row does not decode, and one of a newer format read
+/// as on one thread, without reading their rows.
+#[test]
+fn sessions_that_cannot_be_read_answer_as_on_one_thread() {
+    let (_dir, path, connection) = written_with(scalar_turns());
+    // Orphan rows of a session not stored.
+    connection.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+    connection
+        .execute(
+            "INSERT INTO events SELECT 's-orphan', seq, type, time, data, source_event_seqs, surface_op, ignorable \
+             FROM events WHERE session_id = ?1",
+            [ID],
+        )
+        .unwrap();
+    let mut sink = CollectSink::default();
+    assert_eq!(read_on_two_threads(&path, "s-orphan", 0, &CancellationToken::new(), &mut sink), Ok(None));
+    assert!(sink.events.is_empty());
     let store = SqliteStore::open(SqliteConfig::file(&path)).unwrap();
-    let connection = store.open_reader(&path).unwrap();
-    let id = SessionId::from(ID);
-    let ctx = ScanContext { id: &id, shown: &path };
-    // The last row is turn 100's packed run of deltas, from 2,972.
-    assert!(worth_it(&connection, ctx, 0).unwrap());
-    assert!(worth_it(&connection, ctx, 2_972 - AHEAD_MIN_SEQS).unwrap());
-    assert!(!worth_it(&connection, ctx, 2_973 - AHEAD_MIN_SEQS).unwrap());
-    let other = SessionId::from("s-missing");
-    assert!(!worth_it(&connection, ScanContext { id: &other, shown: &path }, 0).unwrap());
+    let cancel = CancellationToken::new();
+    assert!(store.scan(&SessionId::from("s-orphan"), &cancel, &mut CollectSink::default()).unwrap().is_none());
+    for (case, sql, message) in [
+        ("a newer format", "UPDATE sessions SET version = 99", "log format v99"),
+        ("a row that does not decode", "UPDATE sessions SET cwd = 'relative'", "stored session cwd must be absolute"),
+    ] {
+        connection.execute(sql, []).unwrap();
+        let one = read_on_one_thread(&path, 0).map(|_| ()).unwrap_err();
+        assert!(one.contains(message), "{case}: {one}");
+        let mut sink = CollectSink::default();
+        let two = read_on_two_threads(&path, ID, 0, &CancellationToken::new(), &mut sink).map(|_| ()).unwrap_err();
+        assert_eq!(two, one, "{case}");
+        assert!(sink.events.is_empty(), "{case}");
+        connection.execute(&format!("UPDATE sessions SET version = {SESSION_FORMAT_VERSION}, cwd = NULL"), []).unwrap();
+    }
 }
 
 /// A [`CollectSink`] that lets the backend read ahead.
@@ -164,7 +283,8 @@ impl ScanSink for ReadAhead {
 
 #[test]
 fn a_store_reads_a_long_log_on_two_threads_when_its_sink_allows_it() {
-    let (_dir, path, _connection) = written();
+    let (_dir, path, _connection) = written_with(scalar_turns());
+    let id = SessionId::from(ID);
     let store = SqliteStore::open(SqliteConfig::file(&path)).unwrap();
     let short = SessionHeader::new(SessionId::from("s-short"), 1);
     store.append_batch(&short, &turn(1, true), false).unwrap();
@@ -172,26 +292,29 @@ fn a_store_reads_a_long_log_on_two_threads_when_its_sink_allows_it() {
     let cancel = CancellationToken::new();
     let before = reads();
     let mut sink = ReadAhead::default();
-    let outcome = store.scan(&SessionId::from(ID), &cancel, &mut sink).unwrap().unwrap();
+    let outcome = store.scan(&id, &cancel, &mut sink).unwrap().unwrap();
     assert_eq!(reads(), before + 1, "the long log is read on two threads");
-    assert_eq!((sink.0.events, outcome.n_events), (read_on_one_thread(&path, 0).unwrap().0, 2_998));
+    assert_eq!((sink.0.events, outcome.n_events), (read_on_one_thread(&path, 0).unwrap().0, 8_000));
     let mut sink = ReadAhead::default();
-    store.scan_from(&SessionId::from(ID), 2_000, &cancel, &mut sink).unwrap().unwrap();
-    assert_eq!((reads(), sink.0.events.len()), (before + 1, 998), "a read of under 1,024 seqs stays on one");
+    store.scan_from(&id, 8_000 - AHEAD_MIN_ROWS, &cancel, &mut sink).unwrap().unwrap();
+    assert_eq!((reads(), sink.0.events.len()), (before + 2, 1_024), "a read of 1,024 rows takes the helper");
+    let mut sink = ReadAhead::default();
+    store.scan_from(&id, 8_001 - AHEAD_MIN_ROWS, &cancel, &mut sink).unwrap().unwrap();
+    assert_eq!((reads(), sink.0.events.len()), (before + 2, 1_023), "a shorter one stays on one thread");
     let mut sink = ReadAhead::default();
     store.scan(&short.id, &cancel, &mut sink).unwrap().unwrap();
-    assert_eq!((reads(), sink.0.events.len()), (before + 1, 30));
+    assert_eq!((reads(), sink.0.events.len()), (before + 2, 30));
     let mut sink = CollectSink::default();
-    store.scan(&SessionId::from(ID), &cancel, &mut sink).unwrap().unwrap();
-    assert_eq!(reads(), before + 1, "a sink that allows no helper gets none");
+    store.scan(&id, &cancel, &mut sink).unwrap().unwrap();
+    assert_eq!(reads(), before + 2, "a sink that allows no helper gets none");
     assert!(store.scan(&SessionId::from("s-missing"), &cancel, &mut ReadAhead::default()).unwrap().is_none());
     // A helper the system will not start is no failure: the read runs on the calling thread.
-    REFUSE_HELPER.with(|refuse| refuse.set(true));
+    let refused = Refused::new();
     let mut sink = ReadAhead::default();
-    let outcome = store.scan(&SessionId::from(ID), &cancel, &mut sink);
-    REFUSE_HELPER.with(|refuse| refuse.set(false));
-    assert_eq!(outcome.unwrap().unwrap().n_events, 2_998);
-    assert_eq!((reads(), sink.0.events.len()), (before + 1, 2_998));
+    let outcome = store.scan(&id, &cancel, &mut sink);
+    drop(refused);
+    assert_eq!(outcome.unwrap().unwrap().n_events, 8_000);
+    assert_eq!((reads(), sink.0.events.len()), (before + 2, 8_000));
 }
 
 /// Fails at its `fail_at`th event, or cancels its read there.
@@ -218,14 +341,25 @@ impl ScanSink for Stopping {
 fn a_read_on_two_threads_ends_with_its_sinks_error_or_its_cancellation() {
     let (_dir, path, _connection) = written();
     let mut failing = Stopping { seen: 0, fail_at: 700, cancel: None };
-    let error = read_on_two_threads(&path, 0, &CancellationToken::new(), &mut failing).unwrap_err();
-    assert_eq!(error, PersistenceError::invalid_input("the sink is full").to_string());
+    let error = read_on_two_threads(&path, ID, 0, &CancellationToken::new(), &mut failing).unwrap_err();
+    assert_eq!(error, format!("{:?}", PersistenceError::invalid_input("the sink is full")));
     assert_eq!(failing.seen, 700, "no event after the sink's error");
+    // The decoder looks at the token after each batch: the read ends after the first.
     let cancel = CancellationToken::new();
     let mut cancelling = Stopping { seen: 0, fail_at: 10, cancel: Some(cancel.clone()) };
-    let error = read_on_two_threads(&path, 0, &cancel, &mut cancelling).unwrap_err();
-    assert_eq!(error, PersistenceError::Cancelled.to_string());
-    assert!(cancelling.seen < 2_998, "the helper stopped at its next look at the token");
+    let error = read_on_two_threads(&path, ID, 0, &cancel, &mut cancelling).unwrap_err();
+    assert_eq!(error, format!("{:?}", PersistenceError::Cancelled));
+    let first_batch: i64 = {
+        let connection = rusqlite::Connection::open(&path).unwrap();
+        connection
+            .query_row(
+                "SELECT max(seq) FROM (SELECT seq FROM events ORDER BY seq LIMIT ?1)",
+                [BATCH_ROWS as i64 + 1],
+                |row| row.get(0),
+            )
+            .unwrap()
+    };
+    assert_eq!(cancelling.seen as i64, first_batch, "the events of the first batch's rows, no more");
 }
 
 /// A row copied into a batch reads back as the statement gave it, whatever its values.
