@@ -27,6 +27,7 @@ use crate::{
     schema::{self, SetupOutcome, qualify},
 };
 
+mod append;
 mod headers;
 mod positions;
 mod read;
@@ -266,7 +267,8 @@ impl PgStore {
 
     /// [`write`](Self::write)'s transaction: the session row first when `materialize`, then
     /// the fence (the row locked, the batch must start at its `next_seq`), the rows, the new
-    /// `next_seq` and revision, with `notification` sent on commit.
+    /// `next_seq` and revision, with `notification` sent on commit. An append to a stored
+    /// session outside a repair is all of that in one statement (`store::append`).
     fn write_batch(
         &self,
         header: &SessionHeader,
@@ -276,6 +278,9 @@ impl PgStore {
         fence_repair: bool,
         notification: Option<&String>,
     ) -> Result<()> {
+        if !materialize && !fence_repair {
+            return self.append_in_one_statement(header, events, encoded, notification);
+        }
         let Some(first) = events.first() else { return Ok(()) };
         let id = &header.id;
         let last_seq = to_sql_seq(events[events.len() - 1].seq);

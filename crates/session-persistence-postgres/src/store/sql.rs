@@ -17,6 +17,14 @@ pub(super) struct Sql {
     /// The sessions of `$1`, each with its events from the seq of `$2` at the same place (from
     /// the run that holds it), when at most `$3` events are stored from there (`store::read`).
     pub(super) sessions_tails: String,
+    /// An append to a stored session in one statement, its own transaction: the session row
+    /// locked, the rows inserted only if the batch starts at its `next_seq` (`$2[1]`) and no
+    /// stored run reaches that far, the row's next seq (`$8`), revision and byte count (`$9`)
+    /// moved only if they were; answers the locked next seq, the rows inserted and the rows
+    /// bumped (`store::append`).
+    pub(super) append: String,
+    /// `append`, and the append's notification (`$10` channel, `$11` payload) on its commit.
+    pub(super) append_notify: String,
     pub(super) lock_session: String,
     pub(super) insert_session: String,
     pub(super) insert_events: String,
@@ -42,6 +50,18 @@ pub(super) const HEADER_COLUMNS: &str = "id, header, incarnation, revision, n_by
 /// The first seq of the run that holds seq `$2` of session `$1` (`$2` itself when no row starts
 /// at or before it).
 const RUN_START: &str = "(SELECT coalesce(max(r.seq), $2) FROM {s}.events r WHERE r.session_id = $1 AND r.seq <= $2)";
+/// The common part of `append` and `append_notify`: each sub-statement runs once, in this order
+/// (each reads the one before), and all see the session row as its lock left it.
+const APPEND: &str = "WITH locked AS (SELECT next_seq FROM {s}.sessions WHERE id = $1 FOR UPDATE), \
+     inserted AS (INSERT INTO {s}.events (session_id, seq, type, time, record, record_zstd, n_events) \
+     SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::bytea[], $7::integer[]) \
+     WHERE (SELECT next_seq FROM locked) = $2[1] AND NOT EXISTS (SELECT 1 FROM (SELECT seq, n_events \
+     FROM {s}.events WHERE session_id = $1 ORDER BY seq DESC LIMIT 1) l WHERE l.seq + l.n_events > $2[1]) \
+     RETURNING 1), \
+     bumped AS (UPDATE {s}.sessions SET next_seq = $8, revision = revision + 1, n_bytes = n_bytes + $9 \
+     WHERE id = $1 AND EXISTS (SELECT 1 FROM inserted) RETURNING 1)";
+const APPEND_ANSWER: &str =
+    "(SELECT next_seq FROM locked), (SELECT count(*) FROM inserted), (SELECT count(*) FROM bumped)";
 /// [`HEADER_COLUMNS`] of the table aliased `s`, and of the row set aliased `w`.
 const HEADER_COLUMNS_S: &str = "id, s.header, s.incarnation, s.revision, s.n_bytes";
 const HEADER_COLUMNS_W: &str = "w.id, w.header, w.incarnation, w.revision, w.n_bytes";
@@ -89,6 +109,10 @@ impl Sql {
                  LEFT JOIN LATERAL (SELECT seq, record, record_zstd, n_events FROM {{s}}.events WHERE session_id = w.id \
                  AND seq >= (SELECT coalesce(max(r.seq), w.from_seq) FROM {{s}}.events r WHERE r.session_id = w.id \
                  AND r.seq <= w.from_seq) ORDER BY seq LIMIT $3 + 1) e ON true ORDER BY w.ord, e.seq"
+            )),
+            append: q(&format!("{APPEND} SELECT {APPEND_ANSWER}")),
+            append_notify: q(&format!(
+                "{APPEND} SELECT {APPEND_ANSWER}, (SELECT pg_notify($10::text, $11::text) FROM bumped)"
             )),
             lock_session: q("SELECT next_seq FROM {s}.sessions WHERE id = $1 FOR UPDATE"),
             insert_session: q("INSERT INTO {s}.sessions (id, header, created_at, cwd, parent_session, origin, owner, \

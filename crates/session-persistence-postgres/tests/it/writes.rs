@@ -91,6 +91,34 @@ fn a_stale_writer_meets_the_typed_fence_and_stores_nothing() {
     assert_eq!(read.iter().map(|event| event.data.as_str()).collect::<Vec<_>>(), ["0", "1"]);
 }
 
+/// An append to a stored session is one statement (`store::append`): a refused one moves
+/// nothing (rows, next seq, revision), and one whose session row is gone is refused as
+/// inconsistent.
+#[test]
+fn a_refused_append_moves_nothing_and_a_missing_session_row_is_inconsistent() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = schema.open();
+    store.append_batch(&header("s"), &[event("test/n", 0, "0"), event("test/n", 1, "1")], false).unwrap();
+    let row = || schema.value("SELECT next_seq || '/' || revision || '/' || n_bytes FROM {s}.sessions WHERE id = 's'");
+    let before = row();
+    for first in [0, 1, 3] {
+        let error = store.append_batch(&header("s"), &[event("test/n", first, "7")], true).unwrap_err();
+        assert!(
+            matches!(&error, PersistenceError::Fenced { seq, stored_next_seq: 2, .. } if *seq == first),
+            "{error:?}"
+        );
+        assert_eq!(row(), before, "a fenced append at {first} moves nothing");
+    }
+    store.append_batch(&header("s"), &[event("test/n", 2, "2")], true).unwrap();
+    assert_eq!(scan(&store, "s").len(), 3);
+    schema.sql("DELETE FROM {s}.events WHERE session_id = 's'");
+    schema.sql("DELETE FROM {s}.sessions WHERE id = 's'");
+    let error = store.append_batch(&header("s"), &[event("test/n", 3, "3")], true).unwrap_err();
+    assert!(matches!(&error, PersistenceError::Inconsistent { .. }), "{error:?}");
+    assert!(error.to_string().contains("session s has no stored session row to append to"), "{error}");
+    assert_eq!(schema.value("SELECT count(*) FROM {s}.events"), Some("0".to_owned()));
+}
+
 #[test]
 fn two_stores_racing_on_one_session_never_interleave() {
     let Some(schema) = TestSchema::new() else { return };
