@@ -267,8 +267,9 @@ impl PgStore {
 
     /// [`write`](Self::write)'s transaction: the session row first when `materialize`, then
     /// the fence (the row locked, the batch must start at its `next_seq`), the rows, the new
-    /// `next_seq` and revision, with `notification` sent on commit. An append to a stored
-    /// session outside a repair is all of that in one statement (`store::append`).
+    /// `next_seq` and revision, with `notification` sent on commit. A batch of a stored
+    /// session (not the first, and not a repair that takes the repair lock) is all of that in one
+    /// statement (`store::append`).
     fn write_batch(
         &self,
         header: &SessionHeader,

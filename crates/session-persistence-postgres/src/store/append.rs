@@ -51,15 +51,17 @@ impl PgStore {
                 format!("session {id} holds event rows from seq {} on, past its stored next seq", first.seq),
             )
         };
+        // A unique violation (`None`) is an answer: the connection is fine. Any other failure is
+        // mapped inside the call, so a connection that failed is not handed out again.
         let answer = db.run(async |client: &mut Client| {
             let statement = db.timed("preparing an append", client.prepare_cached(sql)).await?;
-            db.timed_raw("appending events", client.query_one(&statement, &params)).await
+            match db.timed_raw("appending events", client.query_one(&statement, &params)).await? {
+                Ok(row) => Ok(Some(row)),
+                Err(error) if is_unique_violation(&error) => Ok(None),
+                Err(error) => Err(db.error(error)),
+            }
         })?;
-        let row = match answer {
-            Ok(row) => row,
-            Err(error) if is_unique_violation(&error) => return Err(past_next_seq()),
-            Err(error) => return Err(db.error(error)),
-        };
+        let Some(row) = answer else { return Err(past_next_seq()) };
         let stored_next: Option<i64> = db.column(&row, 0)?;
         let (inserted, bumped): (i64, i64) = (db.column(&row, 1)?, db.column(&row, 2)?);
         let Some(stored_next) = stored_next else {
@@ -77,10 +79,18 @@ impl PgStore {
                 u64::try_from(stored_next).unwrap_or(0),
             ));
         }
-        // The batch starts at the locked next seq, yet a stored run reaches it: the rows and
-        // the row's next seq disagree (nothing was written).
-        if inserted == 0 || bumped != 1 {
+        if inserted == 0 {
+            // The batch starts at the locked next seq, yet a stored run reaches it: the rows and
+            // the row's next seq disagree (nothing was written).
             return Err(past_next_seq());
+        }
+        if bumped != 1 {
+            // The statement committed its rows without moving the row's next seq (something
+            // outside this crate, a trigger or a policy, kept the update from the row).
+            return Err(PersistenceError::inconsistent(
+                id,
+                format!("session {id} stored the events from seq {} on without moving its next seq", first.seq),
+            ));
         }
         Ok(())
     }

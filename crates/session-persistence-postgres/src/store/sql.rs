@@ -51,7 +51,10 @@ pub(super) const HEADER_COLUMNS: &str = "id, header, incarnation, revision, n_by
 /// at or before it).
 const RUN_START: &str = "(SELECT coalesce(max(r.seq), $2) FROM {s}.events r WHERE r.session_id = $1 AND r.seq <= $2)";
 /// The common part of `append` and `append_notify`: each sub-statement runs once, in this order
-/// (each reads the one before), and all see the session row as its lock left it.
+/// (each reads the one before). The fence compares the locked row's next seq (its latest version,
+/// after any wait for the lock); the guard on a stored run reaching the batch reads the
+/// statement's snapshot, taken before that wait (every writer here moves the next seq in the
+/// transaction that stores its rows, so a run committed meanwhile has moved it too).
 const APPEND: &str = "WITH locked AS (SELECT next_seq FROM {s}.sessions WHERE id = $1 FOR UPDATE), \
      inserted AS (INSERT INTO {s}.events (session_id, seq, type, time, record, record_zstd, n_events) \
      SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::bytea[], $7::integer[]) \

@@ -134,6 +134,68 @@ fn a_dropped_connection_is_a_typed_error_and_the_store_recovers_by_itself() {
     assert_eq!(scan(&store, "s").unwrap(), 5);
 }
 
+/// An append whose connection the server drops while it waits for the session row's lock fails
+/// typed, and its connection is not handed out again: the next append succeeds at once (once the
+/// lock is free), on a pool of one.
+#[test]
+fn an_append_dropped_while_it_waits_for_the_row_lock_fails_typed_and_the_next_one_succeeds() {
+    let Some(schema) = TestSchema::new() else { return };
+    let name = format!("pg-lock-drop-{}", schema.name());
+    let url = format!("{}?application_name={name}", server_url().unwrap());
+    let config = PgConfig::from_url(&url).unwrap().with_schema(schema.name()).unwrap().with_pool_size(1);
+    let store = PgStore::open(&config).unwrap();
+    store.append_batch(&header("s"), &events(0..3), false).unwrap();
+    let poll = |query: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while schema.value(query).as_deref() != Some("1") {
+            assert!(std::time::Instant::now() < deadline, "{query} never held");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    std::thread::scope(|scope| {
+        // Another connection holds the session row's lock for a while.
+        let holder = scope.spawn(|| {
+            schema.sql("BEGIN; SELECT next_seq FROM {s}.sessions WHERE id = 's' FOR UPDATE; SELECT pg_sleep(3); COMMIT")
+        });
+        poll("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND query LIKE '%{s}.sessions%'");
+        let appending = scope.spawn(|| store.append_batch(&header("s"), &events(3..4), true));
+        let waiting = format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{name}' AND wait_event_type = 'Lock'"
+        );
+        poll(&waiting);
+        let killed = schema.value(&format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '{name}' \
+             AND wait_event_type = 'Lock'"
+        ));
+        assert_eq!(killed.as_deref(), Some("1"));
+        let error = appending.join().unwrap().unwrap_err();
+        assert!(matches!(error, PersistenceError::Database { kind: DatabaseFault::Connection, .. }), "{error:?}");
+        // At once, on the pool's one connection: a new one, not the dropped one.
+        store.append_batch(&header("s"), &events(3..5), true).unwrap();
+        holder.join().unwrap();
+    });
+    assert_eq!(scan(&store, "s").unwrap(), 5);
+}
+
+/// A batch that starts at the stored next seq while a stored run reaches past it (a hand edit)
+/// is refused by the one-statement append's guard, and moves nothing.
+#[test]
+fn an_append_to_a_stored_session_into_a_run_past_the_next_seq_moves_nothing() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = schema.open();
+    store.append_batch(&header("over"), &events(0..10), false).unwrap();
+    store.append_batch(&header("over"), &events(10..12), true).unwrap();
+    schema.sql("UPDATE {s}.sessions SET next_seq = 5 WHERE id = 'over'");
+    let row =
+        || schema.value("SELECT next_seq || '/' || revision || '/' || n_bytes FROM {s}.sessions WHERE id = 'over'");
+    let before = row();
+    let error = store.append_batch(&header("over"), &events(5..8), true).unwrap_err();
+    assert!(matches!(&error, PersistenceError::Inconsistent { .. }), "{error:?}");
+    assert!(error.to_string().contains("holds event rows from seq 5 on, past its stored next seq"), "{error}");
+    assert_eq!(row(), before);
+    assert_eq!(schema.value("SELECT count(*) FROM {s}.events WHERE session_id = 'over'"), Some("2".to_owned()));
+}
+
 #[test]
 fn a_server_that_never_answers_is_a_bounded_typed_error() {
     // A listener that accepts connections and never says a word: the connection's startup waits
