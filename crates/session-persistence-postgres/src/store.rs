@@ -11,9 +11,9 @@ use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
 
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
-    Backend, ChangeKind, CorruptKind, DatabaseFault, FencedWrite, HeaderPage, Listing, Location, LogFault, PageKey,
-    PageRequest, PersistenceError, PrefetchedLog, Result, Revision, ScanOutcome, ScanSink, SessionPosition,
-    SharedChangeSink, StoredHeader, TornTail, Watch, WatchOptions, decode_header_line, encode_header_line,
+    Backend, ChangeKind, CorruptKind, DatabaseFault, HeaderPage, Listing, Location, LogFault, PageKey, PageRequest,
+    PersistenceError, PrefetchedLog, Result, Revision, ScanOutcome, ScanSink, SessionPosition, SharedChangeSink,
+    StoredHeader, TornTail, Watch, WatchOptions, decode_header_line, encode_header_line,
 };
 use tokio_postgres::{Row, types::ToSql};
 use tokio_util::sync::CancellationToken;
@@ -317,53 +317,25 @@ impl PgStore {
             }
             // Each statement prepared once per connection: no parse, plan or extra round trip.
             let lock = db.timed("preparing an append", transaction.prepare_cached(&self.sql.lock_session)).await?;
-            let Some(row) = db.timed("locking the session row", transaction.query_opt(&lock, &[&id.as_str()])).await?
-            else {
-                return Err(PersistenceError::inconsistent(
-                    id,
-                    format!("session {id} has no stored session row to append to"),
-                ));
-            };
-            let stored_next: i64 = db.column(&row, 0)?;
-            if stored_next != to_sql_seq(first.seq) {
-                // Another writer appended first, or created the session row after this one found
-                // the id free (its insert did nothing): the writer fence.
-                return Err(PersistenceError::fenced(
-                    id,
-                    FencedWrite::Append,
-                    first.seq,
-                    u64::try_from(stored_next).unwrap_or(0),
-                ));
-            }
-            let seqs: Vec<i64> = encoded.iter().map(|event| event.seq).collect();
-            let kinds: Vec<&str> = encoded.iter().map(|event| event.kind.as_str()).collect();
-            let times: Vec<i64> = encoded.iter().map(|event| event.time).collect();
-            let texts: Vec<Option<&str>> = encoded.iter().map(|event| event.text.as_deref()).collect();
-            let frames: Vec<Option<&[u8]>> = encoded.iter().map(|event| event.zstd.as_deref()).collect();
-            let counts: Vec<i32> = encoded.iter().map(|event| event.n_events).collect();
+            let row = db.timed("locking the session row", transaction.query_opt(&lock, &[&id.as_str()])).await?;
+            let stored_next = row.map(|row| db.column::<i64>(&row, 0)).transpose()?;
+            append::check_fence(id, first.seq, stored_next)?;
+            let columns = append::RowColumns::of(encoded);
+            let name = id.as_str();
+            let mut insert_params: Vec<&(dyn ToSql + Sync)> = vec![&name];
+            insert_params.extend(columns.params());
             let insert = db.timed("preparing an append", transaction.prepare_cached(&self.sql.insert_events)).await?;
-            let inserted = db
-                .timed_raw(
-                    "inserting events",
-                    transaction.execute(&insert, &[&id.as_str(), &seqs, &kinds, &times, &texts, &frames, &counts]),
-                )
-                .await?;
+            let inserted = db.timed_raw("inserting events", transaction.execute(&insert, &insert_params)).await?;
             // The session row is locked and the batch starts at its next seq: a stored run that
             // reaches that seq (which the insert's guard finds: the last row's end; a run holding
             // it need not collide by key) means the rows and the row's next seq disagree.
-            let past_next_seq = || {
-                PersistenceError::inconsistent(
-                    id,
-                    format!("session {id} holds event rows from seq {} on, past its stored next seq", first.seq),
-                )
-            };
             match inserted {
-                Ok(0) => return Err(past_next_seq()),
+                Ok(0) => return Err(append::past_next_seq(id, first.seq)),
                 Ok(_) => {}
-                Err(error) if is_unique_violation(&error) => return Err(past_next_seq()),
+                Err(error) if is_unique_violation(&error) => return Err(append::past_next_seq(id, first.seq)),
                 Err(error) => return Err(db.error(error)),
             }
-            let (next_seq, name) = (last_seq + 1, id.as_str());
+            let next_seq = last_seq + 1;
             let mut params: Vec<&(dyn ToSql + Sync)> = vec![&name, &next_seq, &n_bytes];
             let bump = match notification {
                 Some(payload) => {
