@@ -13,7 +13,7 @@ use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
     Backend, ChangeKind, CorruptKind, DatabaseFault, HeaderPage, Listing, Location, LogFault, PageKey, PageRequest,
     PersistenceError, PrefetchedLog, Result, Revision, ScanOutcome, ScanSink, SessionPosition, SharedChangeSink,
-    StoredHeader, TornTail, Watch, WatchOptions, decode_header_line, encode_header_line,
+    StoredHeader, TornTail, Watch, WatchOptions, decode_header_line,
 };
 use tokio_postgres::{Row, types::ToSql};
 use tokio_util::sync::CancellationToken;
@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     codec::{self, EncodedRow},
     config::PgConfig,
-    db::{Client, Db, is_unique_violation, plain},
+    db::{Db, plain},
     listen,
     notify::{Notifier, Pacer, Turn},
     schema::{self, SetupOutcome, qualify},
@@ -246,7 +246,14 @@ impl PgStore {
             Some((Turn::Now, payload)) => Some(payload),
             _ => None,
         };
-        let written = self.write_batch(header, events, &encoded, materialize, fence_repair, in_transaction);
+        // Every write is the one-statement append (`store::append`): alone, after its session
+        // row's insert for a session's first batch, or after the repair lock for a repair that
+        // takes it.
+        let written = match (fence_repair, materialize) {
+            (true, _) => self.repair_append(header, events, &encoded, in_transaction),
+            (false, true) => self.create_and_append(header, events, &encoded, in_transaction),
+            (false, false) => self.append_in_one_statement(header, events, &encoded, in_transaction),
+        };
         // A timeout or a lost connection may hide a commit: a wake-up for nothing costs a
         // follower one read, a missing one a sweep's wait.
         let maybe_committed = match &written {
@@ -263,92 +270,6 @@ impl PgStore {
             deferred.send_when_due(&self.db, self.notifier.channel.clone());
         }
         written
-    }
-
-    /// [`write`](Self::write)'s transaction: the session row first when `materialize`, then
-    /// the fence (the row locked, the batch must start at its `next_seq`), the rows, the new
-    /// `next_seq` and revision, with `notification` sent on commit. A batch of a stored
-    /// session (not the first, and not a repair that takes the repair lock) is all of that in one
-    /// statement (`store::append`).
-    fn write_batch(
-        &self,
-        header: &SessionHeader,
-        events: &[&SessionEvent],
-        encoded: &[EncodedRow],
-        materialize: bool,
-        fence_repair: bool,
-        notification: Option<&String>,
-    ) -> Result<()> {
-        if !materialize && !fence_repair {
-            return self.append_in_one_statement(header, events, encoded, notification);
-        }
-        let Some(first) = events.first() else { return Ok(()) };
-        let id = &header.id;
-        let last_seq = to_sql_seq(events[events.len() - 1].seq);
-        let n_bytes: i64 = encoded.iter().map(|event| event.n_bytes).sum();
-        let db = &self.db;
-        db.run(async |client: &mut Client| {
-            let transaction = db.timed("starting an append", client.transaction()).await?;
-            if fence_repair {
-                let key = lease_key(&self.schema, id);
-                let row = db
-                    .timed(
-                        "taking the repair lock",
-                        transaction.query_one("SELECT pg_try_advisory_xact_lock($1)", &[&key]),
-                    )
-                    .await?;
-                let taken: bool = db.column(&row, 0)?;
-                if !taken {
-                    let holder = self.lease_holder(&transaction, key).await?;
-                    return Err(PersistenceError::Held { id: id.clone(), holder });
-                }
-            }
-            if materialize {
-                let line = encode_header_line(header);
-                let created_at = to_sql_seq(header.created_at);
-                let parent = header.parent_session.as_ref().map(SessionId::as_str);
-                let origin = header.origin.map(|_| "subagent");
-                let incarnation = uuid::Uuid::new_v4().to_string();
-                let params: [&(dyn ToSql + Sync); 8] =
-                    [&id.as_str(), &line, &created_at, &header.cwd, &parent, &origin, &header.owner, &incarnation];
-                let insert =
-                    db.timed("preparing an append", transaction.prepare_cached(&self.sql.insert_session)).await?;
-                db.timed("creating the session row", transaction.execute(&insert, &params)).await?;
-            }
-            // Each statement prepared once per connection: no parse, plan or extra round trip.
-            let lock = db.timed("preparing an append", transaction.prepare_cached(&self.sql.lock_session)).await?;
-            let row = db.timed("locking the session row", transaction.query_opt(&lock, &[&id.as_str()])).await?;
-            let stored_next = row.map(|row| db.column::<i64>(&row, 0)).transpose()?;
-            append::check_fence(id, first.seq, stored_next)?;
-            let columns = append::RowColumns::of(encoded);
-            let name = id.as_str();
-            let mut insert_params: Vec<&(dyn ToSql + Sync)> = vec![&name];
-            insert_params.extend(columns.params());
-            let insert = db.timed("preparing an append", transaction.prepare_cached(&self.sql.insert_events)).await?;
-            let inserted = db.timed_raw("inserting events", transaction.execute(&insert, &insert_params)).await?;
-            // The session row is locked and the batch starts at its next seq: a stored run that
-            // reaches that seq (which the insert's guard finds: the last row's end; a run holding
-            // it need not collide by key) means the rows and the row's next seq disagree.
-            match inserted {
-                Ok(0) => return Err(append::past_next_seq(id, first.seq)),
-                Ok(_) => {}
-                Err(error) if is_unique_violation(&error) => return Err(append::past_next_seq(id, first.seq)),
-                Err(error) => return Err(db.error(error)),
-            }
-            let next_seq = last_seq + 1;
-            let mut params: Vec<&(dyn ToSql + Sync)> = vec![&name, &next_seq, &n_bytes];
-            let bump = match notification {
-                Some(payload) => {
-                    params.extend([&self.notifier.channel as &(dyn ToSql + Sync), payload]);
-                    &self.sql.bump_notify
-                }
-                None => &self.sql.bump,
-            };
-            let bump = db.timed("preparing an append", transaction.prepare_cached(bump)).await?;
-            db.timed("moving the fence", transaction.execute(&bump, &params)).await?;
-            db.timed("committing an append", transaction.commit()).await?;
-            Ok(())
-        })
     }
 
     /// Runs `work` on the leases' connection, opening it (and taking every held lease on it

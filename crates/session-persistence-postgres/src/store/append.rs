@@ -5,13 +5,13 @@
 //! starts at the locked row's next seq.
 
 use session_core::{SessionEvent, SessionHeader, SessionId};
-use session_persistence::{FencedWrite, PersistenceError, Result};
-use tokio_postgres::types::ToSql;
+use session_persistence::{FencedWrite, PersistenceError, Result, encode_header_line};
+use tokio_postgres::{Row, types::ToSql};
 
-use super::{PgStore, to_sql_seq};
+use super::{PgStore, lease_key, to_sql_seq};
 use crate::{
     codec::EncodedRow,
-    db::{Client, is_unique_violation},
+    db::{Client, Db, is_unique_violation},
 };
 
 impl PgStore {
@@ -24,49 +24,166 @@ impl PgStore {
         encoded: &[EncodedRow],
         notification: Option<&String>,
     ) -> Result<()> {
-        let Some(first) = events.first() else { return Ok(()) };
-        let id = &header.id;
-        let next_seq = to_sql_seq(events[events.len() - 1].seq) + 1;
-        let n_bytes: i64 = encoded.iter().map(|event| event.n_bytes).sum();
-        let columns = RowColumns::of(encoded);
-        let name = id.as_str();
-        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&name];
-        params.extend(columns.params());
-        params.extend([&next_seq as &(dyn ToSql + Sync), &n_bytes]);
-        let sql = match notification {
-            Some(payload) => {
-                params.extend([&self.notifier.channel as &(dyn ToSql + Sync), payload]);
-                &self.sql.append_notify
-            }
-            None => &self.sql.append,
-        };
+        let Some(args) = AppendArgs::new(header, events, encoded, notification) else { return Ok(()) };
+        let (sql, params) = (args.sql(self), args.params(&self.notifier.channel));
         let db = &self.db;
-        let past_next_seq = || past_next_seq(id, first.seq);
-        // A unique violation (`None`) is an answer: the connection is fine. Any other failure is
-        // mapped inside the call, so a connection that failed is not handed out again.
         let answer = db.run(async |client: &mut Client| {
             let statement = db.timed("preparing an append", client.prepare_cached(sql)).await?;
-            match db.timed_raw("appending events", client.query_one(&statement, &params)).await? {
-                Ok(row) => Ok(Some(row)),
-                Err(error) if is_unique_violation(&error) => Ok(None),
-                Err(error) => Err(db.error(error)),
-            }
+            let appended = db.timed_raw("appending events", client.query_one(&statement, &params)).await?;
+            answer_of(db, appended)
         })?;
-        let Some(row) = answer else { return Err(past_next_seq()) };
+        args.check(db, answer)
+    }
+
+    /// A session's first batch: its `sessions` row inserted (`ON CONFLICT DO NOTHING`: a row
+    /// another writer inserted stays as it is) and the one-statement append sent together, in a
+    /// transaction committed only once the append's answer says it wrote the batch: three round
+    /// trips (`BEGIN`, the two statements, `COMMIT`) instead of six.
+    pub(super) fn create_and_append(
+        &self,
+        header: &SessionHeader,
+        events: &[&SessionEvent],
+        encoded: &[EncodedRow],
+        notification: Option<&String>,
+    ) -> Result<()> {
+        let Some(args) = AppendArgs::new(header, events, encoded, notification) else { return Ok(()) };
+        let (sql, params) = (args.sql(self), args.params(&self.notifier.channel));
+        let line = encode_header_line(header);
+        let created_at = to_sql_seq(header.created_at);
+        let parent = header.parent_session.as_ref().map(SessionId::as_str);
+        let origin = header.origin.map(|_| "subagent");
+        let incarnation = uuid::Uuid::new_v4().to_string();
+        let session: [&(dyn ToSql + Sync); 8] =
+            [&args.name, &line, &created_at, &header.cwd, &parent, &origin, &header.owner, &incarnation];
+        let db = &self.db;
+        db.run(async |client: &mut Client| {
+            let transaction = db.timed("starting an append", client.transaction()).await?;
+            let insert = db.timed("preparing an append", transaction.prepare_cached(&self.sql.insert_session)).await?;
+            let append = db.timed("preparing an append", transaction.prepare_cached(sql)).await?;
+            // Both sent at once: the server runs them in order, the append's lock after the
+            // row's insert.
+            let (created, appended) = db
+                .timed("creating the session row", async {
+                    Ok(futures::join!(transaction.execute(&insert, &session), transaction.query_one(&append, &params)))
+                })
+                .await?;
+            created.map_err(|error| db.error(error))?;
+            args.check(db, answer_of(db, appended)?)?;
+            db.timed("committing an append", transaction.commit()).await
+        })
+    }
+    /// A repair by a store that holds no lease on the session: the repair lock taken in a
+    /// transaction (refused while a live writer anywhere holds the lease key), then the
+    /// one-statement append, committed only once its answer says it wrote the closers.
+    pub(super) fn repair_append(
+        &self,
+        header: &SessionHeader,
+        events: &[&SessionEvent],
+        encoded: &[EncodedRow],
+        notification: Option<&String>,
+    ) -> Result<()> {
+        let Some(args) = AppendArgs::new(header, events, encoded, notification) else { return Ok(()) };
+        let (sql, params) = (args.sql(self), args.params(&self.notifier.channel));
+        let key = lease_key(&self.schema, &header.id);
+        let db = &self.db;
+        db.run(async |client: &mut Client| {
+            let transaction = db.timed("starting a repair", client.transaction()).await?;
+            let row = db
+                .timed("taking the repair lock", transaction.query_one("SELECT pg_try_advisory_xact_lock($1)", &[&key]))
+                .await?;
+            let taken: bool = db.column(&row, 0)?;
+            if !taken {
+                let holder = self.lease_holder(&transaction, key).await?;
+                return Err(PersistenceError::Held { id: header.id.clone(), holder });
+            }
+            let append = db.timed("preparing an append", transaction.prepare_cached(sql)).await?;
+            let appended = db.timed_raw("appending events", transaction.query_one(&append, &params)).await?;
+            args.check(db, answer_of(db, appended)?)?;
+            db.timed("committing a repair", transaction.commit()).await
+        })
+    }
+}
+
+/// The one-statement append's answer row; `None` for a unique violation (an answer: the
+/// connection is fine). Any other failure is mapped here, inside the pooled call, so a
+/// connection that failed is not handed out again.
+fn answer_of(db: &Db, appended: std::result::Result<Row, tokio_postgres::Error>) -> Result<Option<Row>> {
+    match appended {
+        Ok(row) => Ok(Some(row)),
+        Err(error) if is_unique_violation(&error) => Ok(None),
+        Err(error) => Err(db.error(error)),
+    }
+}
+
+/// What the one-statement append sends for one batch.
+struct AppendArgs<'a> {
+    id: &'a SessionId,
+    name: &'a str,
+    first_seq: u64,
+    columns: RowColumns<'a>,
+    next_seq: i64,
+    n_bytes: i64,
+    notification: Option<&'a String>,
+}
+
+impl<'a> AppendArgs<'a> {
+    /// `None` for an empty batch.
+    fn new(
+        header: &'a SessionHeader,
+        events: &[&SessionEvent],
+        encoded: &'a [EncodedRow],
+        notification: Option<&'a String>,
+    ) -> Option<AppendArgs<'a>> {
+        let (first, last) = (events.first()?, events.last()?);
+        Some(AppendArgs {
+            id: &header.id,
+            name: header.id.as_str(),
+            first_seq: first.seq,
+            columns: RowColumns::of(encoded),
+            next_seq: to_sql_seq(last.seq) + 1,
+            n_bytes: encoded.iter().map(|event| event.n_bytes).sum(),
+            notification,
+        })
+    }
+
+    /// The statement: `append`, or `append_notify` with a notification.
+    fn sql<'s>(&self, store: &'s PgStore) -> &'s str {
+        match self.notification {
+            Some(_) => &store.sql.append_notify,
+            None => &store.sql.append,
+        }
+    }
+
+    /// The statement's parameters (`channel` for a notification's).
+    fn params<'s>(&'s self, channel: &'s String) -> Vec<&'s (dyn ToSql + Sync)> {
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&self.name];
+        params.extend(self.columns.params());
+        params.extend([&self.next_seq as &(dyn ToSql + Sync), &self.n_bytes]);
+        if let Some(payload) = &self.notification {
+            params.extend([channel as &(dyn ToSql + Sync), *payload]);
+        }
+        params
+    }
+
+    /// What the answer says: the batch written, or the fence, a stored run past the next seq
+    /// (`None`: the primary key's violation), a missing session row.
+    fn check(&self, db: &Db, answer: Option<Row>) -> Result<()> {
+        let (id, first_seq) = (self.id, self.first_seq);
+        let Some(row) = answer else { return Err(past_next_seq(id, first_seq)) };
         let stored_next: Option<i64> = db.column(&row, 0)?;
         let (inserted, bumped): (i64, i64) = (db.column(&row, 1)?, db.column(&row, 2)?);
-        check_fence(id, first.seq, stored_next)?;
+        check_fence(id, first_seq, stored_next)?;
         if inserted == 0 {
             // The batch starts at the locked next seq, yet a stored run reaches it: the rows and
             // the row's next seq disagree (nothing was written).
-            return Err(past_next_seq());
+            return Err(past_next_seq(id, first_seq));
         }
         if bumped != 1 {
-            // The statement committed its rows without moving the row's next seq (something
-            // outside this crate, a trigger or a policy, kept the update from the row).
+            // The rows were stored without moving the row's next seq (something outside this
+            // crate, a trigger or a policy, kept the update from the row).
             return Err(PersistenceError::inconsistent(
                 id,
-                format!("session {id} stored the events from seq {} on without moving its next seq", first.seq),
+                format!("session {id} stored the events from seq {first_seq} on without moving its next seq"),
             ));
         }
         Ok(())

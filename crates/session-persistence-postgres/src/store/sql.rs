@@ -25,12 +25,7 @@ pub(super) struct Sql {
     pub(super) append: String,
     /// `append`, and the append's notification (`$10` channel, `$11` payload) on its commit.
     pub(super) append_notify: String,
-    pub(super) lock_session: String,
     pub(super) insert_session: String,
-    pub(super) insert_events: String,
-    pub(super) bump: String,
-    /// `bump`, and the append's notification in the same statement.
-    pub(super) bump_notify: String,
     pub(super) revision: String,
     pub(super) list: String,
     pub(super) family: String,
@@ -117,18 +112,9 @@ impl Sql {
             append_notify: q(&format!(
                 "{APPEND} SELECT {APPEND_ANSWER}, (SELECT pg_notify($10::text, $11::text) FROM bumped)"
             )),
-            lock_session: q("SELECT next_seq FROM {s}.sessions WHERE id = $1 FOR UPDATE"),
             insert_session: q("INSERT INTO {s}.sessions (id, header, created_at, cwd, parent_session, origin, owner, \
                  incarnation, revision, next_seq, n_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 0, 0) \
                  ON CONFLICT (id) DO NOTHING"),
-            insert_events: q("INSERT INTO {s}.events (session_id, seq, type, time, record, record_zstd, n_events) \
-                 SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::bytea[], \
-                 $7::integer[]) WHERE NOT EXISTS (SELECT 1 FROM (SELECT seq, n_events FROM {s}.events \
-                 WHERE session_id = $1 ORDER BY seq DESC LIMIT 1) l WHERE l.seq + l.n_events > $2[1])"),
-            bump: q("UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1, n_bytes = n_bytes + $3 \
-                 WHERE id = $1"),
-            bump_notify: q("WITH bumped AS (UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1, \
-                 n_bytes = n_bytes + $3 WHERE id = $1 RETURNING id) SELECT pg_notify($4::text, $5::text) FROM bumped"),
             revision: q("SELECT incarnation, revision FROM {s}.sessions WHERE id = $1"),
             list: q(&format!("SELECT {HEADER_COLUMNS} FROM {{s}}.sessions ORDER BY id")),
             family: q(&format!(

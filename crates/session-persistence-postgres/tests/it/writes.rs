@@ -119,6 +119,19 @@ fn a_refused_append_moves_nothing_and_a_missing_session_row_is_inconsistent() {
     assert_eq!(schema.value("SELECT count(*) FROM {s}.events"), Some("0".to_owned()));
 }
 
+/// A session's first batch inserts its row and appends in one transaction: a batch the append
+/// refuses (here one that does not start at 0) leaves no session row behind.
+#[test]
+fn a_refused_first_batch_leaves_no_session_row() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = schema.open();
+    let error = store.append_batch(&header("late"), &[event("test/n", 5, "5")], false).unwrap_err();
+    assert!(matches!(&error, PersistenceError::Fenced { seq: 5, stored_next_seq: 0, .. }), "{error:?}");
+    assert_eq!(schema.value("SELECT count(*) FROM {s}.sessions WHERE id = 'late'"), Some("0".to_owned()));
+    store.append_batch(&header("late"), &[event("test/n", 0, "0")], false).unwrap();
+    assert_eq!(scan(&store, "late").len(), 1);
+}
+
 #[test]
 fn two_stores_racing_on_one_session_never_interleave() {
     let Some(schema) = TestSchema::new() else { return };
