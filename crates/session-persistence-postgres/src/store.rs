@@ -249,11 +249,12 @@ impl PgStore {
         // Every write is the one-statement append (`store::append`): alone, after its session
         // row's insert for a session's first batch, or after the repair lock for a repair that
         // takes it.
-        let written = match (fence_repair, materialize) {
-            (true, _) => self.repair_append(header, events, &encoded, in_transaction),
-            (false, true) => self.create_and_append(header, events, &encoded, in_transaction),
-            (false, false) => self.append_in_one_statement(header, events, &encoded, in_transaction),
+        let around = match (fence_repair, materialize) {
+            (true, _) => append::Around::RepairLock,
+            (false, true) => append::Around::Creation,
+            (false, false) => append::Around::Alone,
         };
+        let written = self.append(around, header, events, &encoded, in_transaction);
         // A timeout or a lost connection may hide a commit: a wake-up for nothing costs a
         // follower one read, a missing one a sweep's wait.
         let maybe_committed = match &written {

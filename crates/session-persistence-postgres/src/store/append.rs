@@ -1,8 +1,8 @@
-//! An append to a stored session in one statement: one round trip, which is also its
-//! transaction's commit, where the multi-statement write takes five (begin, the row's lock, the
-//! rows, the row's next seq, commit). The same checks decide the same way (the writer fence,
-//! rows past the stored next seq), inside the statement: nothing is written unless the batch
-//! starts at the locked row's next seq.
+//! Every write in one statement (`Sql::append`): the session row locked, the rows inserted and
+//! its next seq moved only if the batch starts at that next seq and no stored run reaches it.
+//! Alone it is its own transaction (one round trip, the commit's, where the separate statements
+//! took five: begin, the row's lock, the rows, the row's next seq, commit); a session's first
+//! batch and a repair that takes the repair lock wrap it in a transaction ([`Around`]).
 
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{FencedWrite, PersistenceError, Result, encode_header_line};
@@ -14,11 +14,27 @@ use crate::{
     db::{Client, Db, is_unique_violation},
 };
 
+/// What comes with the one-statement append in its transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Around {
+    /// Nothing: the statement is its own transaction (one round trip, the commit's).
+    Alone,
+    /// A session's first batch: its `sessions` row inserted first (`ON CONFLICT DO NOTHING`: a
+    /// row another writer inserted stays as it is), the two sent together (`BEGIN`, the two
+    /// statements, `COMMIT`: three round trips instead of six).
+    Creation,
+    /// A repair by a store that holds no lease on the session: the repair lock taken first,
+    /// refused while a live writer anywhere holds the lease key.
+    RepairLock,
+}
+
 impl PgStore {
-    /// Appends `events` (encoded as `encoded`) to the stored session of `header`, sending
-    /// `notification` on commit.
-    pub(super) fn append_in_one_statement(
+    /// Appends `events` (encoded as `encoded`) to the session of `header` with the one-statement
+    /// append and what `around` adds, sending `notification` on commit. In a transaction, the
+    /// commit comes only once the statement's answer says it wrote the batch.
+    pub(super) fn append(
         &self,
+        around: Around,
         header: &SessionHeader,
         events: &[&SessionEvent],
         encoded: &[EncodedRow],
@@ -27,27 +43,14 @@ impl PgStore {
         let Some(args) = AppendArgs::new(header, events, encoded, notification) else { return Ok(()) };
         let (sql, params) = (args.sql(self), args.params(&self.notifier.channel));
         let db = &self.db;
-        let answer = db.run(async |client: &mut Client| {
-            let statement = db.timed("preparing an append", client.prepare_cached(sql)).await?;
-            let appended = db.timed_raw("appending events", client.query_one(&statement, &params)).await?;
-            answer_of(db, appended)
-        })?;
-        args.check(db, answer)
-    }
-
-    /// A session's first batch: its `sessions` row inserted (`ON CONFLICT DO NOTHING`: a row
-    /// another writer inserted stays as it is) and the one-statement append sent together, in a
-    /// transaction committed only once the append's answer says it wrote the batch: three round
-    /// trips (`BEGIN`, the two statements, `COMMIT`) instead of six.
-    pub(super) fn create_and_append(
-        &self,
-        header: &SessionHeader,
-        events: &[&SessionEvent],
-        encoded: &[EncodedRow],
-        notification: Option<&String>,
-    ) -> Result<()> {
-        let Some(args) = AppendArgs::new(header, events, encoded, notification) else { return Ok(()) };
-        let (sql, params) = (args.sql(self), args.params(&self.notifier.channel));
+        if around == Around::Alone {
+            let answer = db.run(async |client: &mut Client| {
+                let statement = db.timed("preparing an append", client.prepare_cached(sql)).await?;
+                let appended = db.timed_raw("appending events", client.query_one(&statement, &params)).await?;
+                answer_of(db, appended)
+            })?;
+            return args.check(db, answer);
+        }
         let line = encode_header_line(header);
         let created_at = to_sql_seq(header.created_at);
         let parent = header.parent_session.as_ref().map(SessionId::as_str);
@@ -55,51 +58,40 @@ impl PgStore {
         let incarnation = uuid::Uuid::new_v4().to_string();
         let session: [&(dyn ToSql + Sync); 8] =
             [&args.name, &line, &created_at, &header.cwd, &parent, &origin, &header.owner, &incarnation];
-        let db = &self.db;
+        let key = lease_key(&self.schema, &header.id);
         db.run(async |client: &mut Client| {
             let transaction = db.timed("starting an append", client.transaction()).await?;
-            let insert = db.timed("preparing an append", transaction.prepare_cached(&self.sql.insert_session)).await?;
             let append = db.timed("preparing an append", transaction.prepare_cached(sql)).await?;
-            // Both sent at once: the server runs them in order, the append's lock after the
-            // row's insert.
-            let (created, appended) = db
-                .timed("creating the session row", async {
-                    Ok(futures::join!(transaction.execute(&insert, &session), transaction.query_one(&append, &params)))
-                })
-                .await?;
-            created.map_err(|error| db.error(error))?;
+            let appended = if around == Around::Creation {
+                let insert =
+                    db.timed("preparing an append", transaction.prepare_cached(&self.sql.insert_session)).await?;
+                // Both sent at once: the server runs them in order, the append's lock after the
+                // row's insert.
+                let (created, appended) = db
+                    .timed("creating the session row", async {
+                        Ok(futures::join!(
+                            transaction.execute(&insert, &session),
+                            transaction.query_one(&append, &params)
+                        ))
+                    })
+                    .await?;
+                created.map_err(|error| db.error(error))?;
+                appended
+            } else {
+                let row = db
+                    .timed(
+                        "taking the repair lock",
+                        transaction.query_one("SELECT pg_try_advisory_xact_lock($1)", &[&key]),
+                    )
+                    .await?;
+                if !db.column::<bool>(&row, 0)? {
+                    let holder = self.lease_holder(&transaction, key).await?;
+                    return Err(PersistenceError::Held { id: header.id.clone(), holder });
+                }
+                db.timed_raw("appending events", transaction.query_one(&append, &params)).await?
+            };
             args.check(db, answer_of(db, appended)?)?;
             db.timed("committing an append", transaction.commit()).await
-        })
-    }
-    /// A repair by a store that holds no lease on the session: the repair lock taken in a
-    /// transaction (refused while a live writer anywhere holds the lease key), then the
-    /// one-statement append, committed only once its answer says it wrote the closers.
-    pub(super) fn repair_append(
-        &self,
-        header: &SessionHeader,
-        events: &[&SessionEvent],
-        encoded: &[EncodedRow],
-        notification: Option<&String>,
-    ) -> Result<()> {
-        let Some(args) = AppendArgs::new(header, events, encoded, notification) else { return Ok(()) };
-        let (sql, params) = (args.sql(self), args.params(&self.notifier.channel));
-        let key = lease_key(&self.schema, &header.id);
-        let db = &self.db;
-        db.run(async |client: &mut Client| {
-            let transaction = db.timed("starting a repair", client.transaction()).await?;
-            let row = db
-                .timed("taking the repair lock", transaction.query_one("SELECT pg_try_advisory_xact_lock($1)", &[&key]))
-                .await?;
-            let taken: bool = db.column(&row, 0)?;
-            if !taken {
-                let holder = self.lease_holder(&transaction, key).await?;
-                return Err(PersistenceError::Held { id: header.id.clone(), holder });
-            }
-            let append = db.timed("preparing an append", transaction.prepare_cached(sql)).await?;
-            let appended = db.timed_raw("appending events", transaction.query_one(&append, &params)).await?;
-            args.check(db, answer_of(db, appended)?)?;
-            db.timed("committing a repair", transaction.commit()).await
         })
     }
 }
