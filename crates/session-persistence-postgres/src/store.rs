@@ -223,8 +223,9 @@ impl PgStore {
         Ok(listing)
     }
 
-    /// Appends `events` in one transaction ([`write_batch`](Self::write_batch)) and notifies
-    /// the schema's channel: in the transaction, or paced after it (`notify::Pacer`).
+    /// Appends `events` with the one-statement append (`store::append`, in the transaction a
+    /// first batch or a repair needs) and notifies the schema's channel: in the statement, or
+    /// paced after it (`notify::Pacer`).
     fn write(&self, header: &SessionHeader, events: &[&SessionEvent], materialize: bool, repair: bool) -> Result<()> {
         if events.is_empty() {
             return Ok(());

@@ -51,18 +51,22 @@ impl PgStore {
             })?;
             return args.check(db, answer);
         }
-        let line = encode_header_line(header);
+        let creating = around == Around::Creation;
+        let (line, incarnation) = match creating {
+            true => (encode_header_line(header), uuid::Uuid::new_v4().to_string()),
+            false => (String::new(), String::new()),
+        };
         let created_at = to_sql_seq(header.created_at);
         let parent = header.parent_session.as_ref().map(SessionId::as_str);
         let origin = header.origin.map(|_| "subagent");
-        let incarnation = uuid::Uuid::new_v4().to_string();
         let session: [&(dyn ToSql + Sync); 8] =
             [&args.name, &line, &created_at, &header.cwd, &parent, &origin, &header.owner, &incarnation];
         let key = lease_key(&self.schema, &header.id);
+        let what = if creating { "an append" } else { "a repair" };
         db.run(async |client: &mut Client| {
-            let transaction = db.timed("starting an append", client.transaction()).await?;
+            let transaction = db.timed(&format!("starting {what}"), client.transaction()).await?;
             let append = db.timed("preparing an append", transaction.prepare_cached(sql)).await?;
-            let appended = if around == Around::Creation {
+            let appended = if creating {
                 let insert =
                     db.timed("preparing an append", transaction.prepare_cached(&self.sql.insert_session)).await?;
                 // Both sent at once: the server runs them in order, the append's lock after the
@@ -91,7 +95,7 @@ impl PgStore {
                 db.timed_raw("appending events", transaction.query_one(&append, &params)).await?
             };
             args.check(db, answer_of(db, appended)?)?;
-            db.timed("committing an append", transaction.commit()).await
+            db.timed(&format!("committing {what}"), transaction.commit()).await
         })
     }
 }
@@ -171,20 +175,22 @@ impl<'a> AppendArgs<'a> {
             return Err(past_next_seq(id, first_seq));
         }
         if bumped != 1 {
-            // The rows were stored without moving the row's next seq (something outside this
-            // crate, a trigger or a policy, kept the update from the row).
+            // The statement inserted the rows without moving the row's next seq (something
+            // outside this crate, a trigger or a policy, kept the update from the row); alone it
+            // has committed them, in a transaction they are rolled back.
             return Err(PersistenceError::inconsistent(
                 id,
-                format!("session {id} stored the events from seq {first_seq} on without moving its next seq"),
+                format!(
+                    "session {id}: the append inserted its events from seq {first_seq} on without moving its next seq"
+                ),
             ));
         }
         Ok(())
     }
 }
 
-/// The columns of a batch's rows as the insert's arrays (`$2` to `$7` of `insert_events` and of
-/// `append`).
-pub(super) struct RowColumns<'a> {
+/// The columns of a batch's rows as the append's arrays (`$2` to `$7` of `Sql::append`).
+struct RowColumns<'a> {
     seqs: Vec<i64>,
     kinds: Vec<&'a str>,
     times: Vec<i64>,
@@ -194,7 +200,7 @@ pub(super) struct RowColumns<'a> {
 }
 
 impl<'a> RowColumns<'a> {
-    pub(super) fn of(encoded: &'a [EncodedRow]) -> RowColumns<'a> {
+    fn of(encoded: &'a [EncodedRow]) -> RowColumns<'a> {
         RowColumns {
             seqs: encoded.iter().map(|event| event.seq).collect(),
             kinds: encoded.iter().map(|event| event.kind.as_str()).collect(),
@@ -206,14 +212,14 @@ impl<'a> RowColumns<'a> {
     }
 
     /// The six arrays, in the statements' order.
-    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 6] {
+    fn params(&self) -> [&(dyn ToSql + Sync); 6] {
         [&self.seqs, &self.kinds, &self.times, &self.texts, &self.frames, &self.counts]
     }
 }
 
 /// A stored run reaches the batch's first seq although the batch starts at the row's next seq:
 /// the rows and the next seq disagree.
-pub(super) fn past_next_seq(id: &SessionId, first_seq: u64) -> PersistenceError {
+fn past_next_seq(id: &SessionId, first_seq: u64) -> PersistenceError {
     PersistenceError::inconsistent(
         id,
         format!("session {id} holds event rows from seq {first_seq} on, past its stored next seq"),
@@ -222,7 +228,7 @@ pub(super) fn past_next_seq(id: &SessionId, first_seq: u64) -> PersistenceError 
 
 /// The writer fence (`storage-format.md`, "Fencing"): a batch must start at the locked row's
 /// next seq (`None`: no session row to append to).
-pub(super) fn check_fence(id: &SessionId, first_seq: u64, stored_next: Option<i64>) -> Result<()> {
+fn check_fence(id: &SessionId, first_seq: u64, stored_next: Option<i64>) -> Result<()> {
     let Some(stored_next) = stored_next else {
         return Err(PersistenceError::inconsistent(id, format!("session {id} has no stored session row to append to")));
     };

@@ -17,11 +17,12 @@ pub(super) struct Sql {
     /// The sessions of `$1`, each with its events from the seq of `$2` at the same place (from
     /// the run that holds it), when at most `$3` events are stored from there (`store::read`).
     pub(super) sessions_tails: String,
-    /// An append to a stored session in one statement, its own transaction: the session row
+    /// Every write in one statement (alone, its own transaction; after the session row's insert
+    /// or the repair lock, in one transaction with them: `store::append`): the session row
     /// locked, the rows inserted only if the batch starts at its `next_seq` (`$2[1]`) and no
     /// stored run reaches that far, the row's next seq (`$8`), revision and byte count (`$9`)
     /// moved only if they were; answers the locked next seq, the rows inserted and the rows
-    /// bumped (`store::append`).
+    /// bumped.
     pub(super) append: String,
     /// `append`, and the append's notification (`$10` channel, `$11` payload) on its commit.
     pub(super) append_notify: String,

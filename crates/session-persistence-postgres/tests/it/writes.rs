@@ -135,7 +135,12 @@ fn a_refused_first_batch_leaves_no_session_row() {
 #[test]
 fn two_stores_racing_on_one_session_never_interleave() {
     let Some(schema) = TestSchema::new() else { return };
-    let stores = [Arc::new(schema.open()), Arc::new(schema.open())];
+    race_two_stores([Arc::new(schema.open()), Arc::new(schema.open())]);
+}
+
+/// Two stores append batches of 3 to one session in lockstep rounds, each from where it last
+/// saw the log: every round exactly one wins, and the log holds whole batches in seq order.
+fn race_two_stores(stores: [Arc<PgStore>; 2]) {
     stores[0].append_batch(&header("race"), &[event("test/n", 0, "\"start\"")], false).unwrap();
     const ROUNDS: u64 = 25;
     let barrier = Arc::new(Barrier::new(2));
