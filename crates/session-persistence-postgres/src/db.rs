@@ -160,9 +160,15 @@ impl Db {
             })?;
         let mut connection = config.connection.clone();
         let statement_timeout_ms = config.query_timeout.as_millis().max(1);
+        // The writes' fence relies on READ COMMITTED (a statement after another writer's commit
+        // sees it); a server or role that defaults to another level would turn a lost race into
+        // a serialization failure. Reads that need one snapshot ask for REPEATABLE READ
+        // themselves. After the user's options, so these win.
+        let ours =
+            format!("-c statement_timeout={statement_timeout_ms} -c default_transaction_isolation=read\\ committed");
         let options = match connection.get_options() {
-            Some(options) => format!("{options} -c statement_timeout={statement_timeout_ms}"),
-            None => format!("-c statement_timeout={statement_timeout_ms}"),
+            Some(options) => format!("{options} {ours}"),
+            None => ours,
         };
         connection
             .options(options)
