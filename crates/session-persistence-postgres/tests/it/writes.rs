@@ -138,6 +138,44 @@ fn two_stores_racing_on_one_session_never_interleave() {
     race_two_stores([Arc::new(schema.open()), Arc::new(schema.open())]);
 }
 
+/// Two stores creating the same new ids at the same moment (a barrier before each): for each id
+/// exactly one first batch is stored, and the other writer meets the fence at the stored next seq,
+/// never a missing session row.
+#[test]
+fn two_stores_creating_one_id_at_once_leave_one_log_and_one_fence() {
+    let Some(schema) = TestSchema::new() else { return };
+    let stores = [Arc::new(schema.open()), Arc::new(schema.open())];
+    const IDS: usize = 20;
+    let barrier = Arc::new(Barrier::new(2));
+    let threads: Vec<_> = (0..2)
+        .map(|writer| {
+            let (store, barrier) = (Arc::clone(&stores[writer]), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                (0..IDS)
+                    .map(|k| {
+                        let batch: Vec<_> = (0..3).map(|seq| event("test/n", seq, &format!("\"w{writer}\""))).collect();
+                        barrier.wait();
+                        store.append_batch(&header(&format!("new-{k}")), &batch, false)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let outcomes: Vec<Vec<_>> = threads.into_iter().map(|thread| thread.join().unwrap()).collect();
+    for k in 0..IDS {
+        let (first, second) = (&outcomes[0][k], &outcomes[1][k]);
+        let (won, lost) = match (first, second) {
+            (Ok(()), Err(error)) => (0, error),
+            (Err(error), Ok(())) => (1, error),
+            other => panic!("id new-{k}: {other:?}"),
+        };
+        assert!(matches!(lost, PersistenceError::Fenced { seq: 0, stored_next_seq: 3, .. }), "new-{k}: {lost:?}");
+        let read = scan(&*stores[0], &format!("new-{k}"));
+        assert_eq!(read.len(), 3);
+        assert!(read.iter().all(|event| event.data.as_str() == format!("\"w{won}\"")), "new-{k}: one writer's batch");
+    }
+}
+
 /// The same race where the user's options make SERIALIZABLE the default: the store's connections
 /// keep READ COMMITTED, so the loser meets the fence, not a serialization failure (without the
 /// store's own option, this fails with 40001).
