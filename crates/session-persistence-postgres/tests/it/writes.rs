@@ -162,8 +162,7 @@ fn two_stores_creating_one_id_at_once_leave_one_log_and_one_fence() {
         })
         .collect();
     let outcomes: Vec<Vec<_>> = threads.into_iter().map(|thread| thread.join().unwrap()).collect();
-    for k in 0..IDS {
-        let (first, second) = (&outcomes[0][k], &outcomes[1][k]);
+    for (k, (first, second)) in outcomes[0].iter().zip(&outcomes[1]).enumerate() {
         let (won, lost) = match (first, second) {
             (Ok(()), Err(error)) => (0, error),
             (Err(error), Ok(())) => (1, error),
