@@ -218,6 +218,12 @@ impl Db {
     }
 
     /// How to open connections of their own outside the pool.
+    /// How many connections the pool holds, idle or in use (for the `testing` feature's hook).
+    #[cfg(feature = "testing")]
+    pub(crate) fn pool_size(&self) -> usize {
+        self.pool.status().size
+    }
+
     pub(crate) fn dialer(&self) -> &Dialer {
         &self.dialer
     }

@@ -161,6 +161,13 @@ impl PgStore {
         self.statement_span = span;
     }
 
+    /// How many connections the store's pool holds, idle or in use: a connection that failed is
+    /// dropped from it. A hook for tests (the `testing` feature).
+    #[cfg(feature = "testing")]
+    pub fn pooled_connections(&self) -> usize {
+        self.db.pool_size()
+    }
+
     /// Runs `work` with a pooled connection (for this crate's checkpoint store).
     pub(crate) fn db(&self) -> &Db {
         &self.db

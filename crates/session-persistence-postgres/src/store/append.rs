@@ -52,21 +52,21 @@ impl PgStore {
             return args.check(db, answer);
         }
         let creating = around == Around::Creation;
-        let (line, incarnation) = match creating {
-            true => (encode_header_line(header), uuid::Uuid::new_v4().to_string()),
-            false => (String::new(), String::new()),
+        let (starting, committing) = match creating {
+            true => ("starting an append", "committing an append"),
+            false => ("starting a repair", "committing a repair"),
         };
-        let created_at = to_sql_seq(header.created_at);
-        let parent = header.parent_session.as_ref().map(SessionId::as_str);
-        let origin = header.origin.map(|_| "subagent");
-        let session: [&(dyn ToSql + Sync); 8] =
-            [&args.name, &line, &created_at, &header.cwd, &parent, &origin, &header.owner, &incarnation];
-        let key = lease_key(&self.schema, &header.id);
-        let what = if creating { "an append" } else { "a repair" };
         db.run(async |client: &mut Client| {
-            let transaction = db.timed(&format!("starting {what}"), client.transaction()).await?;
+            let transaction = db.timed(starting, client.transaction()).await?;
             let append = db.timed("preparing an append", transaction.prepare_cached(sql)).await?;
             let appended = if creating {
+                let line = encode_header_line(header);
+                let created_at = to_sql_seq(header.created_at);
+                let parent = header.parent_session.as_ref().map(SessionId::as_str);
+                let origin = header.origin.map(|_| "subagent");
+                let incarnation = uuid::Uuid::new_v4().to_string();
+                let session: [&(dyn ToSql + Sync); 8] =
+                    [&args.name, &line, &created_at, &header.cwd, &parent, &origin, &header.owner, &incarnation];
                 let insert =
                     db.timed("preparing an append", transaction.prepare_cached(&self.sql.insert_session)).await?;
                 // Both sent at once: the server runs them in order, the append's lock after the
@@ -82,6 +82,7 @@ impl PgStore {
                 created.map_err(|error| db.error(error))?;
                 appended
             } else {
+                let key = lease_key(&self.schema, &header.id);
                 let row = db
                     .timed(
                         "taking the repair lock",
@@ -95,7 +96,7 @@ impl PgStore {
                 db.timed_raw("appending events", transaction.query_one(&append, &params)).await?
             };
             args.check(db, answer_of(db, appended)?)?;
-            db.timed(&format!("committing {what}"), transaction.commit()).await
+            db.timed(committing, transaction.commit()).await
         })
     }
 }

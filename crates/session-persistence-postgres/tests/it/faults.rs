@@ -170,6 +170,7 @@ fn an_append_dropped_while_it_waits_for_the_row_lock_fails_typed_and_the_next_on
         assert_eq!(killed.as_deref(), Some("1"));
         let error = appending.join().unwrap().unwrap_err();
         assert!(matches!(error, PersistenceError::Database { kind: DatabaseFault::Connection, .. }), "{error:?}");
+        assert_eq!(store.pooled_connections(), 0, "the failed connection left the pool");
         // At once, on the pool's one connection: a new one, not the dropped one.
         store.append_batch(&header("s"), &events(3..5), true).unwrap();
         holder.join().unwrap();
