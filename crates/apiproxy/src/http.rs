@@ -196,6 +196,16 @@ async fn read_body(request: Request, limit: usize, timeout: std::time::Duration)
     }
 }
 
+/// A downlink's read buffer: one largest client message and its frame header, at most 16 KiB
+/// (a larger message is read in several calls). The library's default, 128 KiB, is allocated
+/// for every connection and zeroed before every read, for clients that send only control
+/// frames (test `limits::an_idle_downlink_holds_no_large_read_buffer`).
+fn read_buffer_bytes(max_message: usize) -> usize {
+    /// The longest WebSocket frame header.
+    const FRAME_HEADER_BYTES: usize = 14;
+    max_message.saturating_add(FRAME_HEADER_BYTES).min(16 << 10)
+}
+
 async fn upgrade(shared: Arc<Shared>, caller: Caller, kind: StreamKind, request: Request) -> Response {
     let (mut parts, _body) = request.into_parts();
     let connection = parts.extensions.get::<ConnectionHandle>().cloned();
@@ -209,6 +219,7 @@ async fn upgrade(shared: Arc<Shared>, caller: Caller, kind: StreamKind, request:
                 .protocols([crate::access::SUBPROTOCOL])
                 .max_message_size(max_message)
                 .max_frame_size(max_message)
+                .read_buffer_size(read_buffer_bytes(max_message))
                 .on_upgrade(move |socket| crate::ws::pump(shared, caller, kind, socket, connection))
         }
         Err(_) => {

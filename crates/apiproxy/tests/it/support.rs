@@ -299,6 +299,18 @@ impl Ws {
         panic!("the expected frame never came");
     }
 
+    /// Sends a ping and waits for its pong: the gateway has read from this socket since.
+    pub(crate) async fn ping_pong(&mut self) {
+        self.socket.send(Message::Ping(b"p".to_vec().into())).await.unwrap();
+        loop {
+            let message = tokio::time::timeout(WAIT, self.socket.next()).await.expect("a pong in time");
+            if let Some(Ok(Message::Pong(_))) = message {
+                return;
+            }
+            assert!(matches!(message, Some(Ok(_))), "the socket closed before its pong: {message:?}");
+        }
+    }
+
     pub(crate) async fn send_text(&mut self, text: &str) {
         self.socket.send(Message::Text(text.into())).await.unwrap();
     }
@@ -407,6 +419,11 @@ impl Gateway {
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .to_owned();
         Gateway { child, addr, token }
+    }
+
+    /// The gateway process's id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Where it listens: `host:port`.
