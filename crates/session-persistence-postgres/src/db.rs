@@ -272,14 +272,31 @@ impl Db {
         work: impl AsyncFnOnce(&mut Client) -> Result<T>,
         settle: impl FnOnce(Client, &Result<T>),
     ) -> Result<T> {
+        self.block(self.call_with(work, settle))
+    }
+
+    /// `work` with a pooled connection, as a future: for [`block`](Self::block), or for a task
+    /// on the store's runtime ([`spawn_call`](Self::spawn_call)). A connection that failed is
+    /// discarded, as [`run`](Self::run) does.
+    pub(crate) async fn call<T>(&self, work: impl AsyncFnOnce(&mut Client) -> Result<T>) -> Result<T> {
+        self.call_with(work, discard_if_failed).await
+    }
+
+    async fn call_with<T>(
+        &self,
+        work: impl AsyncFnOnce(&mut Client) -> Result<T>,
+        settle: impl FnOnce(Client, &Result<T>),
+    ) -> Result<T> {
+        let mut client = self.pool.get().await.map_err(|error| self.pool_error(error))?;
+        let result = work(&mut client).await;
+        settle(client, &result);
+        result
+    }
+
+    /// Blocks the calling thread until `call` is done, from any thread (see [`run`](Self::run)).
+    pub(crate) fn block<T>(&self, call: impl Future<Output = T>) -> T {
         // Invariant: the runtime lives until drop.
         let runtime = self.runtime.as_ref().expect("the runtime lives as long as the pool");
-        let call = async {
-            let mut client = self.pool.get().await.map_err(|error| self.pool_error(error))?;
-            let result = work(&mut client).await;
-            settle(client, &result);
-            result
-        };
         match tokio::runtime::Handle::try_current().map(|caller| caller.runtime_flavor()) {
             Err(_) => runtime.block_on(call),
             // Also right on the multi-thread runtime's blocking pool, where `block_in_place`
@@ -292,6 +309,27 @@ impl Db {
                 // Unconstrained: the caller's task budget must not make the store's timers and
                 // channels yield forever to a task that cannot yield.
                 wait_here(tokio::task::unconstrained(call))
+            }
+        }
+    }
+
+    /// Runs `call` as a task on the store's runtime, where the connections, the pool and the
+    /// timers live, and answers it to whoever awaits, on any runtime or none: no thread waits
+    /// for it. The task runs to its end even if the answer is no longer awaited. `Cancelled` only
+    /// where the runtime shut down under the task (its store dropped), which may hide a commit:
+    /// a caller that hands the task its store (as an append does) keeps the runtime alive.
+    pub(crate) fn spawn_call<T: Send + 'static>(
+        &self,
+        call: impl Future<Output = Result<T>> + Send + 'static,
+    ) -> impl Future<Output = Result<T>> + Send + 'static {
+        // Invariant: the runtime lives until drop.
+        let runtime = self.runtime.as_ref().expect("the runtime lives as long as the pool");
+        let task = runtime.spawn(call);
+        async move {
+            match task.await {
+                Ok(answer) => answer,
+                Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+                Err(_) => Err(PersistenceError::Cancelled),
             }
         }
     }

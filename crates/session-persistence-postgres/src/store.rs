@@ -11,9 +11,9 @@ use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
 
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
-    Backend, ChangeKind, CorruptKind, DatabaseFault, HeaderPage, Listing, Location, LogFault, PageKey, PageRequest,
-    PersistenceError, PrefetchedLog, Result, Revision, ScanOutcome, ScanSink, SessionPosition, SharedChangeSink,
-    StoredHeader, TornTail, Watch, WatchOptions, decode_header_line,
+    AppendFuture, Backend, ChangeKind, CorruptKind, DatabaseFault, HeaderPage, Listing, Location, LogFault, PageKey,
+    PageRequest, PersistenceError, PrefetchedLog, Result, Revision, ScanOutcome, ScanSink, SessionPosition,
+    SharedChangeSink, StoredHeader, TornTail, Watch, WatchOptions, decode_header_line,
 };
 use tokio_postgres::{Row, types::ToSql};
 use tokio_util::sync::CancellationToken;
@@ -237,6 +237,26 @@ impl PgStore {
         if events.is_empty() {
             return Ok(());
         }
+        let plan = self.plan_write(header, events, materialize, repair);
+        self.db.block(self.write_planned(header, events, plan))
+    }
+
+    /// Writes as `plan` says, then schedules its paced notification.
+    async fn write_planned(&self, header: &SessionHeader, events: &[&SessionEvent], plan: WritePlan) -> Result<()> {
+        let written = self.append(plan.around, header, events, &plan.encoded, plan.in_transaction()).await;
+        self.after_write(&header.id, plan, &written);
+        written
+    }
+
+    /// What a write of `events` (at least one) sends, decided before it waits on the database:
+    /// its rows, the transaction around the statement, its notification and when that goes.
+    fn plan_write(
+        &self,
+        header: &SessionHeader,
+        events: &[&SessionEvent],
+        materialize: bool,
+        repair: bool,
+    ) -> WritePlan {
         let id = &header.id;
         let encoded: Vec<EncodedRow> = codec::encode_runs(events);
         // A repair of a session that no lease of this store covers must hold the lease key
@@ -250,10 +270,6 @@ impl PgStore {
             let turn = if materialize { Turn::Now } else { self.pacer.turn() };
             (turn, self.notifier.payload(kind, id, events[events.len() - 1].seq.saturating_add(1)))
         });
-        let in_transaction = match &notification {
-            Some((Turn::Now, payload)) => Some(payload),
-            _ => None,
-        };
         // Every write is the one-statement append (`store::append`): alone, after its session
         // row's insert for a session's first batch, or after the repair lock for a repair that
         // takes it.
@@ -262,23 +278,26 @@ impl PgStore {
             (false, true) => append::Around::Creation,
             (false, false) => append::Around::Alone,
         };
-        let written = self.append(around, header, events, &encoded, in_transaction);
+        WritePlan { around, encoded, notification }
+    }
+
+    /// Schedules the paced notification of a write that may have committed.
+    fn after_write(&self, id: &SessionId, plan: WritePlan, written: &Result<()>) {
         // A timeout or a lost connection may hide a commit: a wake-up for nothing costs a
         // follower one read, a missing one a sweep's wait.
-        let maybe_committed = match &written {
+        let maybe_committed = match written {
             Ok(()) => true,
             Err(PersistenceError::Database { kind, .. }) => {
                 matches!(kind, DatabaseFault::Timeout | DatabaseFault::Connection)
             }
             Err(_) => false,
         };
-        if let Some((Turn::Later, payload)) = notification
+        if let Some((Turn::Later, payload)) = plan.notification
             && maybe_committed
             && let Some(deferred) = self.pacer.defer(id, payload)
         {
             deferred.send_when_due(&self.db, self.notifier.channel.clone());
         }
-        written
     }
 
     /// Runs `work` on the leases' connection, opening it (and taking every held lease on it
@@ -334,6 +353,39 @@ impl PgStore {
         Ok(children)
     }
 }
+
+/// A write decided before it waits on the database ([`PgStore::plan_write`]).
+struct WritePlan {
+    around: append::Around,
+    encoded: Vec<EncodedRow>,
+    notification: Option<(Turn, String)>,
+}
+
+impl WritePlan {
+    /// The notification the statement sends in its own transaction.
+    fn in_transaction(&self) -> Option<&String> {
+        match &self.notification {
+            Some((Turn::Now, payload)) => Some(payload),
+            _ => None,
+        }
+    }
+}
+
+/// `events` checked against the size bounds every write checks, borrowed for the write.
+fn checked<'e>(header: &SessionHeader, events: &'e [Arc<SessionEvent>]) -> Result<Vec<&'e SessionEvent>> {
+    header.check_sizes()?;
+    for event in events {
+        event.check_size()?;
+    }
+    Ok(events.iter().map(|event| &**event).collect())
+}
+
+/// The largest batch an append writes without the blocking pool
+/// ([`Backend::append_batch_async`]): its runs are encoded (and compressed) on the caller's
+/// async thread, which a batch of a few events barely notices.
+const ASYNC_APPEND_MAX_EVENTS: usize = 64;
+/// The same bound on the batch's payloads (`data`).
+const ASYNC_APPEND_MAX_BYTES: usize = 64 << 10;
 
 impl Backend for PgStore {
     fn name(&self) -> &'static str {
@@ -404,12 +456,34 @@ impl Backend for PgStore {
         if events.is_empty() {
             return Ok(());
         }
-        header.check_sizes()?;
-        for event in events {
-            event.check_size()?;
-        }
-        let events: Vec<&SessionEvent> = events.iter().map(|event| &**event).collect();
+        let events = checked(header, events)?;
         self.write(header, &events, !materialized, false)
+    }
+
+    /// The same write as [`append_batch`](Backend::append_batch), as a task on the store's
+    /// runtime: the statement's round trip waits on no thread of the blocking pool. Batches of
+    /// at most 64 events and 64 KiB of payloads (a coordinator's appends, a live session's
+    /// write-behind batches); a larger one is `None`, for the blocking pool.
+    fn append_batch_async(
+        self: Arc<Self>,
+        header: &Arc<SessionHeader>,
+        events: &[Arc<SessionEvent>],
+        materialized: bool,
+    ) -> Option<AppendFuture> {
+        let bytes: usize = events.iter().map(|event| event.data.as_str().len()).sum();
+        if events.is_empty() || events.len() > ASYNC_APPEND_MAX_EVENTS || bytes > ASYNC_APPEND_MAX_BYTES {
+            return None;
+        }
+        let plan = match checked(header, events) {
+            Ok(borrowed) => self.plan_write(header, &borrowed, !materialized, false),
+            Err(error) => return Some(Box::pin(std::future::ready(Err(error)))),
+        };
+        let (header, events) = (Arc::clone(header), events.to_vec());
+        let store = Arc::clone(&self);
+        Some(Box::pin(self.db.spawn_call(async move {
+            let events: Vec<&SessionEvent> = events.iter().map(|event| &**event).collect();
+            store.write_planned(&header, &events, plan).await
+        })))
     }
 
     /// Logs here are never torn (a transaction commits whole), so a repair appends the closers

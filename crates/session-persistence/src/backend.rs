@@ -4,7 +4,7 @@
 //! is plain sequential file code. Each call is for one session id at a time; the coordinator
 //! serializes calls per id, so a backend never sees two concurrent mutations of one session.
 
-use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
+use std::{collections::BTreeMap, fmt, future::Future, path::PathBuf, pin::Pin, sync::Arc};
 
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
@@ -13,6 +13,9 @@ use crate::{
     error::{PersistenceError, Result},
     watch::{SessionPosition, SharedChangeSink, Watch, WatchOptions},
 };
+
+/// The write of [`Backend::append_batch_async`].
+pub type AppendFuture = Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>;
 
 /// An opaque token that identifies exactly one stored state of a log. Compare only for equality.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -453,6 +456,24 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// header plus this first batch must appear atomically. Returns only after the data is durable;
     /// on failure nothing of the batch remains.
     fn append_batch(&self, header: &SessionHeader, events: &[Arc<SessionEvent>], materialized: bool) -> Result<()>;
+
+    /// [`append_batch`](Backend::append_batch) as a future that waits on no thread, for a
+    /// backend whose I/O is asynchronous underneath (a database driver on a runtime of its own):
+    /// the coordinator awaits it where it would otherwise hop to the blocking pool and wait there
+    /// for the driver, two thread wake-ups per durable append. `None` (the default) where the
+    /// backend has no such path, or not for this batch (one too large to encode on an async
+    /// thread): the coordinator then calls `append_batch` on the blocking pool. The contract is
+    /// `append_batch`'s: the batch is durable when the future answers `Ok`, nothing of it
+    /// remains on failure, and the write runs to its end even if the future is dropped.
+    fn append_batch_async(
+        self: Arc<Self>,
+        header: &Arc<SessionHeader>,
+        events: &[Arc<SessionEvent>],
+        materialized: bool,
+    ) -> Option<AppendFuture> {
+        let _ = (header, events, materialized);
+        None
+    }
 
     /// Cuts the torn tail (if given), then durably appends `torn.recovered` followed by `closers`
     /// as one batch. Need not be atomic: an interrupted repair is found and redone by the next scan.

@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     backend::{
-        Backend, CollectSink, HeaderPage, Listing, PageRequest, PrefetchedLog, Revision, ScanOutcome, ScanSink,
-        StoredHeader, SurveyEntry, TornTail,
+        AppendFuture, Backend, CollectSink, HeaderPage, Listing, PageRequest, PrefetchedLog, Revision, ScanOutcome,
+        ScanSink, StoredHeader, SurveyEntry, TornTail,
     },
     error::{PersistenceError, Result},
 };
@@ -40,6 +40,30 @@ pub struct CountingBackend {
 }
 
 impl CountingBackend {
+    /// The failure an append meets while failures are injected.
+    fn injected_failure(&self, header: &SessionHeader) -> Option<PersistenceError> {
+        if !self.fail_appends.load(Ordering::SeqCst) {
+            return None;
+        }
+        let path = self.inner.locate(header).unwrap_or_else(|| PathBuf::from(self.inner.name()));
+        Some(PersistenceError::io(path, std::io::Error::other("injected write failure")))
+    }
+
+    /// Counts an append the inner backend stored, and loses its reply if asked to.
+    fn appended(&self, header: &SessionHeader) -> Result<()> {
+        let count = self.appends.fetch_add(1, Ordering::SeqCst) + 1;
+        self.appended.send_modify(|appended| *appended = (*appended).max(count));
+        if self.lose_next_reply.swap(false, Ordering::SeqCst) {
+            let path = self.inner.locate(header).unwrap_or_else(|| PathBuf::from(self.inner.name()));
+            let lost = std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "injected lost reply (the append committed)",
+            );
+            return Err(PersistenceError::io(path, lost));
+        }
+        Ok(())
+    }
+
     /// Wraps `inner` with both counters at zero and appends not failing.
     pub fn new(inner: Arc<dyn Backend>) -> CountingBackend {
         CountingBackend {
@@ -176,22 +200,30 @@ impl Backend for CountingBackend {
     }
 
     fn append_batch(&self, header: &SessionHeader, events: &[Arc<SessionEvent>], materialized: bool) -> Result<()> {
-        if self.fail_appends.load(Ordering::SeqCst) {
-            let path = self.inner.locate(header).unwrap_or_else(|| PathBuf::from(self.inner.name()));
-            return Err(PersistenceError::io(path, std::io::Error::other("injected write failure")));
+        if let Some(failure) = self.injected_failure(header) {
+            return Err(failure);
         }
         self.inner.append_batch(header, events, materialized)?;
-        let count = self.appends.fetch_add(1, Ordering::SeqCst) + 1;
-        self.appended.send_modify(|appended| *appended = (*appended).max(count));
-        if self.lose_next_reply.swap(false, Ordering::SeqCst) {
-            let path = self.inner.locate(header).unwrap_or_else(|| PathBuf::from(self.inner.name()));
-            let lost = std::io::Error::new(
-                std::io::ErrorKind::ConnectionAborted,
-                "injected lost reply (the append committed)",
-            );
-            return Err(PersistenceError::io(path, lost));
+        self.appended(header)
+    }
+
+    /// The inner backend's future, counted and with the same injected failures as
+    /// [`append_batch`](Backend::append_batch); `None` where the inner backend has none.
+    fn append_batch_async(
+        self: Arc<Self>,
+        header: &Arc<SessionHeader>,
+        events: &[Arc<SessionEvent>],
+        materialized: bool,
+    ) -> Option<AppendFuture> {
+        if let Some(failure) = self.injected_failure(header) {
+            return Some(Box::pin(std::future::ready(Err(failure))));
         }
-        Ok(())
+        let write = Arc::clone(&self.inner).append_batch_async(header, events, materialized)?;
+        let header = Arc::clone(header);
+        Some(Box::pin(async move {
+            write.await?;
+            self.appended(&header)
+        }))
     }
 
     fn commit_repair(&self, header: &SessionHeader, torn: Option<&TornTail>, closers: &[SessionEvent]) -> Result<()> {

@@ -135,8 +135,8 @@ pub mod watch;
 
 pub use crate::{
     backend::{
-        Backend, CollectSink, HeaderPage, Listing, LogFault, PageKey, PageRequest, PrefetchedLog, Revision,
-        ScanOutcome, ScanSink, StoredHeader, SurveyEntry, TornTail,
+        AppendFuture, Backend, CollectSink, HeaderPage, Listing, LogFault, PageKey, PageRequest, PrefetchedLog,
+        Revision, ScanOutcome, ScanSink, StoredHeader, SurveyEntry, TornTail,
     },
     coordinator::{Coordinator, CoordinatorConfig},
     copy::{CopyOptions, CopyOutcome, SessionCopy, copy_store},

@@ -31,8 +31,9 @@ pub(super) enum Around {
 impl PgStore {
     /// Appends `events` (encoded as `encoded`) to the session of `header` with the one-statement
     /// append and what `around` adds, sending `notification` on commit. In a transaction, the
-    /// commit comes only once the statement's answer says it wrote the batch.
-    pub(super) fn append(
+    /// commit comes only once the statement's answer says it wrote the batch. A future for
+    /// [`Db::block`] or a task on the store's runtime ([`Db::spawn_call`]).
+    pub(super) async fn append(
         &self,
         around: Around,
         header: &SessionHeader,
@@ -44,11 +45,13 @@ impl PgStore {
         let (sql, params) = (args.sql(self), args.params(&self.notifier.channel));
         let db = &self.db;
         if around == Around::Alone {
-            let answer = db.run(async |client: &mut Client| {
-                let statement = db.timed("preparing an append", client.prepare_cached(sql)).await?;
-                let appended = db.timed_raw("appending events", client.query_one(&statement, &params)).await?;
-                answer_of(db, appended)
-            })?;
+            let answer = db
+                .call(async |client: &mut Client| {
+                    let statement = db.timed("preparing an append", client.prepare_cached(sql)).await?;
+                    let appended = db.timed_raw("appending events", client.query_one(&statement, &params)).await?;
+                    answer_of(db, appended)
+                })
+                .await?;
             return args.check(db, answer);
         }
         let creating = around == Around::Creation;
@@ -56,7 +59,7 @@ impl PgStore {
             true => ("starting an append", "committing an append"),
             false => ("starting a repair", "committing a repair"),
         };
-        db.run(async |client: &mut Client| {
+        db.call(async |client: &mut Client| {
             let transaction = db.timed(starting, client.transaction()).await?;
             let append = db.timed("preparing an append", transaction.prepare_cached(sql)).await?;
             let appended = if creating {
@@ -98,6 +101,7 @@ impl PgStore {
             args.check(db, answer_of(db, appended)?)?;
             db.timed(committing, transaction.commit()).await
         })
+        .await
     }
 }
 

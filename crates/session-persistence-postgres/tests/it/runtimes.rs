@@ -129,3 +129,93 @@ async fn every_call_works_on_a_multi_thread_runtime() {
 async fn every_call_works_on_a_current_thread_runtime() {
     check_on_this_runtime("current").await;
 }
+
+/// A coordinator's appends to a tracked session (a live session's write-behind batches) wait on
+/// no thread of the blocking pool: the store writes them as tasks of its own runtime
+/// (`Backend::append_batch_async`). With the runtime's one blocking thread held by another call
+/// until the appends are done, they still complete; a batch too large for that path goes
+/// through the blocking pool, once it is free, and answers the same.
+#[test]
+fn appends_to_a_tracked_session_wait_on_no_blocking_thread() {
+    let Some(schema) = TestSchema::new() else { return };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let cancel = CancellationToken::new();
+        let store = Arc::new(schema.open());
+        let coordinator = Coordinator::new(store.clone(), CoordinatorConfig::default()).unwrap();
+        let id = SessionId::from("unblocked");
+        coordinator.create(SessionHeader::new(id.clone(), 1), &cancel).await.unwrap();
+        coordinator.append(&id, turn_events(0), &cancel).await.unwrap();
+        // The pool's one thread, held until the appends below are done (or 30 s).
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let holder = tokio::task::spawn_blocking(move || held.recv_timeout(std::time::Duration::from_secs(30)).is_ok());
+        for n in 1..4 {
+            let appended = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                coordinator.append(&id, turn_events(n * 2), &cancel),
+            )
+            .await;
+            assert!(matches!(appended, Ok(Ok(()))), "append {n} with the blocking pool held: {appended:?}");
+        }
+        release.send(()).unwrap();
+        assert!(holder.await.unwrap(), "the blocking thread was released by the test, not by its timeout");
+        // 65 events: the blocking pool's path, now free.
+        let large: Vec<_> = (0..33).flat_map(|n| turn_events(8 + n * 2)).take(65).collect();
+        coordinator.append(&id, large, &cancel).await.unwrap();
+        let mut sink = CollectSink::default();
+        let outcome = store.scan(&id, &cancel, &mut sink).unwrap().expect("stored");
+        assert_eq!(outcome.n_events, 73);
+        let seqs: Vec<u64> = sink.events.iter().map(|event| event.seq).collect();
+        assert_eq!(seqs, (0..73).collect::<Vec<u64>>());
+    });
+}
+
+/// A store whose last handle is its own append task: the write commits, and the store (its
+/// runtime included) is dropped on that runtime's own thread without a panic (one there would
+/// reach the awaiting caller). The task is held at the session row's lock, which another
+/// connection holds, until the caller's handle is gone.
+#[test]
+fn a_store_dropped_by_its_own_append_task_goes_quietly() {
+    let Some(schema) = TestSchema::new() else { return };
+    let name = format!("pg-last-handle-{}", schema.name());
+    let url = format!("{}?application_name={name}", crate::server_url().unwrap());
+    let config = session_persistence_postgres::PgConfig::from_url(&url).unwrap().with_schema(schema.name()).unwrap();
+    let poll = |query: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while schema.value(query).as_deref() != Some("1") {
+            assert!(std::time::Instant::now() < deadline, "{query} never held");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    let id = SessionId::from("orphaned");
+    let header = Arc::new(SessionHeader::new(id.clone(), 1));
+    let store = Arc::new(PgStore::open(&config).unwrap());
+    store.append_batch(&header, &turn_events(0), false).unwrap();
+    std::thread::scope(|scope| {
+        let holder = scope.spawn(|| {
+            schema.sql(
+                "BEGIN; SELECT next_seq FROM {s}.sessions WHERE id = 'orphaned' FOR UPDATE; SELECT pg_sleep(1); COMMIT",
+            )
+        });
+        poll("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND query LIKE '%{s}.sessions%'");
+        let write = Arc::clone(&store).append_batch_async(&header, &turn_events(2), true).expect("a small batch");
+        poll(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{name}' AND wait_event_type = 'Lock'"
+        ));
+        let handle = Arc::downgrade(&store);
+        drop(store);
+        assert!(handle.strong_count() > 0, "the waiting task holds the store");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(write).unwrap();
+        assert_eq!(handle.strong_count(), 0, "the task dropped the store's last handle");
+        holder.join().unwrap();
+    });
+    let mut sink = CollectSink::default();
+    let outcome = schema.open().scan(&id, &CancellationToken::new(), &mut sink).unwrap().expect("stored");
+    assert_eq!(outcome.n_events, 4);
+}

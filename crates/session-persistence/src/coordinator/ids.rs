@@ -122,8 +122,14 @@ impl Inner {
         loop {
             let header = state.header.clone();
             let materialized = state.materialized;
-            let sent = events.clone();
-            match blocking(&self.backend, move |backend| backend.append_batch(&header, &sent, materialized)).await {
+            let written = match Arc::clone(&self.backend).append_batch_async(&header, &events, materialized) {
+                Some(write) => write.await,
+                None => {
+                    let sent = events.clone();
+                    blocking(&self.backend, move |backend| backend.append_batch(&header, &sent, materialized)).await
+                }
+            };
+            match written {
                 Ok(()) => break,
                 // A backend that fences writers (a database many processes share) refused the
                 // batch: earlier attempts of this very write may have committed with their
