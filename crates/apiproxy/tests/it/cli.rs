@@ -535,3 +535,31 @@ fn a_token_bound_twice_is_a_usage_error() {
         crate::support::Gateway::start_with(store, &["--owner-token", "alice=one", "--owner-token", "alice=two"]);
     drop(gateway);
 }
+
+/// The threads of a `serve` process's runtime: its workers and its blocking pool's (Tokio names
+/// both `tokio-rt-worker`).
+fn runtime_threads(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter(|task| {
+            let comm = fs::read_to_string(task.as_ref().unwrap().path().join("comm")).unwrap_or_default();
+            comm.trim_end() == "tokio-rt-worker"
+        })
+        .count()
+}
+
+/// `serve --worker-threads N` runs its runtime on N workers (one per core by default); zero is a
+/// usage error.
+#[test]
+fn serve_runs_on_the_worker_threads_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let store = store.to_str().unwrap();
+    let output = apiproxy_exits(&["serve", "--listen", "127.0.0.1:0", "--store", store, "--worker-threads", "0"]);
+    assert_eq!(output.status.code(), Some(2), "{}", String::from_utf8_lossy(&output.stderr));
+    for workers in [1, 8] {
+        let gateway = crate::support::Gateway::start_with(store, &["--worker-threads", &workers.to_string()]);
+        gateway.ok("host.describe", json!({}));
+        assert!(runtime_threads(gateway.pid()) >= workers, "{workers} workers");
+    }
+}

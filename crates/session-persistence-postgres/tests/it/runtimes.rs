@@ -199,7 +199,7 @@ fn a_store_dropped_by_its_own_append_task_goes_quietly() {
     std::thread::scope(|scope| {
         let holder = scope.spawn(|| {
             schema.sql(
-                "BEGIN; SELECT next_seq FROM {s}.sessions WHERE id = 'orphaned' FOR UPDATE; SELECT pg_sleep(1); COMMIT",
+                "BEGIN; SELECT next_seq FROM {s}.sessions WHERE id = 'orphaned' FOR UPDATE; SELECT pg_sleep(3); COMMIT",
             )
         });
         poll("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND query LIKE '%{s}.sessions%'");
