@@ -217,13 +217,19 @@ impl Db {
         })
     }
 
-    /// How to open connections of their own outside the pool.
+    /// The store's runtime, where the connections, the pool and the timers live.
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        // Invariant: `runtime` is `None` only once `drop` has taken it.
+        self.runtime.as_ref().expect("the runtime lives as long as the pool")
+    }
+
     /// How many connections the pool holds, idle or in use (for the `testing` feature's hook).
     #[cfg(feature = "testing")]
     pub(crate) fn pool_size(&self) -> usize {
         self.pool.status().size
     }
 
+    /// How to open connections of their own outside the pool.
     pub(crate) fn dialer(&self) -> &Dialer {
         &self.dialer
     }
@@ -235,9 +241,7 @@ impl Db {
 
     /// Starts `task` on the store's runtime (it ends when the runtime does: with the store).
     pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
-        // Invariant: the runtime lives until drop.
-        let runtime = self.runtime.as_ref().expect("the runtime lives as long as the pool");
-        drop(runtime.spawn(task));
+        drop(self.runtime().spawn(task));
     }
 
     /// Runs `work` with a pooled connection, blocking the calling thread until it is done. Works
@@ -295,8 +299,7 @@ impl Db {
 
     /// Blocks the calling thread until `call` is done, from any thread (see [`run`](Self::run)).
     pub(crate) fn block<T>(&self, call: impl Future<Output = T>) -> T {
-        // Invariant: the runtime lives until drop.
-        let runtime = self.runtime.as_ref().expect("the runtime lives as long as the pool");
+        let runtime = self.runtime();
         match tokio::runtime::Handle::try_current().map(|caller| caller.runtime_flavor()) {
             Err(_) => runtime.block_on(call),
             // Also right on the multi-thread runtime's blocking pool, where `block_in_place`
@@ -322,9 +325,7 @@ impl Db {
         &self,
         call: impl Future<Output = Result<T>> + Send + 'static,
     ) -> impl Future<Output = Result<T>> + Send + 'static {
-        // Invariant: the runtime lives until drop.
-        let runtime = self.runtime.as_ref().expect("the runtime lives as long as the pool");
-        let task = runtime.spawn(call);
+        let task = self.runtime().spawn(call);
         async move {
             match task.await {
                 Ok(answer) => answer,
@@ -344,9 +345,7 @@ impl Db {
         fresh: impl AsyncFnOnce(&tokio_postgres::Client) -> Result<()>,
         work: impl AsyncFnOnce(&tokio_postgres::Client) -> Result<T>,
     ) -> Result<T> {
-        // Invariant: the runtime lives until drop.
-        let runtime = self.runtime.as_ref().expect("the runtime lives as long as the pool");
-        runtime.block_on(async {
+        self.runtime().block_on(async {
             if slot.as_ref().is_none_or(|client| client.is_closed()) {
                 let pooled = self.pool.get().await.map_err(|error| self.pool_error(error))?;
                 let client = deadpool_postgres::Object::take(pooled);
