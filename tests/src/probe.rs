@@ -5,7 +5,7 @@ use std::{path::Path, time::Instant};
 
 use session_persistence_postgres::PgConfig;
 
-/// A PostgreSQL schema of this run's own, dropped when this is dropped.
+/// A PostgreSQL schema of this run's own, dropped when this is dropped (unless [kept](Self::keep)).
 #[derive(Debug)]
 pub struct PgSchema {
     /// The store URL, with `schema=` set.
@@ -14,6 +14,7 @@ pub struct PgSchema {
     pub config: PgConfig,
     /// The schema's name.
     pub name: String,
+    kept: bool,
 }
 
 impl PgSchema {
@@ -24,7 +25,13 @@ impl PgSchema {
         let separator = if server.contains('?') { '&' } else { '?' };
         let url = format!("{server}{separator}schema={name}");
         let config = PgConfig::from_url(&url).expect("a PostgreSQL URL");
-        PgSchema { url, config, name }
+        PgSchema { url, config, name, kept: false }
+    }
+
+    /// Leaves the schema in place when this is dropped (for a profiler), and answers its URL.
+    pub fn keep(mut self) -> String {
+        self.kept = true;
+        std::mem::take(&mut self.url)
     }
 
     /// Runs `statement` on a connection of its own, from a thread of its own (so that it may be
@@ -50,6 +57,9 @@ impl PgSchema {
 
 impl Drop for PgSchema {
     fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
         self.sql(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
     }
 }

@@ -18,8 +18,8 @@
 //!
 //! It prints medians with [min, max] beside the reference's in-process figures on this machine
 //! kind (`../shared/bench/README.md`). `--quick`: 20 children of 2,000 events, 3 rounds; `--keep`
-//! leaves the stores in place (for a profiler) and prints where. Run by
-//! `cargo xtask bench`; the figures are in `docs/benchmarks.md` ("Store reads").
+//! leaves the stores in place (for a profiler), the PostgreSQL schemas included, and prints where.
+//! Run by `cargo xtask bench`; the figures are in `docs/benchmarks.md` ("Store reads").
 
 use std::{
     path::{Path, PathBuf},
@@ -218,14 +218,19 @@ fn main() {
     for (label, ms) in copies {
         println!("apiproxy copy from jsonl-zstd into {label}: {:.1} s", ms / 1e3);
     }
-    drop(schema);
+    let mut kept = Vec::new();
+    kept.extend(schema.filter(|_| keep).map(PgSchema::keep));
     let schema = std::env::var("SESSION_PG_URL")
         .ok()
         .filter(|url| !url.is_empty())
         .map(|server| PgSchema::create(&server, "store_reads_many"));
     many_sessions(&apiproxy, plan, &dir, schema.as_ref());
     if keep {
+        kept.extend(schema.map(PgSchema::keep));
         eprintln!("store_reads: kept the stores in {}", dir.keep().display());
+        for url in kept {
+            eprintln!("store_reads: kept the PostgreSQL store {url} (drop its schema when done)");
+        }
     }
 }
 
