@@ -382,8 +382,12 @@ impl Frame {
     /// [`Frame::new`] gives.
     pub fn session_event(session_id: &str, event: &SessionEvent) -> Frame {
         const KIND: &str = "session/event";
-        let mut text = Vec::with_capacity(64 + session_id.len() + event.data.as_str().len());
-        text.extend_from_slice(b"{\"type\":\"session/event\",\"sessionId\":");
+        const HEAD: &[u8] = b"{\"type\":\"session/event\",\"sessionId\":";
+        // The exact length when the id needs no escape (ids rarely do): the buffer never grows, and
+        // the boxed text below keeps it without a copy.
+        let quoted_id = session_id.len() + 2;
+        let mut text = Vec::with_capacity(HEAD.len() + quoted_id + ",\"event\":".len() + event.encoded_len() + 1);
+        text.extend_from_slice(HEAD);
         // Invariant: serializing a `str` into memory cannot fail.
         serde_json::to_writer(&mut text, session_id).expect("writing a string into memory cannot fail");
         text.extend_from_slice(b",\"event\":");
