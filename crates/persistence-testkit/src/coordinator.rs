@@ -217,6 +217,70 @@ pub(crate) async fn a_first_write_that_meets_a_log_created_meanwhile_is_fenced(h
     assert_eq!(stored[..], resumed.events()[..], "resumed, it writes again");
 }
 
+/// Waits until `backend` holds one append at its hold, polling `call` meanwhile, then drops
+/// `call`: its caller stops waiting while the write is on its way, as a cancelled request does.
+async fn abandon_while_held<T: std::fmt::Debug>(backend: &CountingBackend, call: impl std::future::Future<Output = T>) {
+    tokio::pin!(call);
+    tokio::select! {
+        result = &mut call => panic!("the call ended while its write was held: {result:?}"),
+        () = backend.wait_for_held(1) => {}
+    }
+}
+
+/// A flush whose caller stops waiting while its batch is being written (a cancelled request): the
+/// write goes on to its end and is recorded, so the session's next flush writes what followed,
+/// and the log holds every event once, in order.
+pub(crate) async fn a_flush_whose_caller_stops_waiting_still_records_its_write(h: &Cx<'_>) {
+    let backend = Arc::new(CountingBackend::new(h.place.open()));
+    // No window closes on its own here: the flush is the one writing.
+    let config =
+        CoordinatorConfig { write_batch_max_delay: Duration::from_secs(3_600), ..CoordinatorConfig::default() };
+    let persistence = Coordinator::new(backend.clone(), config).unwrap();
+    let store = live_store(&persistence);
+    let id = SessionId::from("s-abandoned-flush");
+    let session = store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta() }).unwrap();
+    append_turn(&session, 1);
+    store.flush(&id).await.unwrap();
+    let before = backend.appends();
+    append_turn(&session, 2);
+    backend.hold_appends(true);
+    abandon_while_held(&backend, store.flush(&id)).await;
+    backend.hold_appends(false);
+    tokio::time::timeout(Duration::from_secs(30), backend.wait_for_appends(before + 1))
+        .await
+        .expect("the abandoned flush's write goes on");
+    append_turn(&session, 3);
+    store.flush(&id).await.expect("the next flush writes what followed the abandoned one");
+    assert_eq!(persistence.durable_len(&id), Some(6));
+    let stored = persistence.read_from(&id, 0, &CancellationToken::new()).await.unwrap().events;
+    assert_eq!(stored.to_vec(), session.events().to_vec(), "every event stored once, in order");
+    persistence.close().await.unwrap();
+}
+
+/// An append whose caller stops waiting while the batch is being written: the write goes on to
+/// its end and is recorded, so the next batch, from the next seq, is accepted.
+pub(crate) async fn an_append_whose_caller_stops_waiting_still_records_its_write(h: &Cx<'_>) {
+    let backend = Arc::new(CountingBackend::new(h.place.open()));
+    let persistence = Coordinator::new(backend.clone(), CoordinatorConfig::default()).unwrap();
+    let cancel = CancellationToken::new();
+    let id = SessionId::from("s-abandoned-append");
+    let mut header = SessionHeader::new(id.clone(), 1);
+    header.cwd = Some("/work".into());
+    persistence.create(header, &cancel).await.unwrap();
+    persistence.append(&id, turn(0), &cancel).await.unwrap();
+    let before = backend.appends();
+    backend.hold_appends(true);
+    abandon_while_held(&backend, persistence.append(&id, turn(2), &cancel)).await;
+    backend.hold_appends(false);
+    tokio::time::timeout(Duration::from_secs(30), backend.wait_for_appends(before + 1))
+        .await
+        .expect("the abandoned append's write goes on");
+    persistence.append(&id, turn(4), &cancel).await.expect("the next batch, from the next seq, is accepted");
+    let stored = persistence.read_from(&id, 0, &cancel).await.unwrap().events;
+    assert_eq!(stored.iter().map(|event| event.seq).collect::<Vec<_>>(), (0..6).collect::<Vec<_>>());
+    persistence.close().await.unwrap();
+}
+
 fn turn(seq0: u64) -> Vec<Arc<SessionEvent>> {
     ["turn/start", "turn/end"]
         .iter()

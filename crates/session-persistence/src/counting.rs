@@ -23,7 +23,8 @@ use crate::{
 /// Wraps a backend, forwarding every call, and counts scans (log reads) and appended batches.
 /// [`CountingBackend::fail_appends`] makes appends fail with an I/O error until turned off;
 /// [`CountingBackend::lose_next_reply`] lets the next append commit and then reports it failed,
-/// as a lost reply from a database server does.
+/// as a lost reply from a database server does; [`CountingBackend::hold_appends`] keeps appends
+/// waiting until released, as a slow write does.
 #[derive(Debug)]
 pub struct CountingBackend {
     inner: Arc<dyn Backend>,
@@ -37,6 +38,11 @@ pub struct CountingBackend {
     /// When not 0, reads ahead in runs of this many by scanning each log
     /// ([`CountingBackend::read_ahead_by_scans`]).
     read_ahead: AtomicUsize,
+    /// Whether appends wait before they write ([`CountingBackend::hold_appends`]).
+    hold: parking_lot::Mutex<bool>,
+    released: parking_lot::Condvar,
+    /// How many appends have waited at the hold so far, for waiting on it.
+    held: tokio::sync::watch::Sender<u64>,
 }
 
 impl CountingBackend {
@@ -75,6 +81,35 @@ impl CountingBackend {
             lose_next_reply: AtomicBool::new(false),
             prefetches: AtomicU64::new(0),
             read_ahead: AtomicUsize::new(0),
+            hold: parking_lot::Mutex::new(false),
+            released: parking_lot::Condvar::new(),
+            held: tokio::sync::watch::Sender::new(0),
+        }
+    }
+
+    /// While `hold` is set, every append waits before it writes (on its blocking thread: a
+    /// backend's future is not used meanwhile), until this is called with `false`.
+    pub fn hold_appends(&self, hold: bool) {
+        *self.hold.lock() = hold;
+        self.released.notify_all();
+    }
+
+    /// Waits until at least `n` appends have reached the hold of [`CountingBackend::hold_appends`].
+    pub async fn wait_for_held(&self, n: u64) {
+        let mut held = self.held.subscribe();
+        // The sender lives in `self`, so the channel cannot close while this waits.
+        let _ = held.wait_for(|count| *count >= n).await;
+    }
+
+    /// Waits while appends are held (see [`CountingBackend::hold_appends`]).
+    fn wait_while_held(&self) {
+        let mut hold = self.hold.lock();
+        if !*hold {
+            return;
+        }
+        self.held.send_modify(|held| *held += 1);
+        while *hold {
+            self.released.wait(&mut hold);
         }
     }
 
@@ -200,6 +235,7 @@ impl Backend for CountingBackend {
     }
 
     fn append_batch(&self, header: &SessionHeader, events: &[Arc<SessionEvent>], materialized: bool) -> Result<()> {
+        self.wait_while_held();
         if let Some(failure) = self.injected_failure(header) {
             return Err(failure);
         }
@@ -208,13 +244,17 @@ impl Backend for CountingBackend {
     }
 
     /// The inner backend's future, counted and with the same injected failures as
-    /// [`append_batch`](Backend::append_batch); `None` where the inner backend has none.
+    /// [`append_batch`](Backend::append_batch); `None` where the inner backend has none, and while
+    /// appends are held.
     fn append_batch_async(
         self: Arc<Self>,
         header: &Arc<SessionHeader>,
         events: &[Arc<SessionEvent>],
         materialized: bool,
     ) -> Option<AppendFuture> {
+        if *self.hold.lock() {
+            return None;
+        }
         if let Some(failure) = self.injected_failure(header) {
             return Some(Box::pin(std::future::ready(Err(failure))));
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use tokio_util::sync::CancellationToken;
 
-use super::state::{IdState, Inner, blocking, check_cancel};
+use super::state::{IdState, Inner, blocking, check_cancel, to_the_end};
 use crate::{
     backend::CollectSink,
     error::{PersistenceError, Result},
@@ -38,17 +38,31 @@ impl Inner {
     /// Appends a caller's batch to a log no live session writes; `written_live` says, under the
     /// id lock, whether one does (the batch is then refused). A stored log this coordinator does
     /// not track yet is adopted first (its repair committed).
+    ///
+    /// The write runs to its end even if the caller stops waiting ([`to_the_end`]).
     pub(super) async fn append(
+        self: &Arc<Self>,
+        id: &SessionId,
+        events: Vec<Arc<SessionEvent>>,
+        cancel: &CancellationToken,
+        written_live: impl FnOnce(&SessionId) -> bool + Send + 'static,
+    ) -> Result<()> {
+        check_cancel(cancel)?;
+        if events.is_empty() {
+            return Ok(());
+        }
+        let (inner, id, cancel) = (Arc::clone(self), id.clone(), cancel.clone());
+        to_the_end(async move { inner.append_here(&id, events, &cancel, written_live).await }).await
+    }
+
+    /// [`append`](Self::append), on the task that runs it.
+    async fn append_here(
         &self,
         id: &SessionId,
         events: Vec<Arc<SessionEvent>>,
         cancel: &CancellationToken,
         written_live: impl FnOnce(&SessionId) -> bool,
     ) -> Result<()> {
-        check_cancel(cancel)?;
-        if events.is_empty() {
-            return Ok(());
-        }
         let _guard = self.lock_id(id).await;
         if written_live(id) {
             return Err(PersistenceError::collision(

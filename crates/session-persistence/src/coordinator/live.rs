@@ -32,7 +32,7 @@ use session_core::{Session, SessionEvent, SessionHeader, SessionId, SessionStore
 use tokio::sync::Mutex as AsyncMutex;
 use tokio_util::sync::CancellationToken;
 
-use super::state::{IdState, Inner, blocking};
+use super::state::{IdState, Inner, blocking, to_the_end};
 use crate::error::{FencedWrite, PersistenceError, Result};
 
 /// The live sessions this coordinator writes, over the shared state.
@@ -79,7 +79,7 @@ impl LiveSessions {
     }
 
     /// Drains every live session's buffered events. Errors are collected; the first is returned.
-    pub(super) async fn close(&self) -> Result<()> {
+    pub(super) async fn close(self: &Arc<Self>) -> Result<()> {
         let writers: Vec<Arc<LiveWriter>> = self.writers.lock().values().cloned().collect();
         let mut first_error = None;
         for writer in writers {
@@ -111,7 +111,7 @@ impl LiveSessions {
     }
 
     /// Waits until everything the live session `id` appended so far is durable.
-    pub(super) async fn flush(&self, id: &SessionId) -> Result<()> {
+    pub(super) async fn flush(self: &Arc<Self>, id: &SessionId) -> Result<()> {
         let writer = self.writers.lock().get(id).cloned();
         match writer {
             Some(writer) => writer.drain(self).await,
@@ -120,7 +120,7 @@ impl LiveSessions {
     }
 
     /// Retires the live session `id`, if any, and reports a fence a retire nobody awaited met.
-    pub(super) async fn release(&self, id: &SessionId) -> Result<()> {
+    pub(super) async fn release(self: &Arc<Self>, id: &SessionId) -> Result<()> {
         let writer = self.writers.lock().get(id).cloned();
         let released = match writer {
             Some(writer) => self.retire(writer.session().clone()).await,
@@ -298,7 +298,7 @@ impl LiveSessions {
     /// binding (and the buffer), so a later flush or release can retry; a fenced writer (another
     /// writer moved its log on, which no retry heals) is unbound without writing, its unwritten
     /// events dropped, and the fence's `Fenced` is returned so the caller can say so.
-    async fn retire(&self, session: Arc<Session>) -> Result<()> {
+    async fn retire(self: &Arc<Self>, session: Arc<Session>) -> Result<()> {
         let writer = self.writers.lock().get(session.id()).cloned();
         let mut fenced = None;
         if let Some(writer) = &writer
@@ -493,8 +493,16 @@ impl LiveWriter {
         self.fence_error().map(|error| error.to_string())
     }
 
-    /// Writes everything buffered, including events that arrive while it writes.
-    pub(super) async fn drain(&self, live: &LiveSessions) -> Result<()> {
+    /// Writes everything buffered, including events that arrive while it writes. Runs to its end
+    /// even if the caller stops waiting ([`to_the_end`]): a batch it took is always either
+    /// recorded as stored or put back.
+    pub(super) async fn drain(self: &Arc<Self>, live: &Arc<LiveSessions>) -> Result<()> {
+        let (writer, live) = (Arc::clone(self), Arc::clone(live));
+        to_the_end(async move { writer.drain_here(&live).await }).await
+    }
+
+    /// [`drain`](Self::drain), on the task that runs it.
+    async fn drain_here(&self, live: &LiveSessions) -> Result<()> {
         let mut progress = self.write.lock().await;
         self.check_fence()?;
         if !progress.initialized {

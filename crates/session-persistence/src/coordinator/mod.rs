@@ -110,7 +110,8 @@ impl SessionPersistence for Coordinator {
     }
 
     async fn append(&self, id: &SessionId, events: Vec<Arc<SessionEvent>>, cancel: &CancellationToken) -> Result<()> {
-        self.inner.append(id, events, cancel, |id| self.live.session(id).is_some()).await
+        let live = Arc::clone(&self.live);
+        self.inner.append(id, events, cancel, move |id| live.session(id).is_some()).await
     }
 
     async fn list_snapshots(&self, cancel: &CancellationToken) -> Result<Listing> {

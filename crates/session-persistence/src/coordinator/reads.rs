@@ -302,7 +302,7 @@ fn validated_suffix(
 /// (and refused while its turn is open).
 pub(super) async fn load(
     inner: &Inner,
-    live: &LiveSessions,
+    live: &Arc<LiveSessions>,
     id: &SessionId,
     cancel: &CancellationToken,
 ) -> Result<Inspection> {

@@ -22,6 +22,25 @@ use crate::{
 /// A backend call's hop to the blocking pool, under the name the call sites use.
 pub(super) use session_storage_io::keyed::run_blocking_with as blocking;
 
+/// Runs a write (`work`) as a task of its own and waits for it. A caller that stops waiting (a
+/// cancelled request dropping its flush or append) does not stop the write half way: a batch
+/// taken from a live session's buffer is always either recorded as stored or put back, and the
+/// id's state always says where its log ends, so the next write starts there. (A backend's write
+/// runs on after a dropped caller anyway, on the blocking pool or the store's own runtime; what
+/// the caller's future held was the record of it.) A panic in `work` is the caller's.
+pub(super) async fn to_the_end<T: Send + 'static>(
+    work: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    match tokio::spawn(work).await {
+        Ok(result) => result,
+        Err(error) => match error.try_into_panic() {
+            Ok(payload) => std::panic::resume_unwind(payload),
+            // The only other way a task ends early: its runtime shut down.
+            Err(_cancelled) => Err(PersistenceError::Cancelled),
+        },
+    }
+}
+
 /// Durable state the coordinator tracks for one id.
 #[derive(Debug, Clone)]
 pub(super) struct IdState {
