@@ -6,8 +6,9 @@
 //! SQLite file's change counter) only wakes the follower; what it sends comes from storage. A
 //! wake-up for a session makes the follower read the session's position and then its tail from
 //! the last seq the hub sent (one seek read), and a sweep (after every reconnect of the signal,
-//! and on a safety poll) does that for every followed session, every session live here, and every
-//! session created since the last sweep, so a lost notification costs latency, never an event.
+//! and on a safety poll) does that for every followed session, every session live here, every
+//! session created since the last sweep and every session woken since the last round, so a lost
+//! notification costs latency, never an event, for any session followed or created in the window.
 //! Wake-ups that arrive while a round runs coalesce into the next round, and a round reads each
 //! session's tail at most once, so at most one tail read per session is ever in flight. Rounds
 //! that signals start are paced ([`FollowConfig::round_gap`]): a wake-up after a quiet stretch
@@ -233,9 +234,11 @@ async fn run(
             last_round = Some(tokio::time::Instant::now());
         }
         let round = std::mem::take(&mut *wakes.pending.lock());
+        // What a failed round hands on to the next: a sweep could not find every woken session.
+        let woken = round.sessions.clone();
         let outcome = if round.sweep {
             let started = now_ms(&context.store);
-            let swept = context.sweep(created_from, &cancel).await;
+            let swept = context.sweep(created_from, round.sessions, &cancel).await;
             if swept.is_ok() {
                 created_from = started.saturating_sub(CREATED_SLACK_MS);
             }
@@ -247,18 +250,32 @@ async fn run(
             Ok(()) => {}
             Err(PersistenceError::Cancelled) if cancel.is_cancelled() => return,
             Err(error) => {
-                // The store is unreachable or failing: the next sweep tries again.
+                // The store is unreachable or failing: the next sweep tries again, with this
+                // round's wake-ups.
                 tracing::warn!(%error, "following the store: a round failed; the next sweep retries");
-                wakes.pending.lock().sweep = true;
+                let mut pending = wakes.pending.lock();
+                pending.sweep = true;
+                if pending.sessions.len() + woken.len() <= MAX_PENDING {
+                    for (id, created) in woken {
+                        *pending.sessions.entry(id).or_default() |= created;
+                    }
+                }
             }
         }
     }
 }
 
 impl Context {
-    /// Every followed session, every session live here, and every session created since
-    /// `created_from`.
-    async fn sweep(&self, created_from: u64, cancel: &CancellationToken) -> Result<(), PersistenceError> {
+    /// Every followed session, every session live here, every session created since
+    /// `created_from`, and the sessions woken since the last round (`woken`, each with whether
+    /// one of its wake-ups was its creation): a sweep finds no session on its own that was created
+    /// before its window and is followed by nobody here, so a wake-up that joins it is read in it.
+    async fn sweep(
+        &self,
+        created_from: u64,
+        woken: HashMap<SessionId, bool>,
+        cancel: &CancellationToken,
+    ) -> Result<(), PersistenceError> {
         let mut sessions: HashMap<SessionId, bool> = self.hub.remote_ids().into_iter().map(|id| (id, false)).collect();
         for session in self.store.list() {
             sessions.insert(session.id().clone(), false);
@@ -269,6 +286,9 @@ impl Context {
             let id = stored.header.id.clone();
             sessions.entry(id.clone()).or_insert(true);
             headers.insert(id, stored.header);
+        }
+        for (id, created) in woken {
+            *sessions.entry(id).or_default() |= created;
         }
         self.reconcile(sessions, headers, cancel).await
     }

@@ -76,6 +76,10 @@ struct Handle {
     /// Log reads through this handle, and position reads.
     scans: AtomicUsize,
     position_reads: AtomicUsize,
+    /// While set, position reads wait (a round held half way); how many have waited so far.
+    gate: Mutex<bool>,
+    opened: parking_lot::Condvar,
+    gated: AtomicUsize,
 }
 
 impl Handle {
@@ -86,7 +90,16 @@ impl Handle {
             held: Mutex::default(),
             scans: AtomicUsize::new(0),
             position_reads: AtomicUsize::new(0),
+            gate: Mutex::new(false),
+            opened: parking_lot::Condvar::new(),
+            gated: AtomicUsize::new(0),
         })
+    }
+
+    /// Makes position reads wait (`true`) until called with `false`.
+    fn close_gate(&self, closed: bool) {
+        *self.gate.lock() = closed;
+        self.opened.notify_all();
     }
 }
 
@@ -190,6 +203,15 @@ impl Backend for Handle {
     }
 
     fn positions(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<SessionPosition>> {
+        {
+            let mut closed = self.gate.lock();
+            if *closed {
+                self.gated.fetch_add(1, Ordering::SeqCst);
+            }
+            while *closed {
+                self.opened.wait(&mut closed);
+            }
+        }
         self.position_reads.fetch_add(1, Ordering::SeqCst);
         let mut positions = self.net.logs.positions(ids, cancel)?;
         let leases = self.net.leases.lock();
@@ -396,6 +418,63 @@ async fn lost_signals_are_made_up_by_the_sweep() {
     a.ok(None, "session.append", json!({"sessionId": "quiet", "events": turn(4)})).await;
     a.ok(None, "session.flush", json!({"sessionId": "quiet"})).await;
     converge(&mut mux, "quiet", &mut replica, &stored(&net, "quiet")).await;
+    a.stop().await;
+    b.stop().await;
+}
+
+/// A wake-up that joins a round which is a sweep (a safety poll, a reconnect, a failed round)
+/// is still read in it: here for a session the sweep could not find on its own (created long
+/// ago, followed by nobody here, live elsewhere), whose one append's signal came while a round
+/// was running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_that_joins_a_sweep_is_read_in_it() {
+    let net = Arc::new(Net::default());
+    let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
+    // B sweeps only when told to (its safety poll is an hour away).
+    let b_config = ProxyConfig {
+        follow: FollowConfig { sweep_interval: Duration::from_secs(3_600), ..FollowConfig::default() },
+        ..ProxyConfig::default()
+    };
+    let b_handle = Handle::new(&net, 1);
+    let b = Server::start_on_backend(b_handle.clone(), b_config).await;
+    let mut host = b.ws("/api/events.host", None).await;
+    // A session B follows, so that B's sweeps read positions.
+    a.ok(None, "session.create", json!({"sessionId": "followed", "cwd": "/w"})).await;
+    a.ok(None, "session.append", json!({"sessionId": "followed", "events": turn(1)})).await;
+    a.ok(None, "session.flush", json!({"sessionId": "followed"})).await;
+    host.until(|frame| frame["type"] == "host/session-added" && frame["sessionId"] == "followed").await;
+    // An old session, stored without a signal, and held live by another writer.
+    let old = SessionId::from("old");
+    let mut header = SessionHeader::new(old.clone(), 1);
+    header.cwd = Some("/w".into());
+    let events: Vec<Arc<SessionEvent>> = turn(1)
+        .into_iter()
+        .enumerate()
+        .map(|(seq, mut event)| {
+            event["seq"] = json!(seq);
+            event["time"] = json!(1);
+            Arc::new(serde_json::from_value(event).unwrap())
+        })
+        .collect();
+    net.logs.append_batch(&header, &events, false).unwrap();
+    net.leases.lock().insert(old.clone(), 1);
+    // A sweep that stops at its position read, and meanwhile the old session's append signal and
+    // another sweep: the next round is a sweep that holds the wake-up.
+    b_handle.close_gate(true);
+    net.signal(0, StoreChange::Sweep);
+    for _ in 0..2_000 {
+        if b_handle.gated.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(b_handle.gated.load(Ordering::SeqCst) > 0, "B's sweep reached its position read");
+    let next_seq = events.len() as u64;
+    net.signal(0, StoreChange::Session { id: old.clone(), kind: ChangeKind::Appended, next_seq: Some(next_seq) });
+    net.signal(0, StoreChange::Sweep);
+    b_handle.close_gate(false);
+    let added = host.until(|frame| frame["type"] == "host/session-added" && frame["sessionId"] == "old").await;
+    assert_eq!(added.last().unwrap()["sessionId"], "old");
     a.stop().await;
     b.stop().await;
 }
