@@ -345,7 +345,8 @@ impl Db {
         fresh: impl AsyncFnOnce(&tokio_postgres::Client) -> Result<()>,
         work: impl AsyncFnOnce(&tokio_postgres::Client) -> Result<T>,
     ) -> Result<T> {
-        self.runtime().block_on(async {
+        // As every synchronous call, through `block`: from async code too, never a panic.
+        self.block(async {
             if slot.as_ref().is_none_or(|client| client.is_closed()) {
                 let pooled = self.pool.get().await.map_err(|error| self.pool_error(error))?;
                 let client = deadpool_postgres::Object::take(pooled);

@@ -34,6 +34,9 @@ fn check_backend(store: &PgStore, tag: &str) {
     child_header.parent_session = Some(parent.clone());
     child_header.delegation_depth = 1;
     store.append_batch(&child_header, &turn_events(0), false).unwrap();
+    // The writer lease lives on a connection of its own.
+    store.lease(&parent).unwrap();
+    store.end_lease(&parent);
 
     let mut sink = CollectSink::default();
     let outcome = store.scan(&parent, &cancel, &mut sink).unwrap().expect("the parent is stored");
