@@ -325,11 +325,15 @@ impl Context {
             return Ok(());
         }
         let ids: Vec<SessionId> = sessions.keys().cloned().collect();
+        // A session released here while its position is read may be read as held, by this
+        // gateway's own lease: it is left to the next round, which reads it afresh.
+        let local: HashSet<&SessionId> = ids.iter().filter(|id| self.hub.is_local(id)).collect();
         let positions = self.persistence.positions(&ids, cancel).await?;
         let mut seen = HashSet::with_capacity(positions.len());
         let work: Vec<_> = positions
             .into_iter()
             .filter(|position| seen.insert(position.id.clone()))
+            .filter(|position| !local.contains(&position.id) || self.hub.is_local(&position.id))
             .map(|position| {
                 let created = sessions.get(&position.id).copied().unwrap_or(false);
                 let header = headers.remove(&position.id);

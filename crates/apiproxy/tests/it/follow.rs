@@ -76,7 +76,8 @@ struct Handle {
     /// Log reads through this handle, and position reads.
     scans: AtomicUsize,
     position_reads: AtomicUsize,
-    /// While set, position reads wait (a round held half way); how many have waited so far.
+    /// While set, position reads wait before they answer (a round held half way); how many have
+    /// waited so far.
     gate: Mutex<bool>,
     opened: parking_lot::Condvar,
     gated: AtomicUsize,
@@ -100,6 +101,17 @@ impl Handle {
     fn close_gate(&self, closed: bool) {
         *self.gate.lock() = closed;
         self.opened.notify_all();
+    }
+
+    /// Waits until a position read waits at the closed gate.
+    async fn wait_until_gated(&self) {
+        for _ in 0..4_000 {
+            if self.gated.load(Ordering::SeqCst) > 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await; // polls a counter nothing signals
+        }
+        panic!("no position read reached the gate");
     }
 }
 
@@ -202,21 +214,23 @@ impl Backend for Handle {
         Ok(Some(Watch::new(move || net.watchers.lock().retain(|(watch, _, _)| *watch != key))))
     }
 
+    /// The positions as they stand, answered once the gate (if closed) opens: what a round then
+    /// holds may be stale.
     fn positions(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<SessionPosition>> {
-        {
-            let mut closed = self.gate.lock();
-            if *closed {
-                self.gated.fetch_add(1, Ordering::SeqCst);
-            }
-            while *closed {
-                self.opened.wait(&mut closed);
-            }
-        }
         self.position_reads.fetch_add(1, Ordering::SeqCst);
         let mut positions = self.net.logs.positions(ids, cancel)?;
-        let leases = self.net.leases.lock();
-        for position in &mut positions {
-            position.held = Some(leases.contains_key(&position.id));
+        {
+            let leases = self.net.leases.lock();
+            for position in &mut positions {
+                position.held = Some(leases.contains_key(&position.id));
+            }
+        }
+        let mut closed = self.gate.lock();
+        if *closed {
+            self.gated.fetch_add(1, Ordering::SeqCst);
+        }
+        while *closed {
+            self.opened.wait(&mut closed);
         }
         Ok(positions)
     }
@@ -462,19 +476,50 @@ async fn a_wake_up_that_joins_a_sweep_is_read_in_it() {
     // another sweep: the next round is a sweep that holds the wake-up.
     b_handle.close_gate(true);
     net.signal(0, StoreChange::Sweep);
-    for _ in 0..2_000 {
-        if b_handle.gated.load(Ordering::SeqCst) > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(b_handle.gated.load(Ordering::SeqCst) > 0, "B's sweep reached its position read");
+    b_handle.wait_until_gated().await;
     let next_seq = events.len() as u64;
     net.signal(0, StoreChange::Session { id: old.clone(), kind: ChangeKind::Appended, next_seq: Some(next_seq) });
     net.signal(0, StoreChange::Sweep);
     b_handle.close_gate(false);
     let added = host.until(|frame| frame["type"] == "host/session-added" && frame["sessionId"] == "old").await;
     assert_eq!(added.last().unwrap()["sessionId"], "old");
+    a.stop().await;
+    b.stop().await;
+}
+
+/// A session released here while a round reads its position (which still says held: by this
+/// gateway's own lease) is not followed as if another writer held it: no `host/session-added`
+/// after its `host/session-removed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_released_during_a_round_is_not_followed_on_its_own_lease() {
+    let net = Arc::new(Net::default());
+    let a_handle = Handle::new(&net, 0);
+    let a = Server::start_on_backend(a_handle.clone(), config()).await;
+    let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
+    let mut host = a.ws("/api/events.host", None).await;
+    a.ok(None, "session.create", json!({"sessionId": "mine", "cwd": "/w"})).await;
+    a.ok(None, "session.append", json!({"sessionId": "mine", "events": turn(1)})).await;
+    a.ok(None, "session.flush", json!({"sessionId": "mine"})).await;
+    // A's next sweep reads the position of its live session, held by its own lease, and waits.
+    a_handle.close_gate(true);
+    a_handle.wait_until_gated().await;
+    a.ok(None, "session.release", json!({"sessionId": "mine"})).await;
+    a_handle.close_gate(false);
+    // Two more sweeps of A's (every 100 ms), then a session as a marker: the frames up to its
+    // `host/session-added` hold everything the held round did.
+    let reads = a_handle.position_reads.load(Ordering::SeqCst);
+    while a_handle.position_reads.load(Ordering::SeqCst) < reads + 2 {
+        tokio::time::sleep(Duration::from_millis(10)).await; // polls a counter nothing signals
+    }
+    a.ok(None, "session.create", json!({"sessionId": "marker", "cwd": "/w"})).await;
+    a.ok(None, "session.append", json!({"sessionId": "marker", "events": turn(1)})).await;
+    let frames = host.until(|frame| frame["type"] == "host/session-added" && frame["sessionId"] == "marker").await;
+    let mine: Vec<&Value> = frames.iter().filter(|frame| frame["sessionId"] == "mine").collect();
+    let removed = mine.iter().position(|frame| frame["type"] == "host/session-removed").expect("the release");
+    assert!(
+        mine[removed..].iter().all(|frame| frame["type"] != "host/session-added"),
+        "followed on its own lease after its release: {mine:?}"
+    );
     a.stop().await;
     b.stop().await;
 }
