@@ -448,9 +448,12 @@ impl Context {
                 };
                 let baseline =
                     if created && position.next_seq <= REPLAY_CREATED_MAX { -1 } else { position.next_seq as i64 - 1 };
+                // Replayed from its start, its tail says when a turn runs; followed from further
+                // in, whether one runs now is read from the end of its log.
+                let running = baseline >= 0 && self.ends_in_turn(id, position.next_seq, cancel).await?;
                 // Its baseline is one more frame in each mux queue that sees it.
                 wait_for_room(self.hub.mux_queues_seeing(header.owner.as_deref()), 1, cancel).await;
-                if !self.hub.follow_remote(header, baseline, false) {
+                if !self.hub.follow_remote(header, baseline, running) {
                     // It became live here, or another round follows it already.
                     return Ok(None);
                 }
@@ -461,6 +464,35 @@ impl Context {
         let from_seq =
             (position.next_seq as i64 > last_seq + 1 && self.hub.watched(id)).then_some((last_seq + 1) as u64);
         Ok(Some(Prepared { id: position.id, from_seq, release: position.held == Some(false) }))
+    }
+
+    /// Whether `id`'s stored log, up to `next_seq`, ends inside a turn: its last turn boundary
+    /// is a `turn/start`. Read back from the end in growing windows (one seek read when the turn
+    /// began in the last 64 events).
+    async fn ends_in_turn(
+        &self,
+        id: &SessionId,
+        next_seq: u64,
+        cancel: &CancellationToken,
+    ) -> Result<bool, PersistenceError> {
+        let mut window = 64u64;
+        loop {
+            let from = next_seq.saturating_sub(window);
+            let read = self.persistence.read_from(id, from, cancel).await?;
+            let boundary = read
+                .events
+                .iter()
+                .rev()
+                .filter(|event| event.seq < next_seq)
+                .find(|event| event.is("turn/start") || event.is("turn/end"));
+            if let Some(boundary) = boundary {
+                return Ok(boundary.is("turn/start"));
+            }
+            if from == 0 {
+                return Ok(false);
+            }
+            window = window.saturating_mul(8);
+        }
     }
 
     /// Reads `id`'s stored events from `from_seq` and delivers them ([`Self::deliver_tail`]).

@@ -197,8 +197,8 @@ impl Hub {
     }
 
     /// Starts following `header`'s session from the store at `last_seq` (what its stored log
-    /// held when the follower read its position): `host/session-added`, then the
-    /// `session/subscribed {lastSeq}` baseline. `false`, and nothing sent, when the hub already
+    /// held when the follower read its position): `host/session-added` (and, when a turn is
+    /// `running` there, `host/session-status`), then the `session/subscribed {lastSeq}` baseline. `false`, and nothing sent, when the hub already
     /// has the session (live here, or followed).
     pub(crate) fn follow_remote(&self, header: Arc<SessionHeader>, last_seq: i64, running: bool) -> bool {
         let mut state = self.state.lock();
@@ -212,6 +212,10 @@ impl Hub {
         fan_out(&mut state, StreamKind::Host, header.owner.as_deref(), || {
             Frame::host_session_added(&header, !running && last_seq < 0)
         });
+        if running {
+            // Followed from inside a turn whose start it will not send: its status says so.
+            fan_out(&mut state, StreamKind::Host, header.owner.as_deref(), || Frame::host_session_status(id, true));
+        }
         fan_out(&mut state, StreamKind::Mux, header.owner.as_deref(), || Frame::session_subscribed(id, last_seq));
         true
     }

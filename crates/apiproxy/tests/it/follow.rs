@@ -461,15 +461,7 @@ async fn a_wake_up_that_joins_a_sweep_is_read_in_it() {
     let old = SessionId::from("old");
     let mut header = SessionHeader::new(old.clone(), 1);
     header.cwd = Some("/w".into());
-    let events: Vec<Arc<SessionEvent>> = turn(1)
-        .into_iter()
-        .enumerate()
-        .map(|(seq, mut event)| {
-            event["seq"] = json!(seq);
-            event["time"] = json!(1);
-            Arc::new(serde_json::from_value(event).unwrap())
-        })
-        .collect();
+    let events = stored_turn(0);
     net.logs.append_batch(&header, &events, false).unwrap();
     net.leases.lock().insert(old.clone(), 1);
     // A sweep that stops at its position read, and meanwhile the old session's append signal and
@@ -520,6 +512,47 @@ async fn a_session_released_during_a_round_is_not_followed_on_its_own_lease() {
         mine[removed..].iter().all(|frame| frame["type"] != "host/session-added"),
         "followed on its own lease after its release: {mine:?}"
     );
+    a.stop().await;
+    b.stop().await;
+}
+
+/// `turn(1)`'s events stored at seqs from `seq0`, as another writer would have written them.
+fn stored_turn(seq0: usize) -> Vec<Arc<SessionEvent>> {
+    turn(1)
+        .into_iter()
+        .enumerate()
+        .map(|(offset, mut event)| {
+            event["seq"] = json!(seq0 + offset);
+            event["time"] = json!(1);
+            Arc::new(serde_json::from_value(event).unwrap())
+        })
+        .collect()
+}
+
+/// A session first followed in the middle of a turn (written elsewhere, its start before the
+/// baseline) shows as running at once, and as idle when the turn ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_first_followed_inside_a_turn_shows_as_running() {
+    let (net, a, b) = pair().await;
+    let mut host = b.ws("/api/events.host", None).await;
+    let _watcher = b.ws("/api/events.mux", None).await;
+    // An old session (outside the sweeps' window of new sessions), inside its first turn, held
+    // by another writer, stored without a signal.
+    let id = SessionId::from("midturn");
+    let mut header = SessionHeader::new(id.clone(), 1);
+    header.cwd = Some("/w".into());
+    let events = stored_turn(0);
+    let (started, rest) = events.split_at(3);
+    net.logs.append_batch(&header, started, false).unwrap();
+    net.leases.lock().insert(id.clone(), 1);
+    net.signal(0, StoreChange::Session { id: id.clone(), kind: ChangeKind::Appended, next_seq: Some(3) });
+    let frames = host.until(|frame| frame["sessionId"] == "midturn" && frame["type"] == "host/session-status").await;
+    assert_eq!(frames.last().unwrap()["running"], true, "{frames:?}");
+    // The turn ends elsewhere.
+    net.logs.append_batch(&header, rest, true).unwrap();
+    net.signal(0, StoreChange::Session { id: id.clone(), kind: ChangeKind::Appended, next_seq: Some(6) });
+    let frames = host.until(|frame| frame["sessionId"] == "midturn" && frame["type"] == "host/session-status").await;
+    assert_eq!(frames.last().unwrap()["running"], false, "{frames:?}");
     a.stop().await;
     b.stop().await;
 }
