@@ -277,6 +277,8 @@ impl Context {
         cancel: &CancellationToken,
     ) -> Result<(), PersistenceError> {
         let mut sessions: HashMap<SessionId, bool> = self.hub.remote_ids().into_iter().map(|id| (id, false)).collect();
+        // Folds of sessions no longer followed (written here since, or let go of) go.
+        self.folds.lock().retain(|id, _| sessions.contains_key(id));
         for session in self.store.list() {
             sessions.insert(session.id().clone(), false);
         }
@@ -450,13 +452,26 @@ impl Context {
                     if created && position.next_seq <= REPLAY_CREATED_MAX { -1 } else { position.next_seq as i64 - 1 };
                 // Replayed from its start, its tail says when a turn runs; followed from further
                 // in, whether one runs now is read from the end of its log.
-                let running = baseline >= 0 && self.ends_in_turn(id, position.next_seq, cancel).await?;
+                let running = baseline >= 0
+                    && match self.ends_in_turn(id, position.next_seq, cancel).await {
+                        Ok(running) => running,
+                        Err(PersistenceError::Cancelled) => return Err(PersistenceError::Cancelled),
+                        // A log that does not read is followed all the same (its tail read says
+                        // why, if anyone watches it); only its first status may be wrong.
+                        Err(error) => {
+                            tracing::debug!(session = %id, %error, "following: the log's turn state does not read");
+                            false
+                        }
+                    };
                 // Its baseline is one more frame in each mux queue that sees it.
                 wait_for_room(self.hub.mux_queues_seeing(header.owner.as_deref()), 1, cancel).await;
                 if !self.hub.follow_remote(header, baseline, running) {
                     // It became live here, or another round follows it already.
                     return Ok(None);
                 }
+                // A fold from an earlier time it was followed (it was then written here, and
+                // let go of before a round saw it) is behind this baseline.
+                self.folds.lock().remove(id);
                 baseline
             }
         };
