@@ -253,10 +253,16 @@ async fn run(
                 // The store is unreachable or failing: the next sweep tries again, with this
                 // round's wake-ups.
                 tracing::warn!(%error, "following the store: a round failed; the next sweep retries");
+                // Only those a sweep cannot find: not followed and not live here (a followed
+                // session whose own read keeps failing is not carried from round to round).
+                let lost: Vec<(SessionId, bool)> = woken
+                    .into_iter()
+                    .filter(|(id, _)| !context.hub.is_local(id) && context.hub.remote_last_seq(id).is_none())
+                    .collect();
                 let mut pending = wakes.pending.lock();
                 pending.sweep = true;
-                if pending.sessions.len() + woken.len() <= MAX_PENDING {
-                    for (id, created) in woken {
+                if pending.sessions.len() + lost.len() <= MAX_PENDING {
+                    for (id, created) in lost {
                         *pending.sessions.entry(id).or_default() |= created;
                     }
                 }
