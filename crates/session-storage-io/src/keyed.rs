@@ -107,15 +107,20 @@ pub fn run_blocking<T: Send + 'static>(
     call: impl FnOnce() -> T + Send + 'static,
 ) -> impl Future<Output = std::result::Result<T, BlockingCancelled>> + Send + 'static {
     let task = tokio::task::spawn_blocking(call);
-    async move {
-        match task.await {
-            Ok(result) => Ok(result),
-            Err(join_error) => match join_error.try_into_panic() {
-                Ok(payload) => std::panic::resume_unwind(payload),
-                // The only other way a blocking task ends early: the runtime cancelled it.
-                Err(_cancelled) => Err(BlockingCancelled),
-            },
-        }
+    joined(task)
+}
+
+/// Waits for a spawned task (a blocking call's, or a task a caller must not cut short): its
+/// output, a panic in it resumed in the caller, or [`BlockingCancelled`] when the runtime dropped
+/// it at shutdown.
+pub async fn joined<T>(task: tokio::task::JoinHandle<T>) -> std::result::Result<T, BlockingCancelled> {
+    match task.await {
+        Ok(result) => Ok(result),
+        Err(join_error) => match join_error.try_into_panic() {
+            Ok(payload) => std::panic::resume_unwind(payload),
+            // The only other way a task ends early: the runtime cancelled it.
+            Err(_cancelled) => Err(BlockingCancelled),
+        },
     }
 }
 

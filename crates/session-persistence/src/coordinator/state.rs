@@ -31,14 +31,8 @@ pub(super) use session_storage_io::keyed::run_blocking_with as blocking;
 pub(super) async fn to_the_end<T: Send + 'static>(
     work: impl std::future::Future<Output = Result<T>> + Send + 'static,
 ) -> Result<T> {
-    match tokio::spawn(work).await {
-        Ok(result) => result,
-        Err(error) => match error.try_into_panic() {
-            Ok(payload) => std::panic::resume_unwind(payload),
-            // The only other way a task ends early: its runtime shut down.
-            Err(_cancelled) => Err(PersistenceError::Cancelled),
-        },
-    }
+    // A runtime that shut down under the task is `Cancelled`.
+    session_storage_io::keyed::joined(tokio::spawn(work)).await?
 }
 
 /// Durable state the coordinator tracks for one id.
