@@ -333,15 +333,11 @@ impl Context {
             return Ok(());
         }
         let ids: Vec<SessionId> = sessions.keys().cloned().collect();
-        // A session released here while its position is read may be read as held, by this
-        // gateway's own lease: it is left to the next round, which reads it afresh.
-        let local: HashSet<&SessionId> = ids.iter().filter(|id| self.hub.is_local(id)).collect();
         let positions = self.persistence.positions(&ids, cancel).await?;
         let mut seen = HashSet::with_capacity(positions.len());
         let work: Vec<_> = positions
             .into_iter()
             .filter(|position| seen.insert(position.id.clone()))
-            .filter(|position| !local.contains(&position.id) || self.hub.is_local(&position.id))
             .map(|position| {
                 let created = sessions.get(&position.id).copied().unwrap_or(false);
                 let header = headers.remove(&position.id);
@@ -443,8 +439,12 @@ impl Context {
         let last_seq = match self.hub.remote_last_seq(id) {
             Some(last_seq) => last_seq,
             None => {
-                // Not live anywhere: nothing to follow (a cold write, a release we did not see).
-                if position.held == Some(false) {
+                // Followed only while another writer is known to hold it. Not live anywhere:
+                // nothing to follow (a cold write, a release we did not see). Unknown: this
+                // gateway's own lease still holds it (a session being let go of here, its hub
+                // entry gone, its lease not yet ended), or a probe failed; a later round reads
+                // it again.
+                if position.held != Some(true) {
                     return Ok(None);
                 }
                 let header = match header {

@@ -7,7 +7,15 @@
 //! of its last, together with the others of its burst once the gap has passed (`notify`); a
 //! follower's positions are one query over the ids and `pg_locks`.
 
-use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
+use std::{
+    collections::BTreeMap,
+    fmt,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicI32, Ordering},
+    },
+};
 
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
@@ -47,6 +55,10 @@ pub struct PgStore {
     sql: Sql,
     /// The writer leases this store holds (see [`Leases`]).
     leases: parking_lot::Mutex<Leases>,
+    /// The server pid of the leases' connection while it is open (0 when there is none), whose
+    /// locks `positions` leaves out: this handle's own lease is not another writer's. Kept
+    /// outside `leases`, whose lock is held across lease statements.
+    lease_pid: AtomicI32,
     /// The schema's notification channel and this handle's tag.
     notifier: Notifier,
     /// The pace of this handle's append notifications.
@@ -122,7 +134,8 @@ impl PgStore {
         let leases = parking_lot::Mutex::new(Leases::default());
         let statement_span = config.query_timeout / 2;
         let headers = headers::HeaderCache::default();
-        PgStore { db, schema, store_id, sql, leases, notifier, pacer, headers, statement_span }
+        let lease_pid = AtomicI32::new(0);
+        PgStore { db, schema, store_id, sql, leases, lease_pid, notifier, pacer, headers, statement_span }
     }
 
     /// The store as messages name it (no password).
@@ -311,17 +324,24 @@ impl PgStore {
         let keys: Vec<i64> = leases.held.iter().map(|id| lease_key(&self.schema, id)).collect();
         let fresh = async |client: &tokio_postgres::Client| {
             let name = format!("{LEASE_APPLICATION}{}", session_persistence::lease::holder_name());
-            db.timed(
-                "naming the lease holder",
-                client.execute("SELECT set_config('application_name', $1, false)", &[&name]),
-            )
-            .await?;
+            let row = db
+                .timed(
+                    "naming the lease holder",
+                    client.query_one("SELECT set_config('application_name', $1, false), pg_backend_pid()", &[&name]),
+                )
+                .await?;
+            // Known before the connection takes any lease, so none of them is ever another's.
+            self.lease_pid.store(db.column::<i32>(&row, 1)?, Ordering::Release);
             for key in &keys {
                 db.timed("taking a writer lease", client.execute("SELECT pg_advisory_lock_shared($1)", &[key])).await?;
             }
             Ok(())
         };
-        db.run_detached(&mut leases.connection, fresh, work)
+        let result = db.run_detached(&mut leases.connection, fresh, work);
+        if leases.connection.is_none() {
+            self.lease_pid.store(0, Ordering::Release);
+        }
+        result
     }
 
     /// Drops the schema and everything in it. For tests and benchmarks that made their own.

@@ -1,10 +1,11 @@
 //! Where sessions stand, for a follower of a shared database: each session's next seq from its
-//! last row alone (two primary-key seeks per session, in chunked queries) with whether its writer
-//! lease is held, and the `sessions` rows' change marks (`incarnation`, `revision`) that the
+//! last row alone (two primary-key seeks per session, in chunked queries) with whether another
+//! writer holds its lease, and the `sessions` rows' change marks (`incarnation`, `revision`) that the
 //! change poller compares.
 
 use std::{collections::HashMap, path::Path};
 
+use parking_lot::Mutex;
 use rusqlite::{Connection, types::ValueRef};
 use session_core::SessionId;
 use session_persistence::{Result, SessionPosition};
@@ -12,7 +13,7 @@ use session_persistence::{Result, SessionPosition};
 use crate::{
     codec::StoredRow,
     error::sqlite_error,
-    lease::{lease_held, lease_key_of, lease_keys},
+    lease::{Lease, lease_held, lease_key_of, lease_keys},
 };
 
 /// How many ids one positions query binds: below SQLite's oldest default variable limit (999),
@@ -91,11 +92,17 @@ fn last_row_next_seq(row: &rusqlite::Row<'_>) -> rusqlite::Result<u64> {
     }
 }
 
-/// The positions of sessions at `next` seqs, each with whether its writer lease is held: one read
-/// of `<database>.leases/`, then a non-blocking probe of each present file of these sessions (see
-/// `lease`). `None` for a session whose probe failed (with a warning), and for every session of
-/// `:memory:` (`file` is `None`), which keeps no leases.
-pub(crate) fn with_holds(file: Option<&Path>, next: Vec<(SessionId, u64)>) -> Result<Vec<SessionPosition>> {
+/// The positions of sessions at `next` seqs, each with whether a writer other than this handle
+/// holds its lease: one read of `<database>.leases/`, then a non-blocking probe of each present
+/// file of these sessions (see `lease`). `None` for a session whose lease this handle holds
+/// (`mine`, the handle's leases, locked around each probe so none is taken or ended meanwhile: a
+/// `flock` probe cannot see past this handle's own lock), for one whose probe failed (with a
+/// warning), and for every session of `:memory:` (`file` is `None`), which keeps no leases.
+pub(crate) fn with_holds(
+    file: Option<&Path>,
+    next: Vec<(SessionId, u64)>,
+    mine: &Mutex<HashMap<SessionId, Lease>>,
+) -> Result<Vec<SessionPosition>> {
     let Some(file) = file else {
         return Ok(next.into_iter().map(|(id, next_seq)| SessionPosition { id, next_seq, held: None }).collect());
     };
@@ -103,6 +110,10 @@ pub(crate) fn with_holds(file: Option<&Path>, next: Vec<(SessionId, u64)>) -> Re
     let held = |id: &SessionId| {
         if !present.contains(&lease_key_of(id)) {
             return Some(false);
+        }
+        let mine = mine.lock();
+        if mine.contains_key(id) {
+            return None;
         }
         lease_held(file, id)
             .inspect_err(|error| tracing::warn!(session = %id, %error, "cannot probe a session's writer lease"))

@@ -650,9 +650,11 @@ impl Backend for SqliteStore {
         Ok(())
     }
 
+    /// The lease ends under the leases' lock, so `positions` never probes a lease this handle
+    /// is still letting go of as another writer's.
     fn end_lease(&self, id: &SessionId) {
-        let lease = self.leases.lock().remove(id);
-        if let Some(lease) = lease {
+        let mut leases = self.leases.lock();
+        if let Some(lease) = leases.remove(id) {
             self.own_writes.released(id);
             lease.end();
         }
@@ -737,8 +739,8 @@ impl Backend for SqliteStore {
     /// One read transaction: each session's next seq from its last row (a query per 500 ids, two
     /// primary-key seeks per session, see the `position` module), then `held` from the lease
     /// files (one directory read, and a non-blocking probe of each present file of an asked id;
-    /// `None` for a session whose probe failed, and for every session of `:memory:`, which keeps
-    /// no leases).
+    /// `None` for a session whose lease this handle holds, which the probe cannot see past, for
+    /// one whose probe failed, and for every session of `:memory:`, which keeps no leases).
     fn positions(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<SessionPosition>> {
         if cancel.is_cancelled() {
             return Err(PersistenceError::Cancelled);
@@ -747,7 +749,7 @@ impl Backend for SqliteStore {
         if cancel.is_cancelled() {
             return Err(PersistenceError::Cancelled);
         }
-        with_holds(self.file.as_deref(), next)
+        with_holds(self.file.as_deref(), next, &self.leases)
     }
 
     /// The `sessions` rows with `created_at >= since_ms`, from the order (the `page` module);

@@ -160,8 +160,11 @@ pub struct SessionPosition {
     pub id: SessionId,
     /// The seq the next stored event will have: the number of events stored.
     pub next_seq: u64,
-    /// Whether some writer (a process, or another handle of this one) holds the session's
-    /// writer lease right now; `None` when the backend cannot tell.
+    /// Whether a writer other than this store handle (another process, or another handle in
+    /// this one) holds the session's writer lease right now; `None` when the backend cannot tell,
+    /// as a backend whose probe cannot see past this handle's own lease says while it holds it.
+    /// This handle's own lease never counts: a session it is letting go of is not "held
+    /// elsewhere" for the moment its lease outlives it.
     pub held: Option<bool>,
 }
 

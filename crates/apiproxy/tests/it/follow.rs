@@ -81,6 +81,11 @@ struct Handle {
     gate: Mutex<bool>,
     opened: parking_lot::Condvar,
     gated: AtomicUsize,
+    /// While set, ending a lease waits (the lease still held) until it is cleared; how many
+    /// lease ends have waited so far.
+    ends_held: Mutex<bool>,
+    ends_opened: parking_lot::Condvar,
+    ends_waited: AtomicUsize,
 }
 
 impl Handle {
@@ -94,7 +99,16 @@ impl Handle {
             gate: Mutex::new(false),
             opened: parking_lot::Condvar::new(),
             gated: AtomicUsize::new(0),
+            ends_held: Mutex::new(false),
+            ends_opened: parking_lot::Condvar::new(),
+            ends_waited: AtomicUsize::new(0),
         })
+    }
+
+    /// Makes lease ends wait (`true`) until called with `false`.
+    fn hold_lease_ends(&self, held: bool) {
+        *self.ends_held.lock() = held;
+        self.ends_opened.notify_all();
     }
 
     /// Makes position reads wait (`true`) until called with `false`.
@@ -164,17 +178,28 @@ impl Backend for Handle {
     }
 
     fn lease(&self, id: &SessionId) -> Result<()> {
-        if self.held.lock().insert(id.clone()) {
+        let mut held = self.held.lock();
+        if held.insert(id.clone()) {
             *self.net.leases.lock().entry(id.clone()).or_default() += 1;
         }
         Ok(())
     }
 
     fn end_lease(&self, id: &SessionId) {
-        if !self.held.lock().remove(id) {
-            return;
+        {
+            let mut waiting = self.ends_held.lock();
+            if *waiting {
+                self.ends_waited.fetch_add(1, Ordering::SeqCst);
+            }
+            while *waiting {
+                self.ends_opened.wait(&mut waiting);
+            }
         }
         {
+            let mut held = self.held.lock();
+            if !held.remove(id) {
+                return;
+            }
             let mut leases = self.net.leases.lock();
             if let Some(count) = leases.get_mut(id) {
                 *count -= 1;
@@ -215,14 +240,16 @@ impl Backend for Handle {
     }
 
     /// The positions as they stand, answered once the gate (if closed) opens: what a round then
-    /// holds may be stale.
+    /// holds may be stale. Whether another handle holds a lease is known only for sessions this
+    /// handle holds no lease of (`None` for its own), as SQLite's lock-file probe knows it.
     fn positions(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<SessionPosition>> {
         self.position_reads.fetch_add(1, Ordering::SeqCst);
         let mut positions = self.net.logs.positions(ids, cancel)?;
         {
+            let mine = self.held.lock();
             let leases = self.net.leases.lock();
             for position in &mut positions {
-                position.held = Some(leases.contains_key(&position.id));
+                position.held = (!mine.contains(&position.id)).then(|| leases.contains_key(&position.id));
             }
         }
         let mut closed = self.gate.lock();
@@ -512,6 +539,53 @@ async fn a_session_released_during_a_round_is_not_followed_on_its_own_lease() {
         mine[removed..].iter().all(|frame| frame["type"] != "host/session-added"),
         "followed on its own lease after its release: {mine:?}"
     );
+    a.stop().await;
+    b.stop().await;
+}
+
+/// A session let go of here is not followed on its own lease in the moment that lease outlives
+/// it: a round that finds it after the hub dropped it (`host/session-removed`) and before its
+/// lease ended reads it as held by this gateway alone, not by another writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_lease_outlives_its_release_is_not_followed_on_it() {
+    let net = Arc::new(Net::default());
+    let a_handle = Handle::new(&net, 0);
+    let a = Server::start_on_backend(a_handle.clone(), config()).await;
+    let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
+    let mut host = a.ws("/api/events.host", None).await;
+    a.ok(None, "session.create", json!({"sessionId": "mine", "cwd": "/w"})).await;
+    a.ok(None, "session.append", json!({"sessionId": "mine", "events": turn(1)})).await;
+    a.ok(None, "session.flush", json!({"sessionId": "mine"})).await;
+    let mine = SessionId::from("mine");
+    let next_seq = net.next_seq(&mine).expect("stored");
+
+    a_handle.hold_lease_ends(true);
+    let release = a.ok(None, "session.release", json!({"sessionId": "mine"}));
+    let window = async {
+        host.until(|frame| frame["type"] == "host/session-removed" && frame["sessionId"] == "mine").await;
+        while a_handle.ends_waited.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await; // polls a counter nothing signals
+        }
+        // The hub has dropped it, its lease is held: a wake-up about it (as a late notification
+        // would be) and two sweeps read its position in this window.
+        // (A round that did follow it would wait for the id's lock, which the release holds:
+        // the wait is bounded, and the frames below tell.)
+        let reads = a_handle.position_reads.load(Ordering::SeqCst);
+        net.signal(1, StoreChange::Session { id: mine.clone(), kind: ChangeKind::Appended, next_seq: Some(next_seq) });
+        let rounds = async {
+            while a_handle.position_reads.load(Ordering::SeqCst) < reads + 3 {
+                tokio::time::sleep(Duration::from_millis(10)).await; // polls a counter nothing signals
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), rounds).await;
+        a_handle.hold_lease_ends(false);
+    };
+    tokio::join!(release, window);
+    a.ok(None, "session.create", json!({"sessionId": "marker", "cwd": "/w"})).await;
+    a.ok(None, "session.append", json!({"sessionId": "marker", "events": turn(1)})).await;
+    let frames = host.until(|frame| frame["type"] == "host/session-added" && frame["sessionId"] == "marker").await;
+    let followed: Vec<&Value> = frames.iter().filter(|frame| frame["sessionId"] == "mine").collect();
+    assert!(followed.is_empty(), "followed on its own lease after its release: {followed:?}");
     a.stop().await;
     b.stop().await;
 }

@@ -2,6 +2,8 @@
 //! writer holds each one's lease (a follower's sweep: `Backend::positions`), the sessions created
 //! since a time (`Backend::created_since`), and who holds a lease (for a refused repair's message).
 
+use std::sync::atomic::Ordering;
+
 use session_core::SessionId;
 use session_persistence::{Listing, PersistenceError, Result, SessionPosition};
 use tokio_util::sync::CancellationToken;
@@ -20,7 +22,8 @@ fn lock_columns(key: i64) -> (i64, i64) {
 
 impl PgStore {
     /// One query per [`POSITIONS_CHUNK`] ids: each stored session's `next_seq` by the primary
-    /// key, and whether any connection holds its lease key as `pg_locks` shows it.
+    /// key, and whether a connection other than this store's leases' one holds its lease key as
+    /// `pg_locks` shows it (this handle's own lease is not another writer's).
     pub(super) fn read_positions(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<SessionPosition>> {
         let db = &self.db;
         let mut positions = Vec::with_capacity(ids.len());
@@ -31,9 +34,10 @@ impl PgStore {
             let names: Vec<&str> = chunk.iter().map(SessionId::as_str).collect();
             let (highs, lows): (Vec<i64>, Vec<i64>) =
                 chunk.iter().map(|id| lock_columns(lease_key(&self.schema, id))).unzip();
+            let own = self.lease_pid.load(Ordering::Acquire);
             let rows = db.run(async |client| {
                 let statement = db.prepared(client, &self.sql.positions).await?;
-                db.timed("reading positions", client.query(&statement, &[&names, &highs, &lows])).await
+                db.timed("reading positions", client.query(&statement, &[&names, &highs, &lows, &own])).await
             })?;
             for row in &rows {
                 let next_seq: i64 = db.column(row, 1)?;

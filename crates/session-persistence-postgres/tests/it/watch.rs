@@ -277,10 +277,13 @@ fn positions_and_held_follow_another_handles_lease() {
     let mut positions = follower.positions(&ids, &cancel).unwrap();
     positions.sort_by(|x, y| x.id.cmp(&y.id));
     assert_eq!(positions, [position("a", 3, true), position("b", 1, false)]);
-    // A second holder, then the first lets go: still held.
+    // The follower takes it too: the writer's lease is another's, the follower's own is not.
     follower.lease(&SessionId::from("a")).unwrap();
-    writer.end_lease(&SessionId::from("a"));
     assert_eq!(follower.positions(&ids[..1], &cancel).unwrap(), [position("a", 3, true)]);
+    assert_eq!(writer.positions(&ids[..1], &cancel).unwrap(), [position("a", 3, true)]);
+    writer.end_lease(&SessionId::from("a"));
+    assert_eq!(follower.positions(&ids[..1], &cancel).unwrap(), [position("a", 3, false)], "its own lease alone");
+    assert_eq!(writer.positions(&ids[..1], &cancel).unwrap(), [position("a", 3, true)]);
     follower.end_lease(&SessionId::from("a"));
     assert_eq!(follower.positions(&ids[..1], &cancel).unwrap(), [position("a", 3, false)]);
 
