@@ -148,6 +148,46 @@ struct Prepared {
     release: bool,
 }
 
+/// Why a round did not do all it set out to.
+enum Missed {
+    /// The round itself failed (the positions or the new sessions did not read): the next round
+    /// is a sweep.
+    Round(PersistenceError),
+    /// Some sessions' own steps failed (a check, a tail read, a delivery), each with whether the
+    /// round saw it created, and the first error; every other session's went through. A followed
+    /// one is read again by the next sweep or its next wake-up; the others are carried to the
+    /// next round. One log that keeps failing costs its own reads, not every round a sweep.
+    Sessions(Vec<(SessionId, bool)>, PersistenceError),
+}
+
+impl From<PersistenceError> for Missed {
+    fn from(error: PersistenceError) -> Missed {
+        Missed::Round(error)
+    }
+}
+
+impl Missed {
+    /// The misses of two parts of one round as one: a failed round stays failed.
+    fn and(self, other: Missed) -> Missed {
+        match (self, other) {
+            (Missed::Round(error), _) | (_, Missed::Round(error)) => Missed::Round(error),
+            (Missed::Sessions(mut sessions, first), Missed::Sessions(more, _)) => {
+                sessions.extend(more);
+                Missed::Sessions(sessions, first)
+            }
+        }
+    }
+
+    /// `first`'s misses and `then`'s.
+    fn both(first: Result<(), Missed>, then: Result<(), Missed>) -> Result<(), Missed> {
+        match (first, then) {
+            (Ok(()), then) => then,
+            (Err(missed), Ok(())) => Err(missed),
+            (Err(missed), Err(more)) => Err(missed.and(more)),
+        }
+    }
+}
+
 /// A followed session's fold and the client values its subscribers last got.
 struct Fold {
     fold: RestoreFold,
@@ -239,33 +279,43 @@ async fn run(
         let outcome = if round.sweep {
             let started = now_ms(&context.store);
             let swept = context.sweep(created_from, round.sessions, &cancel).await;
-            if swept.is_ok() {
+            // Sessions whose own steps failed are carried below: the window moves on.
+            if !matches!(swept, Err(Missed::Round(_))) {
                 created_from = started.saturating_sub(CREATED_SLACK_MS);
             }
             swept
         } else {
             context.wake(round.sessions, round.appended, &cancel).await
         };
-        match outcome {
-            Ok(()) => {}
-            Err(PersistenceError::Cancelled) if cancel.is_cancelled() => return,
-            Err(error) => {
+        let (lost, sweep) = match outcome {
+            Ok(()) => continue,
+            Err(_) if cancel.is_cancelled() => return,
+            Err(Missed::Round(error)) => {
                 // The store is unreachable or failing: the next sweep tries again, with this
                 // round's wake-ups.
                 tracing::warn!(%error, "following the store: a round failed; the next sweep retries");
-                // Only those a sweep cannot find: not followed and not live here (a followed
-                // session whose own read keeps failing is not carried from round to round).
-                let lost: Vec<(SessionId, bool)> = woken
-                    .into_iter()
-                    .filter(|(id, _)| !context.hub.is_local(id) && context.hub.remote_last_seq(id).is_none())
-                    .collect();
-                let mut pending = wakes.pending.lock();
-                pending.sweep = true;
-                if pending.sessions.len() + lost.len() <= MAX_PENDING {
-                    for (id, created) in lost {
-                        *pending.sessions.entry(id).or_default() |= created;
-                    }
-                }
+                (woken.into_iter().collect::<Vec<_>>(), true)
+            }
+            Err(Missed::Sessions(sessions, error)) => {
+                tracing::warn!(
+                    %error,
+                    sessions = sessions.len(),
+                    "following the store: some sessions did not read; their next round retries"
+                );
+                (sessions, false)
+            }
+        };
+        // Only those a sweep cannot find: not followed and not live here (a followed session
+        // whose own read keeps failing is not carried from round to round).
+        let lost: Vec<(SessionId, bool)> = lost
+            .into_iter()
+            .filter(|(id, _)| !context.hub.is_local(id) && context.hub.remote_last_seq(id).is_none())
+            .collect();
+        let mut pending = wakes.pending.lock();
+        pending.sweep |= sweep;
+        if pending.sessions.len() + lost.len() <= MAX_PENDING {
+            for (id, created) in lost {
+                *pending.sessions.entry(id).or_default() |= created;
             }
         }
     }
@@ -281,7 +331,7 @@ impl Context {
         created_from: u64,
         woken: HashMap<SessionId, bool>,
         cancel: &CancellationToken,
-    ) -> Result<(), PersistenceError> {
+    ) -> Result<(), Missed> {
         let mut sessions: HashMap<SessionId, bool> = self.hub.remote_ids().into_iter().map(|id| (id, false)).collect();
         // Folds of sessions no longer followed (written here since, or let go of) go.
         self.folds.lock().retain(|id, _| sessions.contains_key(id));
@@ -309,7 +359,7 @@ impl Context {
         mut sessions: HashMap<SessionId, bool>,
         appended: HashMap<SessionId, u64>,
         cancel: &CancellationToken,
-    ) -> Result<(), PersistenceError> {
+    ) -> Result<(), Missed> {
         let mut tails = Vec::new();
         for (id, next_seq) in appended {
             if self.hub.remote_last_seq(&id).is_some() && sessions.remove(&id).is_some() {
@@ -317,9 +367,8 @@ impl Context {
             }
         }
         let work = tails.into_iter().map(|position| (position, false, None)).collect();
-        let first_error = self.bring_up_all(work, cancel).await.err();
-        let rest = self.reconcile(sessions, HashMap::new(), cancel).await;
-        first_error.map_or(rest, Err)
+        let tails = self.bring_up_all(work, cancel).await;
+        Missed::both(tails, self.reconcile(sessions, HashMap::new(), cancel).await)
     }
 
     /// Reads where each session stands and brings the hub up to it.
@@ -328,7 +377,7 @@ impl Context {
         sessions: HashMap<SessionId, bool>,
         mut headers: HashMap<SessionId, Arc<SessionHeader>>,
         cancel: &CancellationToken,
-    ) -> Result<(), PersistenceError> {
+    ) -> Result<(), Missed> {
         if sessions.is_empty() {
             return Ok(());
         }
@@ -355,21 +404,26 @@ impl Context {
         &self,
         work: Vec<(SessionPosition, bool, Option<Arc<SessionHeader>>)>,
         cancel: &CancellationToken,
-    ) -> Result<(), PersistenceError> {
+    ) -> Result<(), Missed> {
         let mut first_error = None;
-        let mut failed = |error: PersistenceError| {
-            tracing::debug!(%error, "following the store: one session's round failed");
+        let mut missed = Vec::new();
+        let mut failed = |id: SessionId, created: bool, error: PersistenceError| {
+            tracing::debug!(session = %id, %error, "following the store: one session's round failed");
+            missed.push((id, created));
             first_error.get_or_insert(error);
         };
         let mut prepared = Vec::with_capacity(work.len());
         let mut checks = futures::stream::iter(work)
-            .map(|(position, created, header)| self.prepare(position, created, header, cancel))
+            .map(|(position, created, header)| async move {
+                let id = position.id.clone();
+                (id, created, self.prepare(position, created, header, cancel).await)
+            })
             .buffer_unordered(TAIL_READS);
-        while let Some(outcome) = checks.next().await {
+        while let Some((id, created, outcome)) = checks.next().await {
             match outcome {
                 Ok(Some(prepared_one)) => prepared.push(prepared_one),
                 Ok(None) => {}
-                Err(error) => failed(error),
+                Err(error) => failed(id, created, error),
             }
         }
         drop(checks);
@@ -407,8 +461,8 @@ impl Context {
             }
             let Some((id, outcome)) = delivering.next().await else { break };
             if let Err(error) = outcome {
-                unread.insert(id);
-                failed(error);
+                unread.insert(id.clone());
+                failed(id, false, error);
             }
         }
         for one in prepared.into_iter().filter(|one| one.release && !unread.contains(&one.id)) {
@@ -416,7 +470,7 @@ impl Context {
                 self.folds.lock().remove(&one.id);
             }
         }
-        first_error.map_or(Ok(()), Err)
+        first_error.map_or(Ok(()), |error| Err(Missed::Sessions(missed, error)))
     }
 
     /// One session's checks: a fence check if it is live here (`None` then), else the tail it

@@ -86,6 +86,9 @@ struct Handle {
     ends_held: Mutex<bool>,
     ends_opened: parking_lot::Condvar,
     ends_waited: AtomicUsize,
+    /// Sessions whose log reads through this handle fail, and how many have.
+    broken: Mutex<HashSet<SessionId>>,
+    broken_reads: AtomicUsize,
 }
 
 impl Handle {
@@ -102,6 +105,8 @@ impl Handle {
             ends_held: Mutex::new(false),
             ends_opened: parking_lot::Condvar::new(),
             ends_waited: AtomicUsize::new(0),
+            broken: Mutex::default(),
+            broken_reads: AtomicUsize::new(0),
         })
     }
 
@@ -136,6 +141,10 @@ impl Backend for Handle {
 
     fn scan(&self, id: &SessionId, cancel: &CancellationToken, sink: &mut dyn ScanSink) -> Result<Option<ScanOutcome>> {
         self.scans.fetch_add(1, Ordering::SeqCst);
+        if self.broken.lock().contains(id) {
+            self.broken_reads.fetch_add(1, Ordering::SeqCst);
+            return Err(PersistenceError::invalid_input(format!("session {id} does not read here")));
+        }
         self.net.logs.scan(id, cancel, sink)
     }
 
@@ -586,6 +595,42 @@ async fn a_session_whose_lease_outlives_its_release_is_not_followed_on_it() {
     let frames = host.until(|frame| frame["type"] == "host/session-added" && frame["sessionId"] == "marker").await;
     let followed: Vec<&Value> = frames.iter().filter(|frame| frame["sessionId"] == "mine").collect();
     assert!(followed.is_empty(), "followed on its own lease after its release: {followed:?}");
+    a.stop().await;
+    b.stop().await;
+}
+
+/// One followed session whose reads keep failing costs its own reads: the rounds that other
+/// sessions' wake-ups start stay wake-ups (their tails read, no positions), not sweeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_reads_keep_failing_does_not_make_every_round_a_sweep() {
+    let net = Arc::new(Net::default());
+    let a_handle = Handle::new(&net, 0);
+    // Safety sweeps far apart: every sweep in this test is one a failure asked for.
+    let follow = FollowConfig { sweep_interval: Duration::from_secs(600), ..FollowConfig::default() };
+    let a = Server::start_on_backend(a_handle.clone(), ProxyConfig { follow, ..ProxyConfig::default() }).await;
+    let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
+    let mut mux = a.ws("/api/events.mux", None).await;
+    a_handle.broken.lock().insert(SessionId::from("bad"));
+    for id in ["bad", "good"] {
+        b.ok(None, "session.create", json!({"sessionId": id, "cwd": "/w"})).await;
+        b.ok(None, "session.append", json!({"sessionId": id, "events": turn(1)})).await;
+        b.ok(None, "session.flush", json!({"sessionId": id})).await;
+    }
+    let mut replica = Replica::default();
+    converge(&mut mux, "good", &mut replica, &stored(&net, "good")).await;
+    b.ok(None, "session.append", json!({"sessionId": "bad", "events": turn(2)})).await;
+    b.ok(None, "session.flush", json!({"sessionId": "bad"})).await;
+    while a_handle.broken_reads.load(Ordering::SeqCst) < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await; // polls a counter nothing signals
+    }
+    let reads = a_handle.position_reads.load(Ordering::SeqCst);
+    for n in 2..=6 {
+        b.ok(None, "session.append", json!({"sessionId": "good", "events": turn(n)})).await;
+        b.ok(None, "session.flush", json!({"sessionId": "good"})).await;
+        converge(&mut mux, "good", &mut replica, &stored(&net, "good")).await;
+    }
+    let swept = a_handle.position_reads.load(Ordering::SeqCst) - reads;
+    assert!(swept <= 1, "five rounds of another session's appends read positions {swept} times");
     a.stop().await;
     b.stop().await;
 }
