@@ -28,9 +28,10 @@ use std::{
 
 use futures::StreamExt;
 use parking_lot::Mutex;
-use session_core::{SessionHeader, SessionId, SessionStore};
+use session_core::{SessionEvent, SessionHeader, SessionId, SessionStore};
 use session_persistence::{
-    ChangeKind, ChangeSink, PersistenceError, SessionPersistence, SessionPosition, StoreChange, Watch,
+    ChangeKind, ChangeSink, PersistenceError, ScanSink, SessionPersistence, SessionPosition, StoreChange, Watch,
+    inspect_into,
 };
 use session_projection::{ProjectionRegistry, RestoreFold};
 use tokio::sync::Notify;
@@ -146,6 +147,32 @@ struct Prepared {
     id: SessionId,
     from_seq: Option<u64>,
     release: bool,
+}
+
+/// Folds a followed session's stored events before `until` as they are read, holding none of
+/// them (a long log costs its read, not its size in memory): the values before a tail are its
+/// baseline's.
+struct PrefixFold {
+    registry: Arc<ProjectionRegistry>,
+    fold: RestoreFold,
+    until: u64,
+    /// An event did not fold (the log is not contiguous): the session goes without projections.
+    failed: bool,
+}
+
+impl ScanSink for PrefixFold {
+    fn event(&mut self, event: Arc<SessionEvent>) -> Result<(), PersistenceError> {
+        if event.seq < self.until && !self.failed {
+            self.failed = self.fold.apply(&event).is_err();
+        }
+        Ok(())
+    }
+
+    fn restart(&mut self) -> bool {
+        self.fold = self.registry.begin_full_restore();
+        self.failed = false;
+        true
+    }
 }
 
 /// Why a round did not do all it set out to.
@@ -606,12 +633,17 @@ impl Context {
             // The values before the tail are the baseline's, not news: fold the prefix quietly.
             let mut fold = Fold { fold: self.registry.begin_full_restore(), values: serde_json::Map::new() };
             if from_seq > 0 {
-                let prefix = self.persistence.read_from(id, 0, cancel).await?;
-                for event in prefix.events.iter().take_while(|event| event.seq < from_seq) {
-                    if fold.fold.apply(event).is_err() {
-                        return Ok(());
-                    }
+                let prefix = PrefixFold {
+                    registry: Arc::clone(&self.registry),
+                    fold: fold.fold,
+                    until: from_seq,
+                    failed: false,
+                };
+                let (prefix, _) = inspect_into(&*self.persistence, id, cancel, prefix).await?;
+                if prefix.failed {
+                    return Ok(());
                 }
+                fold.fold = prefix.fold;
                 if let Ok(snapshot) = fold.fold.snapshot() {
                     fold.values = snapshot.values;
                 }

@@ -676,6 +676,43 @@ async fn a_session_first_followed_inside_a_turn_shows_as_running() {
     b.stop().await;
 }
 
+/// A session first followed past its start has its projections seeded from the stored prefix,
+/// folded as it is read: the values the prefix set are the baseline's (no frame), and the first
+/// `session/projection` is what the tail changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_followed_past_its_start_projects_from_its_stored_prefix() {
+    let (net, a, b) = pair().await;
+    let mut mux = b.ws("/api/events.mux", None).await;
+    // An old session with one whole turn (its prompt at time 1), held by another writer, stored
+    // without a signal; then a wake-up, as a late notification.
+    let id = SessionId::from("seeded");
+    let mut header = SessionHeader::new(id.clone(), 1);
+    header.cwd = Some("/w".into());
+    net.logs.append_batch(&header, &stored_turn(0), false).unwrap();
+    net.leases.lock().insert(id.clone(), 1);
+    net.signal(0, StoreChange::Session { id: id.clone(), kind: ChangeKind::Appended, next_seq: Some(6) });
+    let subscribed = mux.until(|frame| frame["sessionId"] == "seeded" && frame["type"] == "session/subscribed").await;
+    assert_eq!(subscribed.last().unwrap()["lastSeq"], 5, "followed from its current position");
+    // The second turn's prompt, at time 2, is written elsewhere.
+    let second: Vec<Arc<SessionEvent>> = stored_turn(6)
+        .iter()
+        .map(|event| {
+            let mut value = serde_json::to_value(&**event).unwrap();
+            value["time"] = json!(2);
+            Arc::new(serde_json::from_value(value).unwrap())
+        })
+        .collect();
+    net.logs.append_batch(&header, &second, true).unwrap();
+    net.signal(0, StoreChange::Session { id: id.clone(), kind: ChangeKind::Appended, next_seq: Some(12) });
+    let frames = mux.until(|frame| frame["sessionId"] == "seeded" && frame["type"] == "session/projection").await;
+    let projected = frames.last().unwrap();
+    assert_eq!(projected["key"], "sessionListMetadata", "{projected}");
+    assert_eq!(projected["value"], json!({"blank": false, "lastPromptAt": 2}), "{projected}");
+    assert_eq!(projected["seq"], 11, "{projected}");
+    a.stop().await;
+    b.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_owners_session_written_elsewhere_stays_unseen() {
     let (net, a, b) = pair().await;
