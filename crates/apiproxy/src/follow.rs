@@ -101,6 +101,28 @@ struct Wakes {
 /// A wake-up queue never holds more sessions than this; past it, the round is a sweep.
 const MAX_PENDING: usize = 100_000;
 
+impl Wakes {
+    /// Hands `sessions` (each with whether it was seen created) on to the next round, and a
+    /// sweep with them if `sweep`, without waking the loop: the next wake-up or safety poll
+    /// starts that round.
+    fn carry(&self, sessions: Vec<(SessionId, bool)>, sweep: bool) {
+        let mut pending = self.pending.lock();
+        pending.sweep |= sweep;
+        if pending.sessions.len() + sessions.len() > MAX_PENDING {
+            // The next sweep finds them all but woken sessions created before its window.
+            tracing::warn!(
+                sessions = sessions.len(),
+                "following the store: the wake-up queue is full; a sweep follows"
+            );
+            pending.sweep = true;
+            return;
+        }
+        for (id, created) in sessions {
+            *pending.sessions.entry(id).or_default() |= created;
+        }
+    }
+}
+
 impl ChangeSink for Wakes {
     fn changed(&self, change: StoreChange) {
         {
@@ -132,6 +154,8 @@ impl ChangeSink for Wakes {
 
 /// What a round needs.
 struct Context {
+    /// The wake-up queue: a round carries sessions it cannot settle yet to the next one.
+    wakes: Arc<Wakes>,
     hub: Arc<Hub>,
     store: Arc<SessionStore>,
     persistence: Arc<dyn SessionPersistence>,
@@ -258,8 +282,8 @@ impl Follower {
             }
         });
         let cancel = CancellationToken::new();
-        let context = Context { hub, store, persistence, registry, folds: Mutex::default() };
-        runtime.spawn(run(context, wakes, config.sweep_interval, config.round_gap, cancel.clone()));
+        let context = Context { wakes, hub, store, persistence, registry, folds: Mutex::default() };
+        runtime.spawn(run(context, config.sweep_interval, config.round_gap, cancel.clone()));
         Ok(Some(Follower { cancel, _watch: watch }))
     }
 }
@@ -268,13 +292,8 @@ fn now_ms(store: &SessionStore) -> u64 {
     u64::try_from(store.clock().now_ms()).unwrap_or(0)
 }
 
-async fn run(
-    context: Context,
-    wakes: Arc<Wakes>,
-    sweep_interval: Duration,
-    round_gap: Duration,
-    cancel: CancellationToken,
-) {
+async fn run(context: Context, sweep_interval: Duration, round_gap: Duration, cancel: CancellationToken) {
+    let wakes = Arc::clone(&context.wakes);
     let mut poll = tokio::time::interval(sweep_interval);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut created_from = now_ms(&context.store).saturating_sub(CREATED_SLACK_MS);
@@ -338,13 +357,7 @@ async fn run(
             .into_iter()
             .filter(|(id, _)| !context.hub.is_local(id) && context.hub.remote_last_seq(id).is_none())
             .collect();
-        let mut pending = wakes.pending.lock();
-        pending.sweep |= sweep;
-        if pending.sessions.len() + lost.len() <= MAX_PENDING {
-            for (id, created) in lost {
-                *pending.sessions.entry(id).or_default() |= created;
-            }
-        }
+        wakes.carry(lost, sweep);
     }
 }
 
@@ -523,10 +536,16 @@ impl Context {
                 // Followed only while another writer is known to hold it. Not live anywhere:
                 // nothing to follow (a cold write, a release we did not see). Unknown: this
                 // gateway's own lease still holds it (a session being let go of here, its hub
-                // entry gone, its lease not yet ended), or a probe failed; a later round reads
-                // it again.
-                if position.held != Some(true) {
-                    return Ok(None);
+                // entry gone, its lease not yet ended, or kept by a release whose last write
+                // failed), and the store cannot see past it, or a probe failed: it is carried to
+                // the next round, which reads it again.
+                match position.held {
+                    Some(true) => {}
+                    Some(false) => return Ok(None),
+                    None => {
+                        self.wakes.carry(vec![(id.clone(), created)], false);
+                        return Ok(None);
+                    }
                 }
                 let header = match header {
                     Some(header) => header,

@@ -7,15 +7,7 @@
 //! of its last, together with the others of its burst once the gap has passed (`notify`); a
 //! follower's positions are one query over the ids and `pg_locks`.
 
-use std::{
-    collections::BTreeMap,
-    fmt,
-    path::PathBuf,
-    sync::{
-        Arc,
-        atomic::{AtomicI32, Ordering},
-    },
-};
+use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
 
 use session_core::{SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
@@ -55,10 +47,6 @@ pub struct PgStore {
     sql: Sql,
     /// The writer leases this store holds (see [`Leases`]).
     leases: parking_lot::Mutex<Leases>,
-    /// The server pid of the leases' connection while it is open (0 when there is none), whose
-    /// locks `positions` leaves out: this handle's own lease is not another writer's. Kept
-    /// outside `leases`, whose lock is held across lease statements.
-    lease_pid: AtomicI32,
     /// The schema's notification channel and this handle's tag.
     notifier: Notifier,
     /// The pace of this handle's append notifications.
@@ -134,8 +122,7 @@ impl PgStore {
         let leases = parking_lot::Mutex::new(Leases::default());
         let statement_span = config.query_timeout / 2;
         let headers = headers::HeaderCache::default();
-        let lease_pid = AtomicI32::new(0);
-        PgStore { db, schema, store_id, sql, leases, lease_pid, notifier, pacer, headers, statement_span }
+        PgStore { db, schema, store_id, sql, leases, notifier, pacer, headers, statement_span }
     }
 
     /// The store as messages name it (no password).
@@ -323,25 +310,27 @@ impl PgStore {
         let db = &self.db;
         let keys: Vec<i64> = leases.held.iter().map(|id| lease_key(&self.schema, id)).collect();
         let fresh = async |client: &tokio_postgres::Client| {
-            let name = format!("{LEASE_APPLICATION}{}", session_persistence::lease::holder_name());
-            let row = db
-                .timed(
-                    "naming the lease holder",
-                    client.query_one("SELECT set_config('application_name', $1, false), pg_backend_pid()", &[&name]),
-                )
-                .await?;
-            // Known before the connection takes any lease, so none of them is ever another's.
-            self.lease_pid.store(db.column::<i32>(&row, 1)?, Ordering::Release);
+            let name = format!("{}{}", self.own_leases(), session_persistence::lease::holder_name());
+            db.timed(
+                "naming the lease holder",
+                client.execute("SELECT set_config('application_name', $1, false)", &[&name]),
+            )
+            .await?;
             for key in &keys {
                 db.timed("taking a writer lease", client.execute("SELECT pg_advisory_lock_shared($1)", &[key])).await?;
             }
             Ok(())
         };
-        let result = db.run_detached(&mut leases.connection, fresh, work);
-        if leases.connection.is_none() {
-            self.lease_pid.store(0, Ordering::Release);
-        }
-        result
+        db.run_detached(&mut leases.connection, fresh, work)
+    }
+
+    /// How the `application_name` of this handle's leases' connections begins: [`LEASE_APPLICATION`]
+    /// and the handle's tag in brackets (the holder, host and pid, follows). Every connection this
+    /// handle ever took leases on has it, including one it gave up on that the server has not yet
+    /// dropped, so `positions` can tell this handle's own leases from other writers'. At 26 bytes
+    /// of ASCII it is always within the 63 the server keeps of a name.
+    fn own_leases(&self) -> String {
+        format!("{LEASE_APPLICATION}[{}] ", self.notifier.tag)
     }
 
     /// Drops the schema and everything in it. For tests and benchmarks that made their own.

@@ -553,7 +553,8 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         Ok(None)
     }
 
-    /// Where each of `ids` stands: its next seq, and whether a writer holds it. Ids not stored
+    /// Where each of `ids` stands: its next seq, and whether a writer other than this handle
+    /// holds it ([`SessionPosition::held`]). Ids not stored
     /// are left out. The default scans each log to count its events (a backend that follows
     /// other writers overrides it with one query).
     fn positions(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<SessionPosition>> {

@@ -86,6 +86,8 @@ struct Handle {
     ends_held: Mutex<bool>,
     ends_opened: parking_lot::Condvar,
     ends_waited: AtomicUsize,
+    /// Sessions whose lease this handle cannot probe (`held: None`, as a failed probe answers).
+    unknown: Mutex<HashSet<SessionId>>,
     /// Sessions whose log reads through this handle fail, and how many have.
     broken: Mutex<HashSet<SessionId>>,
     broken_reads: AtomicUsize,
@@ -105,6 +107,7 @@ impl Handle {
             ends_held: Mutex::new(false),
             ends_opened: parking_lot::Condvar::new(),
             ends_waited: AtomicUsize::new(0),
+            unknown: Mutex::default(),
             broken: Mutex::default(),
             broken_reads: AtomicUsize::new(0),
         })
@@ -256,9 +259,11 @@ impl Backend for Handle {
         let mut positions = self.net.logs.positions(ids, cancel)?;
         {
             let mine = self.held.lock();
+            let unknown = self.unknown.lock();
             let leases = self.net.leases.lock();
             for position in &mut positions {
-                position.held = (!mine.contains(&position.id)).then(|| leases.contains_key(&position.id));
+                let known = !mine.contains(&position.id) && !unknown.contains(&position.id);
+                position.held = known.then(|| leases.contains_key(&position.id));
             }
         }
         let mut closed = self.gate.lock();
@@ -572,9 +577,7 @@ async fn a_session_whose_lease_outlives_its_release_is_not_followed_on_it() {
     let release = a.ok(None, "session.release", json!({"sessionId": "mine"}));
     let window = async {
         host.until(|frame| frame["type"] == "host/session-removed" && frame["sessionId"] == "mine").await;
-        while a_handle.ends_waited.load(Ordering::SeqCst) == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await; // polls a counter nothing signals
-        }
+        eventually("a lease end held", || a_handle.ends_waited.load(Ordering::SeqCst) > 0).await;
         // The hub has dropped it, its lease is held: a wake-up about it (as a late notification
         // would be) and two sweeps read its position in this window.
         // (A round that did follow it would wait for the id's lock, which the release holds:
@@ -620,9 +623,7 @@ async fn a_session_whose_reads_keep_failing_does_not_make_every_round_a_sweep() 
     converge(&mut mux, "good", &mut replica, &stored(&net, "good")).await;
     b.ok(None, "session.append", json!({"sessionId": "bad", "events": turn(2)})).await;
     b.ok(None, "session.flush", json!({"sessionId": "bad"})).await;
-    while a_handle.broken_reads.load(Ordering::SeqCst) < 2 {
-        tokio::time::sleep(Duration::from_millis(5)).await; // polls a counter nothing signals
-    }
+    eventually("two failed reads", || a_handle.broken_reads.load(Ordering::SeqCst) >= 2).await;
     let reads = a_handle.position_reads.load(Ordering::SeqCst);
     for n in 2..=6 {
         b.ok(None, "session.append", json!({"sessionId": "good", "events": turn(n)})).await;
@@ -711,6 +712,52 @@ async fn a_session_followed_past_its_start_projects_from_its_stored_prefix() {
     assert_eq!(projected["seq"], 11, "{projected}");
     a.stop().await;
     b.stop().await;
+}
+
+/// A session whose lease the store cannot tell about (a failed probe, or this gateway's own
+/// lease in the way) is neither followed nor forgotten: it is carried from round to round, and
+/// followed once another writer is seen to hold it, with no further signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_holder_is_unknown_is_read_again_until_it_is_known() {
+    let net = Arc::new(Net::default());
+    let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
+    let b_handle = Handle::new(&net, 1);
+    let b = Server::start_on_backend(b_handle.clone(), config()).await;
+    let mut host = b.ws("/api/events.host", None).await;
+    // An old session (outside the sweeps' window of new sessions), held by another writer,
+    // stored without a signal; B cannot probe its lease, then one wake-up comes.
+    let id = SessionId::from("unprobed");
+    let mut header = SessionHeader::new(id.clone(), 1);
+    header.cwd = Some("/w".into());
+    net.logs.append_batch(&header, &stored_turn(0), false).unwrap();
+    net.leases.lock().insert(id.clone(), 1);
+    b_handle.unknown.lock().insert(id.clone());
+    let reads = b_handle.position_reads.load(Ordering::SeqCst);
+    net.signal(0, StoreChange::Session { id: id.clone(), kind: ChangeKind::Appended, next_seq: Some(6) });
+    // Read with its holder unknown (the wake-up's round, then a sweep): not followed.
+    eventually("two position reads", || b_handle.position_reads.load(Ordering::SeqCst) >= reads + 2).await;
+    b_handle.unknown.lock().clear();
+    let added = tokio::time::timeout(
+        Duration::from_secs(10),
+        host.until(|frame| frame["type"] == "host/session-added" && frame["sessionId"] == "unprobed"),
+    )
+    .await;
+    let frames = added.expect("followed once its holder is known, without another signal");
+    let early = frames.iter().filter(|frame| frame["sessionId"] == "unprobed").count();
+    assert_eq!(early, 1, "nothing about it before it was known: {frames:?}");
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Waits (up to 20 s, then fails) until `done` holds; for counters nothing signals.
+async fn eventually(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..2_000 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await; // polls a counter nothing signals
+    }
+    panic!("timed out waiting for {what}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

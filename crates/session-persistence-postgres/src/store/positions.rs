@@ -2,8 +2,6 @@
 //! writer holds each one's lease (a follower's sweep: `Backend::positions`), the sessions created
 //! since a time (`Backend::created_since`), and who holds a lease (for a refused repair's message).
 
-use std::sync::atomic::Ordering;
-
 use session_core::SessionId;
 use session_persistence::{Listing, PersistenceError, Result, SessionPosition};
 use tokio_util::sync::CancellationToken;
@@ -22,8 +20,9 @@ fn lock_columns(key: i64) -> (i64, i64) {
 
 impl PgStore {
     /// One query per [`POSITIONS_CHUNK`] ids: each stored session's `next_seq` by the primary
-    /// key, and whether a connection other than this store's leases' one holds its lease key as
-    /// `pg_locks` shows it (this handle's own lease is not another writer's).
+    /// key, and whether a connection holds its lease key as `pg_locks` shows it, other than the
+    /// connections whose `application_name` says they hold this handle's leases
+    /// ([`PgStore::own_leases`]): this handle's own lease is not another writer's.
     pub(super) fn read_positions(&self, ids: &[SessionId], cancel: &CancellationToken) -> Result<Vec<SessionPosition>> {
         let db = &self.db;
         let mut positions = Vec::with_capacity(ids.len());
@@ -34,7 +33,7 @@ impl PgStore {
             let names: Vec<&str> = chunk.iter().map(SessionId::as_str).collect();
             let (highs, lows): (Vec<i64>, Vec<i64>) =
                 chunk.iter().map(|id| lock_columns(lease_key(&self.schema, id))).unzip();
-            let own = self.lease_pid.load(Ordering::Acquire);
+            let own = self.own_leases();
             let rows = db.run(async |client| {
                 let statement = db.prepared(client, &self.sql.positions).await?;
                 db.timed("reading positions", client.query(&statement, &[&names, &highs, &lows, &own])).await
@@ -91,7 +90,15 @@ impl PgStore {
                 let name: Option<String> = self.db.column(&row, 0)?;
                 let pid: i32 = self.db.column(&row, 1)?;
                 let addr: Option<String> = self.db.column(&row, 2)?;
-                let name = name.and_then(|name| name.strip_prefix(LEASE_APPLICATION).map(str::to_owned));
+                // After the prefix, the holding handle's tag in brackets, then the holder.
+                let name = name.and_then(|name| {
+                    let holder = name.strip_prefix(LEASE_APPLICATION)?;
+                    let holder = holder
+                        .strip_prefix('[')
+                        .and_then(|tagged| tagged.split_once("] "))
+                        .map_or(holder, |(_, rest)| rest);
+                    Some(holder.to_owned())
+                });
                 let mut holder = name.unwrap_or_else(|| "a writer".to_owned());
                 holder.push_str(&format!("; server pid {pid}"));
                 if let Some(addr) = addr {

@@ -129,9 +129,11 @@ impl Sql {
             unlock_notify_release: q(&format!("SELECT pg_advisory_unlock_shared($5), {RELEASE_NOTIFY}")),
             positions: q(
                 "WITH wanted AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS w (id, high, low)), \
-                 held AS MATERIALIZED (SELECT DISTINCT classid::bigint AS high, objid::bigint AS low FROM pg_locks \
+                 held AS MATERIALIZED (SELECT DISTINCT classid::bigint AS high, objid::bigint AS low FROM pg_locks l \
                    WHERE locktype = 'advisory' AND granted AND mode = 'ShareLock' AND objsubid = 1 \
-                   AND pid IS DISTINCT FROM $4::int4 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) \
+                   AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.pid \
+                     AND starts_with(a.application_name, $4::text)) \
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) \
                  SELECT s.id, s.next_seq, h.high IS NOT NULL FROM wanted w JOIN {s}.sessions s ON s.id = w.id \
                  LEFT JOIN held h ON h.high = w.high AND h.low = w.low",
             ),

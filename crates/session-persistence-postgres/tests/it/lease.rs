@@ -46,6 +46,7 @@ fn a_repair_leaves_a_leased_session_alone_and_repairs_an_unheld_one() {
     let PersistenceError::Held { id, holder } = &error else { panic!("{error:?}") };
     assert_eq!(id, &held.id);
     assert!(holder.contains(&format!("pid {}", std::process::id())), "the holder names itself: {holder}");
+    assert!(holder.starts_with("host "), "without the handle's tag: {holder}");
     assert_eq!(scan(&writer, "held").unwrap(), 1, "the held turn is left open");
     repairer.commit_repair(&unheld, None, &[closer()]).unwrap();
     assert_eq!(scan(&writer, "unheld").unwrap(), 2);

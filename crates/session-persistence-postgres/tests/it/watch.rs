@@ -300,6 +300,50 @@ fn positions_and_held_follow_another_handles_lease() {
     assert!(follower.positions(&ids, &cancel).is_err(), "a cancelled call reads nothing");
 }
 
+/// The lease key of `id` in `schema` as `pg_locks` shows it: `(classid, objid)`.
+fn lock_columns(schema: &str, id: &str) -> (i64, i64) {
+    let key = session_persistence::lease::lease_key(&[schema, id]);
+    ((key >> 32) as i64, (key & 0xffff_ffff) as i64)
+}
+
+/// A connection this handle took leases on and gave up, which the server still runs (a cut the
+/// client noticed first: the server drops it only when its keepalives say so), still holds its
+/// locks there. They are this handle's own, never another writer's, whichever connection it
+/// holds its leases on now.
+#[test]
+fn a_lease_on_a_connection_this_handle_gave_up_is_still_its_own() {
+    let Some(schema) = TestSchema::new() else { return };
+    let (writer, follower) = (schema.open(), schema.open());
+    let cancel = CancellationToken::new();
+    write(&writer, "a", 0..1);
+    write(&writer, "b", 0..1);
+    writer.lease(&SessionId::from("a")).unwrap();
+    let (high, low) = lock_columns(schema.name(), "a");
+    let name = schema
+        .value(&format!(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE l.locktype = 'advisory' AND l.granted AND l.classid::bigint = {high} AND l.objid::bigint = {low}"
+        ))
+        .expect("the writer's leases' connection");
+    assert!(name.starts_with("session lease: ["), "{name}");
+
+    // The stand-in for the connection given up: the same name, holding b's lease.
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let url = format!("{}?application_name={}", server_url().unwrap(), name.replace(' ', "%20"));
+    let (high, low) = lock_columns(schema.name(), "b");
+    let key = (high << 32) | low;
+    let _stale = runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client.execute("SELECT pg_advisory_lock_shared($1)", &[&key]).await.unwrap();
+        client
+    });
+    let b = [SessionId::from("b")];
+    let position = |held| SessionPosition { id: SessionId::from("b"), next_seq: 1, held: Some(held) };
+    assert_eq!(writer.positions(&b, &cancel).unwrap(), [position(false)], "its own, on a connection it gave up");
+    assert_eq!(follower.positions(&b, &cancel).unwrap(), [position(true)], "another writer's");
+}
+
 #[test]
 fn created_since_filters_by_created_at() {
     let Some(schema) = TestSchema::new() else { return };
