@@ -649,6 +649,16 @@ fn stored_turn(seq0: usize) -> Vec<Arc<SessionEvent>> {
         .collect()
 }
 
+/// Stores `events` as the start of session `id`, created at time 1 (outside the sweeps' window
+/// of new sessions) and held by a writer of no gateway here, without a signal; its header.
+fn stored_elsewhere(net: &Net, id: &SessionId, events: &[Arc<SessionEvent>]) -> SessionHeader {
+    let mut header = SessionHeader::new(id.clone(), 1);
+    header.cwd = Some("/w".into());
+    net.logs.append_batch(&header, events, false).unwrap();
+    net.leases.lock().insert(id.clone(), 1);
+    header
+}
+
 /// A session first followed in the middle of a turn (written elsewhere, its start before the
 /// baseline) shows as running at once, and as idle when the turn ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -659,12 +669,9 @@ async fn a_session_first_followed_inside_a_turn_shows_as_running() {
     // An old session (outside the sweeps' window of new sessions), inside its first turn, held
     // by another writer, stored without a signal.
     let id = SessionId::from("midturn");
-    let mut header = SessionHeader::new(id.clone(), 1);
-    header.cwd = Some("/w".into());
     let events = stored_turn(0);
     let (started, rest) = events.split_at(3);
-    net.logs.append_batch(&header, started, false).unwrap();
-    net.leases.lock().insert(id.clone(), 1);
+    let header = stored_elsewhere(&net, &id, started);
     net.signal(0, StoreChange::Session { id: id.clone(), kind: ChangeKind::Appended, next_seq: Some(3) });
     let frames = host.until(|frame| frame["sessionId"] == "midturn" && frame["type"] == "host/session-status").await;
     assert_eq!(frames.last().unwrap()["running"], true, "{frames:?}");
@@ -687,10 +694,7 @@ async fn a_session_followed_past_its_start_projects_from_its_stored_prefix() {
     // An old session with one whole turn (its prompt at time 1), held by another writer, stored
     // without a signal; then a wake-up, as a late notification.
     let id = SessionId::from("seeded");
-    let mut header = SessionHeader::new(id.clone(), 1);
-    header.cwd = Some("/w".into());
-    net.logs.append_batch(&header, &stored_turn(0), false).unwrap();
-    net.leases.lock().insert(id.clone(), 1);
+    let header = stored_elsewhere(&net, &id, &stored_turn(0));
     net.signal(0, StoreChange::Session { id: id.clone(), kind: ChangeKind::Appended, next_seq: Some(6) });
     let subscribed = mux.until(|frame| frame["sessionId"] == "seeded" && frame["type"] == "session/subscribed").await;
     assert_eq!(subscribed.last().unwrap()["lastSeq"], 5, "followed from its current position");
@@ -727,10 +731,7 @@ async fn a_session_whose_holder_is_unknown_is_read_again_until_it_is_known() {
     // An old session (outside the sweeps' window of new sessions), held by another writer,
     // stored without a signal; B cannot probe its lease, then one wake-up comes.
     let id = SessionId::from("unprobed");
-    let mut header = SessionHeader::new(id.clone(), 1);
-    header.cwd = Some("/w".into());
-    net.logs.append_batch(&header, &stored_turn(0), false).unwrap();
-    net.leases.lock().insert(id.clone(), 1);
+    stored_elsewhere(&net, &id, &stored_turn(0));
     b_handle.unknown.lock().insert(id.clone());
     let reads = b_handle.position_reads.load(Ordering::SeqCst);
     net.signal(0, StoreChange::Session { id: id.clone(), kind: ChangeKind::Appended, next_seq: Some(6) });
