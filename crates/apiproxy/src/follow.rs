@@ -658,7 +658,15 @@ impl Context {
                     until: from_seq,
                     failed: false,
                 };
-                let (prefix, _) = inspect_into(&*self.persistence, id, cancel, prefix).await?;
+                let (mut prefix, summary) = inspect_into(&*self.persistence, id, cancel, prefix).await?;
+                if summary.live {
+                    // A copy still bound here (fenced, not yet released) was read, not the store:
+                    // its events past what it stored are not the log's. The stored log, then.
+                    prefix.restart();
+                    for event in self.persistence.read_from(id, 0, cancel).await?.events.iter() {
+                        prefix.event(Arc::clone(event))?;
+                    }
+                }
                 if prefix.failed {
                     return Ok(());
                 }

@@ -75,8 +75,9 @@ fn append_turn(session: &Session, turn: u64) {
 
 /// Two hosts over one shared store hold one session live in turn. The second resumes it and
 /// writes first, so the first host's next write meets the writer fence and its live copy is
-/// fenced: its flushes fail at once with the fence and nothing more reaches the store; a
-/// release unbinds it without writing; resumed from the store, it holds the second host's log and
+/// fenced: its flushes fail at once with the fence and nothing more reaches the store; its
+/// writer lease ends (once the second host lets go, nobody holds the session); a release unbinds
+/// it without writing; resumed from the store, it holds the second host's log and
 /// writes again. Runs where two opens are two writers of one store ([`Place::shared_writers`]).
 pub(crate) async fn a_live_session_that_meets_the_writer_fence_stops_writing_until_it_is_resumed(h: &Cx<'_>) {
     if !h.place.shared_writers() {
@@ -117,6 +118,15 @@ pub(crate) async fn a_live_session_that_meets_the_writer_fence_stops_writing_unt
     assert!(again.to_string().contains(&reason), "every later flush fails with the same reason: {again}");
     assert_eq!(one_backend.appends(), appends, "a fenced live copy sends no more writes");
     assert_eq!(two.read_from(&id, 0, &cancel).await.unwrap().events, theirs, "the stored log is the winner's");
+
+    // The fenced copy holds no lease (it can never be written again): once the winner lets go,
+    // no other process sees the session held, though the copy is still bound.
+    drop(two_store.detach(&id));
+    two.release(&id, &cancel).await.unwrap();
+    let observer = h.place.open();
+    let held = observer.positions(std::slice::from_ref(&id), &cancel).unwrap();
+    assert_eq!(held.first().map(|position| position.held), Some(Some(false)), "{held:?}");
+    assert!(one.fence(&id).is_some(), "the fenced copy is still bound");
 
     // Released without writing, then resumed from the store: the winner's log, writable again.
     // Detached first, as a gateway does: the detach unbinds it in a task of its own, and the

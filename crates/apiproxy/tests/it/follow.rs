@@ -804,6 +804,69 @@ async fn a_fenced_copy_rebaselines_its_clients_and_follows_the_new_writer() {
     b.stop().await;
 }
 
+/// A copy the fence stopped lets go of its writer lease (it can never be written again): a third
+/// gateway sees the session let go of when the writer that took it over releases it, while the
+/// copy is still open. When the session is taken again, the copy's gateway follows it anew and
+/// projects it from the stored log, not from the copy it still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_copy_holds_no_lease_and_is_not_what_a_new_follow_projects() {
+    let net = Arc::new(Net::default());
+    let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
+    let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
+    let c = Server::start_on_backend(Handle::new(&net, 2), config()).await;
+    let mut c_host = c.ws("/api/events.host", None).await;
+    let mut a_mux = a.ws("/api/events.mux", None).await;
+    let mut a_host = a.ws("/api/events.host", None).await;
+    a.ok(None, "session.create", json!({"sessionId": "moved", "cwd": "/w"})).await;
+    a.ok(None, "session.append", json!({"sessionId": "moved", "events": turn(1)})).await;
+    a.ok(None, "session.flush", json!({"sessionId": "moved"})).await;
+    c_host.until(|frame| frame["type"] == "host/session-added" && frame["sessionId"] == "moved").await;
+
+    // B takes it over and writes; A's copy writes on (less than B did) and meets the fence.
+    b.ok(None, "session.create", json!({"sessionId": "moved", "cwd": "/w"})).await;
+    b.ok(None, "session.append", json!({"sessionId": "moved", "events": turn(2)})).await;
+    b.ok(None, "session.flush", json!({"sessionId": "moved"})).await;
+    let started = json!([{"type": "turn/start", "data": {"turn": 3}}]);
+    a.call_as(None, "session.append", json!({"sessionId": "moved", "events": started})).await;
+    a.call_as(None, "session.flush", json!({"sessionId": "moved"})).await;
+    let moved = SessionId::from("moved");
+    eventually("the fenced copy's lease ended", || net.leases.lock().get(&moved) == Some(&1)).await;
+
+    // B lets go: nobody holds it, though A's copy is still open.
+    b.ok(None, "session.release", json!({"sessionId": "moved"})).await;
+    let removed = tokio::time::timeout(
+        Duration::from_secs(10),
+        c_host.until(|frame| frame["type"] == "host/session-removed" && frame["sessionId"] == "moved"),
+    )
+    .await;
+    assert!(removed.is_ok(), "a third gateway still sees the fenced copy's lease");
+    // A lets go of following it too (its copy, still open, holds nothing).
+    a_host.until(|frame| frame["type"] == "host/session-removed" && frame["sessionId"] == "moved").await;
+
+    // Another writer takes it again: A follows it anew, then a turn (prompted at time 1) comes.
+    // Its values are folded from the stored log, not from the copy A still holds (shorter than
+    // the store: a fold seeded from it would never meet the tail).
+    let header = Backend::header(&net.logs, &moved, &CancellationToken::new()).unwrap().unwrap().header;
+    let at = net.next_seq(&moved).unwrap();
+    net.leases.lock().insert(moved.clone(), 1);
+    net.signal(1, StoreChange::Session { id: moved.clone(), kind: ChangeKind::Appended, next_seq: Some(at) });
+    a_host.until(|frame| frame["type"] == "host/session-added" && frame["sessionId"] == "moved").await;
+    net.logs.append_batch(&header, &stored_turn(at as usize), true).unwrap();
+    net.signal(1, StoreChange::Session { id: moved.clone(), kind: ChangeKind::Appended, next_seq: Some(at + 6) });
+    let wanted = json!({"blank": false, "lastPromptAt": 1});
+    let projected = tokio::time::timeout(
+        Duration::from_secs(10),
+        a_mux.until(|frame| {
+            frame["sessionId"] == "moved" && frame["type"] == "session/projection" && frame["value"] == wanted
+        }),
+    )
+    .await;
+    assert!(projected.is_ok(), "the new follow projected the copy, not the stored log");
+    a.stop().await;
+    b.stop().await;
+    c.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_that_follows_by_sweeps_alone_still_sees_everything() {
     let mut sweep_only = config();

@@ -528,14 +528,34 @@ impl LiveWriter {
                 return Ok(());
             }
             if let Err(err) = live.append(&self.session, batch.clone()).await {
-                let mut pending = self.pending.lock();
-                let newer = std::mem::replace(&mut pending.events, batch);
-                pending.events.extend(newer);
-                pending.paused = true;
-                drop(pending);
-                return Err(self.fence_on(&live.inner, err));
+                {
+                    let mut pending = self.pending.lock();
+                    let newer = std::mem::replace(&mut pending.events, batch);
+                    pending.events.extend(newer);
+                    pending.paused = true;
+                }
+                let err = self.fence_on(&live.inner, err);
+                if self.fence_error().is_some() {
+                    self.end_lease(&live.inner).await;
+                }
+                return Err(err);
             }
         }
+    }
+
+    /// Ends the writer lease of a copy the fence stopped: it can never be written again (its
+    /// writes start behind the stored log, which only grows), so it no longer keeps its session
+    /// "held" for other processes, whose followers then see only the writer that took it over,
+    /// and let go of it when that writer does. The binding stays until the copy is released.
+    async fn end_lease(&self, inner: &Inner) {
+        let id = self.session.id().clone();
+        // Ending a lease cannot fail; the blocking pool only keeps its I/O off the runtime.
+        let ended: Result<()> = blocking(&inner.backend, move |backend| {
+            backend.end_lease(&id);
+            Ok(())
+        })
+        .await;
+        drop(ended);
     }
 
     /// The fence's error, if this writer is fenced.
