@@ -733,6 +733,13 @@ impl Context {
         if !fenced {
             return Ok(());
         }
+        // Not fenced by a write of its own yet: fenced now, so it holds no lease past this round
+        // (it may never write again). A failure leaves it to its next write.
+        if self.persistence.fence(id).is_none()
+            && let Err(error) = self.persistence.fence_if_overtaken(id, cancel).await
+        {
+            tracing::debug!(session = %id, %error, "cannot fence a live copy another writer took over");
+        }
         let durable = self.persistence.durable_len(id).unwrap_or(0).min(position.next_seq);
         // The new baseline is one more frame in each mux queue that sees the session.
         self.wait_for_room(id, 1, cancel).await;

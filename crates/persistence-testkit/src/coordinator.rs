@@ -227,6 +227,55 @@ pub(crate) async fn a_first_write_that_meets_a_log_created_meanwhile_is_fenced(h
     assert_eq!(stored[..], resumed.events()[..], "resumed, it writes again");
 }
 
+/// A live copy that another host took over while it wrote nothing (the store holds more than
+/// the copy): asked, the coordinator fences it as its next write would (its flushes fail with the
+/// fence, nothing more is written) and ends its lease, so once the other host lets go nobody
+/// holds the session. A copy the store has not moved past is left alone. Runs where two opens are
+/// two writers of one store ([`Place::shared_writers`]).
+pub(crate) async fn a_live_copy_another_writer_took_over_is_fenced_when_asked(h: &Cx<'_>) {
+    if !h.place.shared_writers() {
+        h.note("skipped: the place has no concurrent writers (Place::shared_writers)");
+        return;
+    }
+    let cancel = CancellationToken::new();
+    let id = SessionId::from("s-overtaken");
+    let one_backend = Arc::new(CountingBackend::new(h.place.open()));
+    let one = Coordinator::new(one_backend.clone(), CoordinatorConfig::default()).unwrap();
+    let one_store = live_store(&one);
+    let session = one_store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta() }).unwrap();
+    append_turn(&session, 1);
+    one_store.flush(&id).await.unwrap();
+    assert!(!one.fence_if_overtaken(&id, &cancel).await.unwrap(), "nobody moved the log on");
+    assert!(one.fence(&id).is_none());
+
+    let two = Coordinator::new(h.place.open(), CoordinatorConfig::default()).unwrap();
+    let two_store = live_store(&two);
+    let loaded = two.load(&id, &cancel).await.unwrap();
+    let meta = HeaderMeta { created_at: Some(loaded.header.created_at), ..meta() };
+    let resumed =
+        two_store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }).unwrap();
+    append_turn(&resumed, 2);
+    two_store.flush(&id).await.unwrap();
+    assert!(!two.fence_if_overtaken(&id, &cancel).await.unwrap(), "the writer that took it over is not behind");
+    let stored = two.read_from(&id, 0, &cancel).await.unwrap().events.len();
+
+    assert!(one.fence_if_overtaken(&id, &cancel).await.unwrap(), "the copy is behind the store");
+    assert!(one.fence(&id).is_some(), "and fenced");
+    assert!(!one.fence_if_overtaken(&id, &cancel).await.unwrap(), "once");
+    let appends = one_backend.appends();
+    append_turn(&session, 3);
+    let err = one_store.flush(&id).await.unwrap_err();
+    assert!(err.to_string().contains(&format!("append starts at seq 2, stored next seq is {stored}")), "{err}");
+    assert_eq!(one_backend.appends(), appends, "a fenced copy sends no writes");
+
+    drop(two_store.detach(&id));
+    two.release(&id, &cancel).await.unwrap();
+    let held = h.place.open().positions(std::slice::from_ref(&id), &cancel).unwrap();
+    assert_eq!(held.first().map(|position| position.held), Some(Some(false)), "{held:?}");
+    drop(one_store.detach(&id));
+    assert!(one.release(&id, &cancel).await.is_err(), "its release says its events were not stored");
+}
+
 /// Waits until `backend` holds one append at its hold, polling `call` meanwhile, then drops
 /// `call`: its caller stops waiting while the write is on its way, as a cancelled request does.
 async fn abandon_while_held<T: std::fmt::Debug>(backend: &CountingBackend, call: impl std::future::Future<Output = T>) {

@@ -346,6 +346,14 @@ impl SessionPersistence for Misbehaving {
         self.0.fence(id)
     }
 
+    async fn fence_if_overtaken(
+        &self,
+        id: &SessionId,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<bool> {
+        self.0.fence_if_overtaken(id, cancel).await
+    }
+
     async fn inspect(
         &self,
         id: &SessionId,

@@ -207,6 +207,14 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
     /// held live.
     fn fence(&self, id: &SessionId) -> Option<String>;
 
+    /// Fences the live session `id` now if the stored log holds more than the live copy does:
+    /// another writer took the session over, so the copy's next write would meet the writer
+    /// fence. The copy is then fenced as that write would leave it (see [`fence`](Self::fence)),
+    /// and its writer lease ends, so other processes no longer see the session held from here.
+    /// `Ok(true)` when it fenced the copy; `Ok(false)` when `id` is not live here, is fenced
+    /// already, or the stored log, read again, does not reach past the copy.
+    async fn fence_if_overtaken(&self, id: &SessionId, cancel: &CancellationToken) -> Result<bool>;
+
     /// The balanced view of a session, without changing storage: a cold log gets its crash
     /// closers in memory; a live session gets its current snapshot.
     async fn inspect(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Inspection>;

@@ -867,6 +867,39 @@ async fn a_fenced_copy_holds_no_lease_and_is_not_what_a_new_follow_projects() {
     c.stop().await;
 }
 
+/// A copy its gateway's follower finds overtaken (another gateway took the session over and wrote
+/// more than the copy holds) is fenced there and then, though it writes nothing more: it lets go
+/// of its lease, so a third gateway sees the session let go of when the new writer releases it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_copy_another_gateway_took_over_holds_no_lease() {
+    let net = Arc::new(Net::default());
+    let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
+    let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
+    let c = Server::start_on_backend(Handle::new(&net, 2), config()).await;
+    let mut c_host = c.ws("/api/events.host", None).await;
+    a.ok(None, "session.create", json!({"sessionId": "idle", "cwd": "/w"})).await;
+    a.ok(None, "session.append", json!({"sessionId": "idle", "events": turn(1)})).await;
+    a.ok(None, "session.flush", json!({"sessionId": "idle"})).await;
+    c_host.until(|frame| frame["type"] == "host/session-added" && frame["sessionId"] == "idle").await;
+
+    // B takes it over and writes on; A's copy stays open and idle.
+    b.ok(None, "session.create", json!({"sessionId": "idle", "cwd": "/w"})).await;
+    b.ok(None, "session.append", json!({"sessionId": "idle", "events": turn(2)})).await;
+    b.ok(None, "session.flush", json!({"sessionId": "idle"})).await;
+    let idle = SessionId::from("idle");
+    eventually("the idle copy's lease ended", || net.leases.lock().get(&idle) == Some(&1)).await;
+    b.ok(None, "session.release", json!({"sessionId": "idle"})).await;
+    let removed = tokio::time::timeout(
+        Duration::from_secs(10),
+        c_host.until(|frame| frame["type"] == "host/session-removed" && frame["sessionId"] == "idle"),
+    )
+    .await;
+    assert!(removed.is_ok(), "a third gateway still sees the idle copy's lease");
+    a.stop().await;
+    b.stop().await;
+    c.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_that_follows_by_sweeps_alone_still_sees_everything() {
     let mut sweep_only = config();
@@ -1082,8 +1115,9 @@ async fn a_takeover_on_postgres_rebaselines_the_old_writers_clients() {
     assert_eq!(replica.baselines, vec![durable - 1, durable - 1], "{replica:?}");
     let from = usize::try_from(durable).unwrap();
     assert_eq!(replica.events, want[from..], "B's events, after the baseline of what A stored");
-    // A's copy can no longer be written: its writes meet the fence.
-    a.ok(None, "session.append", json!({"sessionId": "taken", "events": turn(9)})).await;
+    // A's copy can no longer be written: its follower fenced it when it found B's writes.
+    let stale = a.call_as(None, "session.append", json!({"sessionId": "taken", "events": turn(9)})).await;
+    assert_eq!(stale["error"]["code"], "agent-busy", "{stale}");
     let stale = a.call_as(None, "session.flush", json!({"sessionId": "taken"})).await;
     assert_eq!(stale["error"]["code"], "agent-busy", "{stale}");
     assert_eq!(stored_in(&reader, "taken"), want, "nothing of A's reached the store");

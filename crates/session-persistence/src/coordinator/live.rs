@@ -110,6 +110,15 @@ impl LiveSessions {
         self.writers.lock().get(id)?.fenced()
     }
 
+    /// See [`SessionPersistence::fence_if_overtaken`](crate::SessionPersistence::fence_if_overtaken).
+    pub(super) async fn fence_if_overtaken(self: &Arc<Self>, id: &SessionId) -> Result<bool> {
+        let writer = self.writers.lock().get(id).cloned();
+        match writer {
+            Some(writer) => writer.fence_if_overtaken(&self.inner).await,
+            None => Ok(false),
+        }
+    }
+
     /// Waits until everything the live session `id` appended so far is durable.
     pub(super) async fn flush(self: &Arc<Self>, id: &SessionId) -> Result<()> {
         let writer = self.writers.lock().get(id).cloned();
@@ -541,6 +550,54 @@ impl LiveWriter {
                 return Err(err);
             }
         }
+    }
+
+    /// Fences this copy if the stored log holds more than it does (another writer took it
+    /// over: its next write, which starts at its cursor, would meet the fence), then ends its
+    /// lease. With no write in flight (the progress lock) and the id's lock held, so the stored
+    /// position is read against the cursor it is compared with.
+    async fn fence_if_overtaken(&self, inner: &Inner) -> Result<bool> {
+        let progress = self.write.lock().await;
+        if !progress.initialized || self.fence_error().is_some() {
+            return Ok(false);
+        }
+        let id = self.session.id().clone();
+        let guard = inner.lock_id(&id).await;
+        let owned = inner.states.lock().get(&id).is_some_and(|state| state.is_owned_by(&self.session));
+        if !owned {
+            return Ok(false);
+        }
+        let probe = id.clone();
+        let positions =
+            blocking(&inner.backend, move |backend| backend.positions(&[probe], &CancellationToken::new())).await?;
+        let Some(stored_next_seq) = positions.first().map(|position| position.next_seq) else { return Ok(false) };
+        // Its own events reach `len`; a stored log past them holds another writer's (a lost
+        // reply's batch is this copy's own, so never past them).
+        if stored_next_seq <= self.session.len() {
+            return Ok(false);
+        }
+        let cursor = {
+            let mut states = inner.states.lock();
+            let Some(state) = states.get_mut(&id) else { return Ok(false) };
+            state.stale = true;
+            state.cursor
+        };
+        let n_unwritten = {
+            let mut pending = self.pending.lock();
+            pending.fenced = Some(Fence { write: FencedWrite::Append, seq: cursor, stored_next_seq });
+            pending.events.len()
+        };
+        drop(guard);
+        drop(progress);
+        tracing::warn!(
+            session = %id,
+            stored_next_seq,
+            unwritten = n_unwritten,
+            "another writer took over a live session: it is not written from this process any more; \
+             release it and resume it from the store"
+        );
+        self.end_lease(inner).await;
+        Ok(true)
     }
 
     /// Ends the writer lease of a copy the fence stopped: it can never be written again (its

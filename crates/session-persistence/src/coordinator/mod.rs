@@ -138,6 +138,13 @@ impl SessionPersistence for Coordinator {
         self.live.fence(id)
     }
 
+    async fn fence_if_overtaken(&self, id: &SessionId, cancel: &CancellationToken) -> Result<bool> {
+        if cancel.is_cancelled() {
+            return Err(crate::PersistenceError::Cancelled);
+        }
+        self.live.fence_if_overtaken(id).await
+    }
+
     async fn inspect(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Inspection> {
         reads::inspect(&self.inner, &self.live, id, cancel).await
     }

@@ -412,6 +412,14 @@ impl SessionPersistence for Counting {
         self.inner.fence(id)
     }
 
+    async fn fence_if_overtaken(
+        &self,
+        id: &SessionId,
+        cancel: &CancellationToken,
+    ) -> session_persistence::Result<bool> {
+        self.inner.fence_if_overtaken(id, cancel).await
+    }
+
     async fn inspect(&self, id: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<Inspection> {
         self.record(id, Call::Inspect);
         self.pass_gate().await;
