@@ -179,7 +179,7 @@ pub(crate) async fn a_write_whose_reply_was_lost_is_not_taken_for_another_writer
 /// Two hosts over one shared store both create one new id (each finds it free) and hold it
 /// live. The first one's write creates the log, so the second one's first write meets the writer
 /// fence: its copy is fenced exactly as after any later write (not an id collision, not retried),
-/// its release says so, and resumed from the store it writes again. Runs where two opens are two
+/// its lease ends, its release says so, and resumed from the store it writes again. Runs where two opens are two
 /// writers of one store ([`Place::shared_writers`]).
 pub(crate) async fn a_first_write_that_meets_a_log_created_meanwhile_is_fenced(h: &Cx<'_>) {
     if !h.place.shared_writers() {
@@ -211,6 +211,12 @@ pub(crate) async fn a_first_write_that_meets_a_log_created_meanwhile_is_fenced(h
     append_turn(&second, 8);
     assert!(two_store.flush(&id).await.is_err(), "a fenced copy stays fenced");
     assert_eq!(two_backend.appends(), appends, "a fenced copy sends no more writes");
+    // The lease its binding took is let go of with the fence: once the first writer releases
+    // the session, nobody holds it.
+    drop(one_store.detach(&id));
+    one.release(&id, &cancel).await.unwrap();
+    let held = h.place.open().positions(std::slice::from_ref(&id), &cancel).unwrap();
+    assert_eq!(held.first().map(|position| position.held), Some(Some(false)), "{held:?}");
 
     drop(two_store.detach(&id));
     let released = two.release(&id, &cancel).await.unwrap_err();

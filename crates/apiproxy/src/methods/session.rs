@@ -496,7 +496,11 @@ pub(super) async fn release(shared: &Shared, caller: &Caller, request: ReleaseRe
             )));
         }
     }
-    if let Some(durable) = lost {
+    // A copy fenced with everything it held stored (its follower found the store past it while
+    // it was idle) lost nothing: a plain release.
+    let unwritten =
+        |durable: &Option<u64>| u64::try_from(last_seq).is_ok_and(|last| durable.map_or(0, |seq| seq + 1) <= last);
+    if let Some(durable) = lost.filter(unwritten) {
         let first_lost = durable.map_or(0, |seq| seq + 1);
         tracing::warn!(
             session = id,

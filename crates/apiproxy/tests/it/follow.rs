@@ -895,6 +895,9 @@ async fn an_idle_copy_another_gateway_took_over_holds_no_lease() {
     )
     .await;
     assert!(removed.is_ok(), "a third gateway still sees the idle copy's lease");
+    // Everything the idle copy held is stored: its release loses nothing.
+    let released = a.ok(None, "session.release", json!({"sessionId": "idle"})).await;
+    assert_eq!(released["lastSeq"], 5, "{released}");
     a.stop().await;
     b.stop().await;
     c.stop().await;

@@ -523,7 +523,10 @@ impl LiveWriter {
         self.check_fence()?;
         if !progress.initialized {
             if let Err(err) = live.bind(&self.session).await {
-                return Err(self.fence_on(&live.inner, err));
+                // A first write that met the fence (the binding took the lease before it).
+                let err = self.fence_on(&live.inner, err);
+                self.end_lease_if_fenced(&live.inner).await;
+                return Err(err);
             }
             progress.initialized = true;
         }
@@ -544,9 +547,7 @@ impl LiveWriter {
                     pending.paused = true;
                 }
                 let err = self.fence_on(&live.inner, err);
-                if self.fence_error().is_some() {
-                    self.end_lease(&live.inner).await;
-                }
+                self.end_lease_if_fenced(&live.inner).await;
                 return Err(err);
             }
         }
@@ -587,8 +588,6 @@ impl LiveWriter {
             pending.fenced = Some(Fence { write: FencedWrite::Append, seq: cursor, stored_next_seq });
             pending.events.len()
         };
-        drop(guard);
-        drop(progress);
         tracing::warn!(
             session = %id,
             stored_next_seq,
@@ -597,14 +596,30 @@ impl LiveWriter {
              release it and resume it from the store"
         );
         self.end_lease(inner).await;
+        drop(guard);
+        drop(progress);
         Ok(true)
+    }
+
+    /// [`end_lease`](Self::end_lease) under the id's lock, if this writer is fenced.
+    async fn end_lease_if_fenced(&self, inner: &Inner) {
+        if self.fence_error().is_some() {
+            let _guard = inner.lock_id(self.session.id()).await;
+            self.end_lease(inner).await;
+        }
     }
 
     /// Ends the writer lease of a copy the fence stopped: it can never be written again (its
     /// writes start behind the stored log, which only grows), so it no longer keeps its session
     /// "held" for other processes, whose followers then see only the writer that took it over,
     /// and let go of it when that writer does. The binding stays until the copy is released.
+    /// The caller holds the id's lock; a lease is ended only while this copy owns the id's state
+    /// (after a release, a newer copy's lease is that copy's).
     async fn end_lease(&self, inner: &Inner) {
+        let owned = inner.states.lock().get(self.session.id()).is_some_and(|state| state.is_owned_by(&self.session));
+        if !owned {
+            return;
+        }
         let id = self.session.id().clone();
         // Ending a lease cannot fail; the blocking pool only keeps its I/O off the runtime.
         let ended: Result<()> = blocking(&inner.backend, move |backend| {
