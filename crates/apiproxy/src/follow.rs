@@ -37,10 +37,13 @@ use session_projection::{ProjectionRegistry, RestoreFold};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+mod room;
+
+use room::wait_for_room;
+
 use crate::{
     config::FollowConfig,
     hub::{Delivered, Hub},
-    wire::Frame,
 };
 
 /// How far back, in the store's clock, a sweep looks for sessions created elsewhere beyond the
@@ -54,9 +57,6 @@ const REPLAY_CREATED_MAX: u64 = 100_000;
 /// A long tail goes to the hub in chunks of this many events, each once the clients' queues
 /// have room for it.
 const TAIL_CHUNK: usize = 256;
-
-/// How long a chunk waits for room in a client's queue.
-const ROOM_WAIT: Duration = Duration::from_secs(10);
 
 /// How many sessions' tails one round reads at once.
 const TAIL_READS: usize = 8;
@@ -708,7 +708,7 @@ impl Context {
         Ok(())
     }
 
-    /// Waits (up to [`ROOM_WAIT`]) until every mux queue that sees `id` has room for `n` more
+    /// Waits (up to [`room::ROOM_WAIT`]) until every mux queue that sees `id` has room for `n` more
     /// frames. A client that stays behind that long is then cut by the hub's overflow rule, as
     /// for a session live here; one that keeps up never is, however long the tail.
     async fn wait_for_room(&self, id: &SessionId, n: usize, cancel: &CancellationToken) {
@@ -726,40 +726,37 @@ impl Context {
         let id = &position.id;
         // The session is not held past this step: a strong reference kept across the reads
         // below would keep a released copy bound in the persistence, and a resume would read it.
-        let fenced = match self.store.get(id) {
-            Some(session) => self.persistence.fence(id).is_some() || position.next_seq > session.len(),
+        // Its header says which copy this is: the hub is switched only while it holds this one.
+        let (fenced, header) = match self.store.get(id) {
+            Some(session) => (
+                self.persistence.fence(id).is_some() || position.next_seq > session.len(),
+                Arc::clone(session.header()),
+            ),
             None => return Ok(()),
         };
         if !fenced {
             return Ok(());
         }
         // Not fenced by a write of its own yet: fenced now, so it holds no lease past this round
-        // (it may never write again). A failure leaves it to its next write.
-        if self.persistence.fence(id).is_none()
-            && let Err(error) = self.persistence.fence_if_overtaken(id, cancel).await
-        {
-            tracing::debug!(session = %id, %error, "cannot fence a live copy another writer took over");
+        // (it may never write again). Not behind the store after all, read again under its
+        // locks: left alone. A failure leaves it to its next write.
+        if self.persistence.fence(id).is_none() {
+            match self.persistence.fence_if_overtaken(id, cancel).await {
+                Ok(true) => {}
+                Ok(false) => return Ok(()),
+                Err(error) => {
+                    tracing::debug!(session = %id, %error, "cannot fence a live copy another writer took over");
+                }
+            }
         }
         let durable = self.persistence.durable_len(id).unwrap_or(0).min(position.next_seq);
         // The new baseline is one more frame in each mux queue that sees the session.
         self.wait_for_room(id, 1, cancel).await;
-        if self.hub.fence_local(id, durable as i64 - 1) {
+        if self.hub.fence_local(&header, durable as i64 - 1) {
             self.folds.lock().remove(id);
             tracing::info!(session = %id, durable, "another writer moved this session on; following it from the store");
             self.read_tail(id, durable, cancel).await?;
         }
         Ok(())
-    }
-}
-
-/// Waits (up to [`ROOM_WAIT`]) until each of `queues` has room for `n` more frames.
-async fn wait_for_room(queues: Vec<tokio::sync::mpsc::Sender<Arc<Frame>>>, n: usize, cancel: &CancellationToken) {
-    let deadline = tokio::time::Instant::now() + ROOM_WAIT;
-    for queue in queues {
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            // The permits are dropped at once: this only waits for the room.
-            _ = tokio::time::timeout_at(deadline, queue.reserve_many(n.min(queue.max_capacity()))) => {}
-        }
     }
 }

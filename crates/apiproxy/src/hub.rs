@@ -223,10 +223,14 @@ impl Hub {
     /// A session live here whose stored log another writer moved on (this copy is fenced): its
     /// subscribers get a fresh baseline at `durable_last_seq`, what this gateway stored of it
     /// ("drop what you hold past lastSeq"), and from then on the store's events, through the
-    /// follower. `false` when the session is not live here.
-    pub(crate) fn fence_local(&self, id: &SessionId, durable_last_seq: i64) -> bool {
+    /// follower. `false` when the copy of `header` is not live here (a newer copy of the id,
+    /// resumed since, is not this one).
+    pub(crate) fn fence_local(&self, header: &Arc<SessionHeader>, durable_last_seq: i64) -> bool {
+        let id = &header.id;
         let mut state = self.state.lock();
-        let Some(live) = state.live.get_mut(id).filter(|live| !live.remote) else { return false };
+        let Some(live) = state.live.get_mut(id).filter(|live| !live.remote && Arc::ptr_eq(&live.header, header)) else {
+            return false;
+        };
         live.remote = true;
         live.last_seq = durable_last_seq;
         let owner = live.header.owner.clone();

@@ -51,6 +51,31 @@ pub(crate) async fn events_inside_one_window_are_written_as_one_batch(h: &Cx<'_>
     assert_eq!(read.events.len(), 20);
 }
 
+/// A live session's first write fails when its window closes (the store unreachable): its events
+/// stay buffered, and the next event opens a new window that writes them, without a flush.
+pub(crate) async fn a_failed_first_write_is_retried_when_the_next_event_comes(h: &Cx<'_>) {
+    let backend = Arc::new(CountingBackend::new(h.place.open()));
+    let config = CoordinatorConfig { write_batch_max_delay: Duration::from_millis(20), ..CoordinatorConfig::default() };
+    let persistence = Coordinator::new(backend.clone(), config).unwrap();
+    let store = live_store(&persistence);
+    let id = SessionId::from("s-first-fails");
+    let session = store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta() }).unwrap();
+    backend.fail_appends(true);
+    session.append("turn/start", &json!({"turn": 1}), None).unwrap();
+    // The bounds only keep a broken build from hanging (no timing is asserted).
+    tokio::time::timeout(Duration::from_secs(30), backend.wait_for_failed_appends(1))
+        .await
+        .expect("the window closes on its own and its write fails");
+    backend.fail_appends(false);
+    session.append("turn/end", &json!({"turn": 1, "reason": {"kind": "completed"}}), None).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), backend.wait_for_appends(1))
+        .await
+        .expect("the next event opens a window that writes");
+    let read = persistence.read_from(&id, 0, &CancellationToken::new()).await.unwrap();
+    let kinds: Vec<&str> = read.events.iter().map(|event| event.kind.as_str()).collect();
+    assert_eq!(kinds, ["turn/start", "turn/end"]);
+}
+
 pub(crate) async fn a_failed_write_keeps_the_batch_in_order_and_the_next_flush_writes_it(h: &Cx<'_>) {
     let backend = Arc::new(CountingBackend::new(h.place.open()));
     let persistence = Coordinator::new(backend.clone(), CoordinatorConfig::default()).unwrap();

@@ -287,6 +287,7 @@ macro_rules! __coordinator_cases {
         $crate::$then! { ($($args)*) [
             coordinator::events_inside_one_window_are_written_as_one_batch,
             coordinator::a_failed_write_keeps_the_batch_in_order_and_the_next_flush_writes_it,
+            coordinator::a_failed_first_write_is_retried_when_the_next_event_comes,
             coordinator::a_flush_whose_caller_stops_waiting_still_records_its_write,
             coordinator::an_append_whose_caller_stops_waiting_still_records_its_write,
             coordinator::inspections_are_cached_until_the_log_changes,

@@ -33,6 +33,8 @@ pub struct CountingBackend {
     /// The count of `appends`, for waiting on it.
     appended: tokio::sync::watch::Sender<u64>,
     fail_appends: AtomicBool,
+    /// How many appends failed by injection so far, for waiting on it.
+    failed: tokio::sync::watch::Sender<u64>,
     lose_next_reply: AtomicBool,
     prefetches: AtomicU64,
     /// When not 0, reads ahead in runs of this many by scanning each log
@@ -51,6 +53,7 @@ impl CountingBackend {
         if !self.fail_appends.load(Ordering::SeqCst) {
             return None;
         }
+        self.failed.send_modify(|failed| *failed += 1);
         let path = self.inner.locate(header).unwrap_or_else(|| PathBuf::from(self.inner.name()));
         Some(PersistenceError::io(path, std::io::Error::other("injected write failure")))
     }
@@ -78,6 +81,7 @@ impl CountingBackend {
             appends: AtomicU64::new(0),
             appended: tokio::sync::watch::Sender::new(0),
             fail_appends: AtomicBool::new(false),
+            failed: tokio::sync::watch::Sender::new(0),
             lose_next_reply: AtomicBool::new(false),
             prefetches: AtomicU64::new(0),
             read_ahead: AtomicUsize::new(0),
@@ -169,6 +173,14 @@ impl CountingBackend {
         let mut appended = self.appended.subscribe();
         // The sender lives in `self`, so the channel cannot close while this waits.
         let _ = appended.wait_for(|count| *count >= n).await;
+    }
+
+    /// Waits until at least `n` appends failed by injection ([`CountingBackend::fail_appends`]):
+    /// a test waits on a write-behind window's failed write instead of polling.
+    pub async fn wait_for_failed_appends(&self, n: u64) {
+        let mut failed = self.failed.subscribe();
+        // The sender lives in `self`, so the channel cannot close while this waits.
+        let _ = failed.wait_for(|count| *count >= n).await;
     }
 
     /// While `fail` is set, every append fails with an I/O error and writes nothing.

@@ -522,7 +522,13 @@ impl LiveWriter {
         let mut progress = self.write.lock().await;
         self.check_fence()?;
         if !progress.initialized {
+            // The window that brought this write here is over: an event that comes while the
+            // binding writes opens the next one, as during any write.
+            self.pending.lock().timer_armed = false;
             if let Err(err) = live.bind(&self.session).await {
+                // The events stay buffered; the next event opens a window again, as after any
+                // failed write.
+                self.pending.lock().paused = true;
                 // A first write that met the fence (the binding took the lease before it).
                 let err = self.fence_on(&live.inner, err);
                 self.end_lease_if_fenced(&live.inner).await;
