@@ -752,7 +752,17 @@ impl Context {
         let durable = self.persistence.durable_len(id).unwrap_or(0).min(position.next_seq);
         // The new baseline is one more frame in each mux queue that sees the session.
         self.wait_for_room(id, 1, cancel).await;
-        if self.hub.fence_local(&header, durable as i64 - 1) {
+        // Whether a turn runs at what this gateway stored: one the copy started (or ended) past
+        // it is not the log's.
+        let running = match self.ends_in_turn(id, durable, cancel).await {
+            Ok(running) => Some(running),
+            Err(PersistenceError::Cancelled) => return Err(PersistenceError::Cancelled),
+            Err(error) => {
+                tracing::debug!(session = %id, %error, "a fenced copy's stored turn state does not read");
+                None
+            }
+        };
+        if self.hub.fence_local(&header, durable as i64 - 1, running) {
             self.folds.lock().remove(id);
             tracing::info!(session = %id, durable, "another writer moved this session on; following it from the store");
             self.read_tail(id, durable, cancel).await?;

@@ -223,9 +223,16 @@ impl Hub {
     /// A session live here whose stored log another writer moved on (this copy is fenced): its
     /// subscribers get a fresh baseline at `durable_last_seq`, what this gateway stored of it
     /// ("drop what you hold past lastSeq"), and from then on the store's events, through the
-    /// follower. `false` when the copy of `header` is not live here (a newer copy of the id,
-    /// resumed since, is not this one).
-    pub(crate) fn fence_local(&self, header: &Arc<SessionHeader>, durable_last_seq: i64) -> bool {
+    /// follower. `running` is whether a turn runs at that seq, when known: a turn the copy
+    /// started or ended past it is not the log's, and its host clients hear the change.
+    /// `false` when the copy of `header` is not live here (a newer copy of the id, resumed since,
+    /// is not this one).
+    pub(crate) fn fence_local(
+        &self,
+        header: &Arc<SessionHeader>,
+        durable_last_seq: i64,
+        running: Option<bool>,
+    ) -> bool {
         let id = &header.id;
         let mut state = self.state.lock();
         let Some(live) = state.live.get_mut(id).filter(|live| !live.remote && Arc::ptr_eq(&live.header, header)) else {
@@ -233,7 +240,16 @@ impl Hub {
         };
         live.remote = true;
         live.last_seq = durable_last_seq;
+        let changed = running.filter(|running| *running != live.running);
+        if let Some(running) = changed {
+            live.running = running;
+        }
         let owner = live.header.owner.clone();
+        if let Some(running) = changed {
+            fan_out(&mut state, StreamKind::Host, owner.as_deref(), || {
+                Frame::host_session_status(id.as_str(), running)
+            });
+        }
         fan_out(&mut state, StreamKind::Mux, owner.as_deref(), || {
             Frame::session_subscribed(id.as_str(), durable_last_seq)
         });

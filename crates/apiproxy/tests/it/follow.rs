@@ -903,6 +903,47 @@ async fn an_idle_copy_another_gateway_took_over_holds_no_lease() {
     c.stop().await;
 }
 
+/// A fenced copy that had started a turn it never stored shows the log's turn state: its host
+/// clients hear the turn is not running (the stored log has no open turn), not the copy's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_copy_shows_the_stored_turn_state_not_its_own() {
+    let net = Arc::new(Net::default());
+    // A sweeps only when woken: its copy is fenced by its own write, not by a round before it.
+    let follow = FollowConfig { sweep_interval: Duration::from_secs(600), ..FollowConfig::default() };
+    let a = Server::start_on_backend(Handle::new(&net, 0), ProxyConfig { follow, ..ProxyConfig::default() }).await;
+    let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
+    let mut a_host = a.ws("/api/events.host", None).await;
+    let status = |running: bool| {
+        move |frame: &Value| {
+            frame["type"] == "host/session-status" && frame["sessionId"] == "busy" && frame["running"] == running
+        }
+    };
+    a.ok(None, "session.create", json!({"sessionId": "busy", "cwd": "/w"})).await;
+    a.ok(None, "session.append", json!({"sessionId": "busy", "events": turn(1)})).await;
+    a.ok(None, "session.flush", json!({"sessionId": "busy"})).await;
+    a_host.until(status(false)).await;
+    // B takes it over and stores what a resume stores, no turn, without a signal; A's copy then
+    // starts a turn, whose write meets the fence.
+    net.silent.store(true, Ordering::SeqCst);
+    b.ok(None, "session.create", json!({"sessionId": "busy", "cwd": "/w"})).await;
+    b.ok(None, "session.flush", json!({"sessionId": "busy"})).await;
+    let id = SessionId::from("busy");
+    let stored = net.next_seq(&id).unwrap();
+    assert!(stored > 6, "B's resume stored an event: {stored}");
+    let started = json!([{"type": "turn/start", "data": {"turn": 2}}]);
+    a.ok(None, "session.append", json!({"sessionId": "busy", "events": started})).await;
+    a_host.until(status(true)).await;
+    let fenced = a.call_as(None, "session.flush", json!({"sessionId": "busy"})).await;
+    assert_eq!(fenced["error"]["code"], "agent-busy", "{fenced}");
+    // A's follower wakes and hands the fenced copy over to the store's log.
+    net.silent.store(false, Ordering::SeqCst);
+    net.signal(1, StoreChange::Session { id, kind: ChangeKind::Appended, next_seq: Some(stored) });
+    let idle = tokio::time::timeout(Duration::from_secs(10), a_host.until(status(false))).await;
+    assert!(idle.is_ok(), "the fenced copy still shows the turn it never stored");
+    a.stop().await;
+    b.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_that_follows_by_sweeps_alone_still_sees_everything() {
     let mut sweep_only = config();
