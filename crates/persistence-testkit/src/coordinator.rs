@@ -25,6 +25,27 @@ fn live_store(persistence: &Coordinator) -> Arc<SessionStore> {
     store
 }
 
+/// Asserts, through an open of its own, that no writer holds `id`'s lease.
+fn assert_nobody_holds(h: &Cx<'_>, id: &SessionId, cancel: &CancellationToken) {
+    let held = h.place.open().positions(std::slice::from_ref(id), cancel).unwrap();
+    assert_eq!(held.first().map(|position| position.held), Some(Some(false)), "{held:?}");
+}
+
+/// A host over an open of its own whose live session `id` holds one flushed turn: its counting
+/// backend, its coordinator, its store and the session.
+async fn host_with_one_turn(
+    h: &Cx<'_>,
+    id: &SessionId,
+) -> (Arc<CountingBackend>, Coordinator, Arc<SessionStore>, Arc<session_core::Session>) {
+    let backend = Arc::new(CountingBackend::new(h.place.open()));
+    let persistence = Coordinator::new(backend.clone(), CoordinatorConfig::default()).unwrap();
+    let store = live_store(&persistence);
+    let session = store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta() }).unwrap();
+    append_turn(&session, 1);
+    store.flush(id).await.unwrap();
+    (backend, persistence, store, session)
+}
+
 fn meta() -> HeaderMeta {
     HeaderMeta { cwd: Some("/work".into()), ..HeaderMeta::default() }
 }
@@ -111,12 +132,7 @@ pub(crate) async fn a_live_session_that_meets_the_writer_fence_stops_writing_unt
     }
     let cancel = CancellationToken::new();
     let id = SessionId::from("s-fenced");
-    let one_backend = Arc::new(CountingBackend::new(h.place.open()));
-    let one = Coordinator::new(one_backend.clone(), CoordinatorConfig::default()).unwrap();
-    let one_store = live_store(&one);
-    let session = one_store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta() }).unwrap();
-    append_turn(&session, 1);
-    one_store.flush(&id).await.unwrap();
+    let (one_backend, one, one_store, session) = host_with_one_turn(h, &id).await;
 
     // The second host resumes the session and writes first.
     let two = Coordinator::new(h.place.open(), CoordinatorConfig::default()).unwrap();
@@ -148,9 +164,7 @@ pub(crate) async fn a_live_session_that_meets_the_writer_fence_stops_writing_unt
     // no other process sees the session held, though the copy is still bound.
     drop(two_store.detach(&id));
     two.release(&id, &cancel).await.unwrap();
-    let observer = h.place.open();
-    let held = observer.positions(std::slice::from_ref(&id), &cancel).unwrap();
-    assert_eq!(held.first().map(|position| position.held), Some(Some(false)), "{held:?}");
+    assert_nobody_holds(h, &id, &cancel);
     assert!(one.fence(&id).is_some(), "the fenced copy is still bound");
 
     // Released without writing, then resumed from the store: the winner's log, writable again.
@@ -240,8 +254,7 @@ pub(crate) async fn a_first_write_that_meets_a_log_created_meanwhile_is_fenced(h
     // the session, nobody holds it.
     drop(one_store.detach(&id));
     one.release(&id, &cancel).await.unwrap();
-    let held = h.place.open().positions(std::slice::from_ref(&id), &cancel).unwrap();
-    assert_eq!(held.first().map(|position| position.held), Some(Some(false)), "{held:?}");
+    assert_nobody_holds(h, &id, &cancel);
 
     drop(two_store.detach(&id));
     let released = two.release(&id, &cancel).await.unwrap_err();
@@ -270,12 +283,7 @@ pub(crate) async fn a_live_copy_another_writer_took_over_is_fenced_when_asked(h:
     }
     let cancel = CancellationToken::new();
     let id = SessionId::from("s-overtaken");
-    let one_backend = Arc::new(CountingBackend::new(h.place.open()));
-    let one = Coordinator::new(one_backend.clone(), CoordinatorConfig::default()).unwrap();
-    let one_store = live_store(&one);
-    let session = one_store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta() }).unwrap();
-    append_turn(&session, 1);
-    one_store.flush(&id).await.unwrap();
+    let (one_backend, one, one_store, session) = host_with_one_turn(h, &id).await;
     assert!(!one.fence_if_overtaken(&id, &cancel).await.unwrap(), "nobody moved the log on");
     assert!(one.fence(&id).is_none());
 
@@ -301,8 +309,7 @@ pub(crate) async fn a_live_copy_another_writer_took_over_is_fenced_when_asked(h:
 
     drop(two_store.detach(&id));
     two.release(&id, &cancel).await.unwrap();
-    let held = h.place.open().positions(std::slice::from_ref(&id), &cancel).unwrap();
-    assert_eq!(held.first().map(|position| position.held), Some(Some(false)), "{held:?}");
+    assert_nobody_holds(h, &id, &cancel);
     drop(one_store.detach(&id));
     assert!(one.release(&id, &cancel).await.is_err(), "its release says its events were not stored");
 }

@@ -792,9 +792,7 @@ async fn a_fenced_copy_rebaselines_its_clients_and_follows_the_new_writer() {
     let durable = stored(&net, "moved").len() as i64;
 
     // B takes the session over (a resume writes its seed boundary) and writes on.
-    b.ok(None, "session.create", json!({"sessionId": "moved", "cwd": "/w"})).await;
-    b.ok(None, "session.append", json!({"sessionId": "moved", "events": turn(2)})).await;
-    b.ok(None, "session.flush", json!({"sessionId": "moved"})).await;
+    take_over(&b, "moved").await;
     let want = stored(&net, "moved");
     assert!(want.len() as i64 > durable, "B wrote on");
     converge(&mut watcher, "moved", &mut replica, &want).await;
@@ -804,17 +802,36 @@ async fn a_fenced_copy_rebaselines_its_clients_and_follows_the_new_writer() {
     b.stop().await;
 }
 
+/// Three gateways over one shared store, and a host downlink of the third.
+async fn three() -> (Arc<Net>, Server, Server, Server, Ws) {
+    let net = Arc::new(Net::default());
+    let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
+    let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
+    let c = Server::start_on_backend(Handle::new(&net, 2), config()).await;
+    let c_host = c.ws("/api/events.host", None).await;
+    (net, a, b, c, c_host)
+}
+
+/// `gateway` takes session `id` over (a resume) and writes a turn on.
+async fn take_over(gateway: &Server, id: &str) {
+    gateway.ok(None, "session.create", json!({"sessionId": id, "cwd": "/w"})).await;
+    gateway.ok(None, "session.append", json!({"sessionId": id, "events": turn(2)})).await;
+    gateway.ok(None, "session.flush", json!({"sessionId": id})).await;
+}
+
+/// Whether `host` shows session `id` let go of (`host/session-removed`) within 10 s.
+async fn removed_within(host: &mut Ws, id: &str) -> bool {
+    let removed = host.until(|frame| frame["type"] == "host/session-removed" && frame["sessionId"] == id);
+    tokio::time::timeout(Duration::from_secs(10), removed).await.is_ok()
+}
+
 /// A copy the fence stopped lets go of its writer lease (it can never be written again): a third
 /// gateway sees the session let go of when the writer that took it over releases it, while the
 /// copy is still open. When the session is taken again, the copy's gateway follows it anew and
 /// projects it from the stored log, not from the copy it still holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_copy_holds_no_lease_and_is_not_what_a_new_follow_projects() {
-    let net = Arc::new(Net::default());
-    let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
-    let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
-    let c = Server::start_on_backend(Handle::new(&net, 2), config()).await;
-    let mut c_host = c.ws("/api/events.host", None).await;
+    let (net, a, b, c, mut c_host) = three().await;
     let mut a_mux = a.ws("/api/events.mux", None).await;
     let mut a_host = a.ws("/api/events.host", None).await;
     a.ok(None, "session.create", json!({"sessionId": "moved", "cwd": "/w"})).await;
@@ -834,12 +851,7 @@ async fn a_fenced_copy_holds_no_lease_and_is_not_what_a_new_follow_projects() {
 
     // B lets go: nobody holds it, though A's copy is still open.
     b.ok(None, "session.release", json!({"sessionId": "moved"})).await;
-    let removed = tokio::time::timeout(
-        Duration::from_secs(10),
-        c_host.until(|frame| frame["type"] == "host/session-removed" && frame["sessionId"] == "moved"),
-    )
-    .await;
-    assert!(removed.is_ok(), "a third gateway still sees the fenced copy's lease");
+    assert!(removed_within(&mut c_host, "moved").await, "a third gateway still sees the fenced copy's lease");
     // A lets go of following it too (its copy, still open, holds nothing).
     a_host.until(|frame| frame["type"] == "host/session-removed" && frame["sessionId"] == "moved").await;
 
@@ -872,29 +884,18 @@ async fn a_fenced_copy_holds_no_lease_and_is_not_what_a_new_follow_projects() {
 /// of its lease, so a third gateway sees the session let go of when the new writer releases it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_copy_another_gateway_took_over_holds_no_lease() {
-    let net = Arc::new(Net::default());
-    let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
-    let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
-    let c = Server::start_on_backend(Handle::new(&net, 2), config()).await;
-    let mut c_host = c.ws("/api/events.host", None).await;
+    let (net, a, b, c, mut c_host) = three().await;
     a.ok(None, "session.create", json!({"sessionId": "idle", "cwd": "/w"})).await;
     a.ok(None, "session.append", json!({"sessionId": "idle", "events": turn(1)})).await;
     a.ok(None, "session.flush", json!({"sessionId": "idle"})).await;
     c_host.until(|frame| frame["type"] == "host/session-added" && frame["sessionId"] == "idle").await;
 
     // B takes it over and writes on; A's copy stays open and idle.
-    b.ok(None, "session.create", json!({"sessionId": "idle", "cwd": "/w"})).await;
-    b.ok(None, "session.append", json!({"sessionId": "idle", "events": turn(2)})).await;
-    b.ok(None, "session.flush", json!({"sessionId": "idle"})).await;
+    take_over(&b, "idle").await;
     let idle = SessionId::from("idle");
     eventually("the idle copy's lease ended", || net.leases.lock().get(&idle) == Some(&1)).await;
     b.ok(None, "session.release", json!({"sessionId": "idle"})).await;
-    let removed = tokio::time::timeout(
-        Duration::from_secs(10),
-        c_host.until(|frame| frame["type"] == "host/session-removed" && frame["sessionId"] == "idle"),
-    )
-    .await;
-    assert!(removed.is_ok(), "a third gateway still sees the idle copy's lease");
+    assert!(removed_within(&mut c_host, "idle").await, "a third gateway still sees the idle copy's lease");
     // Everything the idle copy held is stored: its release loses nothing.
     let released = a.ok(None, "session.release", json!({"sessionId": "idle"})).await;
     assert_eq!(released["lastSeq"], 5, "{released}");
