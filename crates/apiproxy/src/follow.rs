@@ -737,9 +737,11 @@ impl Context {
         if !fenced {
             return Ok(());
         }
-        // Not fenced by a write of its own yet: fenced now, so it holds no lease past this round
-        // (it may never write again). Not behind the store after all, read again under its
-        // locks: left alone. A failure leaves it to its next write.
+        // Not fenced by a write of its own yet: fenced now (a copy never written, by the binding
+        // its first write would run), so it holds no lease past this round (it may never write
+        // again). Not behind the store after all, read again under its locks: left alone. When
+        // that read fails, the hub still switches on what this round read, and the copy's next
+        // write meets the fence.
         if self.persistence.fence(id).is_none() {
             match self.persistence.fence_if_overtaken(id, cancel).await {
                 Ok(true) => {}

@@ -314,6 +314,47 @@ pub(crate) async fn a_live_copy_another_writer_took_over_is_fenced_when_asked(h:
     assert!(one.release(&id, &cancel).await.is_err(), "its release says its events were not stored");
 }
 
+/// A copy resumed from the store and never written (nothing appended since) that another host
+/// then took over: asked, the coordinator fences it as its first write would, with the seqs that
+/// write would meet. Runs where two opens are two writers of one store ([`Place::shared_writers`]).
+pub(crate) async fn a_resumed_copy_never_written_is_fenced_when_asked(h: &Cx<'_>) {
+    if !h.place.shared_writers() {
+        h.note("skipped: the place has no concurrent writers (Place::shared_writers)");
+        return;
+    }
+    let cancel = CancellationToken::new();
+    let id = SessionId::from("s-resumed-idle");
+    let (_, first, first_store, _) = host_with_one_turn(h, &id).await;
+    drop(first_store.detach(&id));
+    first.release(&id, &cancel).await.unwrap();
+    let resume = async |persistence: &Coordinator, store: &SessionStore| {
+        let loaded = persistence.load(&id, &cancel).await.unwrap();
+        let meta = HeaderMeta { created_at: Some(loaded.header.created_at), ..meta() };
+        store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }).unwrap()
+    };
+    let one_backend = Arc::new(CountingBackend::new(h.place.open()));
+    let one = Coordinator::new(one_backend.clone(), CoordinatorConfig::default()).unwrap();
+    let one_store = live_store(&one);
+    let idle = resume(&one, &one_store).await;
+    assert!(!one.fence_if_overtaken(&id, &cancel).await.unwrap(), "nobody moved the log on");
+
+    let two = Coordinator::new(h.place.open(), CoordinatorConfig::default()).unwrap();
+    let two_store = live_store(&two);
+    let resumed = resume(&two, &two_store).await;
+    append_turn(&resumed, 2);
+    two_store.flush(&id).await.unwrap();
+    let appends = one_backend.appends();
+    assert!(one.fence_if_overtaken(&id, &cancel).await.unwrap(), "the idle copy is behind the store");
+    assert!(one.fence(&id).is_some(), "and fenced");
+    assert_eq!(one_backend.appends(), appends, "fencing it wrote nothing");
+    append_turn(&idle, 3);
+    assert!(one_store.flush(&id).await.is_err(), "a fenced copy stays fenced");
+    assert_eq!(one_backend.appends(), appends, "a fenced copy sends no writes");
+    drop(two_store.detach(&id));
+    two.release(&id, &cancel).await.unwrap();
+    assert_nobody_holds(h, &id, &cancel);
+}
+
 /// Waits until `backend` holds one append at its hold, polling `call` meanwhile, then drops
 /// `call`: its caller stops waiting while the write is on its way, as a cancelled request does.
 async fn abandon_while_held<T: std::fmt::Debug>(backend: &CountingBackend, call: impl std::future::Future<Output = T>) {

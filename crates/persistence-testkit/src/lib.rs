@@ -300,6 +300,7 @@ macro_rules! __coordinator_cases {
             coordinator::a_write_whose_reply_was_lost_is_not_taken_for_another_writer,
             coordinator::a_first_write_that_meets_a_log_created_meanwhile_is_fenced,
             coordinator::a_live_copy_another_writer_took_over_is_fenced_when_asked,
+            coordinator::a_resumed_copy_never_written_is_fenced_when_asked,
         ] }
     };
 }

@@ -114,7 +114,7 @@ impl LiveSessions {
     pub(super) async fn fence_if_overtaken(self: &Arc<Self>, id: &SessionId) -> Result<bool> {
         let writer = self.writers.lock().get(id).cloned();
         match writer {
-            Some(writer) => writer.fence_if_overtaken(&self.inner).await,
+            Some(writer) => writer.fence_if_overtaken(self).await,
             None => Ok(false),
         }
     }
@@ -522,19 +522,7 @@ impl LiveWriter {
         let mut progress = self.write.lock().await;
         self.check_fence()?;
         if !progress.initialized {
-            // The window that brought this write here is over: an event that comes while the
-            // binding writes opens the next one, as during any write.
-            self.pending.lock().timer_armed = false;
-            if let Err(err) = live.bind(&self.session).await {
-                // The events stay buffered; the next event opens a window again, as after any
-                // failed write.
-                self.pending.lock().paused = true;
-                // A first write that met the fence (the binding took the lease before it).
-                let err = self.fence_on(&live.inner, err);
-                self.end_lease_if_fenced(&live.inner).await;
-                return Err(err);
-            }
-            progress.initialized = true;
+            self.bind(live, &mut progress).await?;
         }
         loop {
             let batch = {
@@ -563,10 +551,24 @@ impl LiveWriter {
     /// over: its next write, which starts at its cursor, would meet the fence), then ends its
     /// lease. With no write in flight (the progress lock) and the id's lock held, so the stored
     /// position is read against the cursor it is compared with.
-    async fn fence_if_overtaken(&self, inner: &Inner) -> Result<bool> {
-        let progress = self.write.lock().await;
-        if !progress.initialized || self.fence_error().is_some() {
+    async fn fence_if_overtaken(&self, live: &LiveSessions) -> Result<bool> {
+        let inner = &live.inner;
+        let mut progress = self.write.lock().await;
+        if self.fence_error().is_some() {
             return Ok(false);
+        }
+        if !progress.initialized {
+            // Never written (a resumed copy nobody appended to yet): the binding its first write
+            // would run fences it, finding the stored log past everything it holds.
+            let stored_next_seq = self.stored_next_seq(inner).await?;
+            if stored_next_seq.is_none_or(|stored| stored <= self.session.len()) {
+                return Ok(false);
+            }
+            return match self.bind(live, &mut progress).await {
+                Err(PersistenceError::Fenced { .. }) => Ok(true),
+                Err(err) => Err(err),
+                Ok(()) => Ok(false),
+            };
         }
         let id = self.session.id().clone();
         let guard = inner.lock_id(&id).await;
@@ -574,10 +576,7 @@ impl LiveWriter {
         if !owned {
             return Ok(false);
         }
-        let probe = id.clone();
-        let positions =
-            blocking(&inner.backend, move |backend| backend.positions(&[probe], &CancellationToken::new())).await?;
-        let Some(stored_next_seq) = positions.first().map(|position| position.next_seq) else { return Ok(false) };
+        let Some(stored_next_seq) = self.stored_next_seq(inner).await? else { return Ok(false) };
         // Its own events reach `len`; a stored log past them holds another writer's (a lost
         // reply's batch is this copy's own, so never past them).
         if stored_next_seq <= self.session.len() {
@@ -607,6 +606,14 @@ impl LiveWriter {
         Ok(true)
     }
 
+    /// The seq the next event stored for this session will have (`None`: nothing stored).
+    async fn stored_next_seq(&self, inner: &Inner) -> Result<Option<u64>> {
+        let probe = self.session.id().clone();
+        let positions =
+            blocking(&inner.backend, move |backend| backend.positions(&[probe], &CancellationToken::new())).await?;
+        Ok(positions.first().map(|position| position.next_seq))
+    }
+
     /// [`end_lease`](Self::end_lease) under the id's lock, if this writer is fenced.
     async fn end_lease_if_fenced(&self, inner: &Inner) {
         if self.fence_error().is_some() {
@@ -634,6 +641,24 @@ impl LiveWriter {
         })
         .await;
         drop(ended);
+    }
+
+    /// Binds the session to its stored log (its first write), under the progress lock.
+    async fn bind(&self, live: &LiveSessions, progress: &mut Progress) -> Result<()> {
+        // The window that brought this write here is over: an event that comes while the
+        // binding writes opens the next one, as during any write.
+        self.pending.lock().timer_armed = false;
+        if let Err(err) = live.bind(&self.session).await {
+            // The events stay buffered; the next event opens a window again, as after any
+            // failed write.
+            self.pending.lock().paused = true;
+            // A first write that met the fence (the binding took the lease before it).
+            let err = self.fence_on(&live.inner, err);
+            self.end_lease_if_fenced(&live.inner).await;
+            return Err(err);
+        }
+        progress.initialized = true;
+        Ok(())
     }
 
     /// The fence's error, if this writer is fenced.
