@@ -945,6 +945,28 @@ async fn a_fenced_copy_shows_the_stored_turn_state_not_its_own() {
     b.stop().await;
 }
 
+/// A session resumed here and never written since, which another gateway then takes over,
+/// is handed to the store like any fenced copy: its clients get the new baseline and the new
+/// writer's events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_copy_never_written_follows_the_writer_that_took_it_over() {
+    let (net, a, b) = pair().await;
+    a.ok(None, "session.create", json!({"sessionId": "resumed", "cwd": "/w"})).await;
+    a.ok(None, "session.append", json!({"sessionId": "resumed", "events": turn(1)})).await;
+    a.ok(None, "session.release", json!({"sessionId": "resumed"})).await;
+    // Resumed on A, nothing appended: A's copy never writes.
+    a.ok(None, "session.create", json!({"sessionId": "resumed", "cwd": "/w"})).await;
+    let mut watcher = a.ws("/api/events.mux", None).await;
+    take_over(&b, "resumed").await;
+    let want = stored(&net, "resumed");
+    let mut replica = Replica::default();
+    let converged =
+        tokio::time::timeout(Duration::from_secs(10), converge(&mut watcher, "resumed", &mut replica, &want));
+    assert!(converged.await.is_ok(), "A's client never saw B's writes: {replica:?}");
+    a.stop().await;
+    b.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_that_follows_by_sweeps_alone_still_sees_everything() {
     let mut sweep_only = config();
