@@ -28,7 +28,7 @@ use std::{
 
 use futures::StreamExt;
 use parking_lot::Mutex;
-use session_core::{SessionEvent, SessionHeader, SessionId, SessionStore};
+use session_core::{SessionHeader, SessionId, SessionStore};
 use session_persistence::{
     ChangeKind, ChangeSink, PersistenceError, ScanSink, SessionPersistence, SessionPosition, StoreChange, Watch,
     inspect_into,
@@ -37,8 +37,10 @@ use session_projection::{ProjectionRegistry, RestoreFold};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+mod prefix;
 mod room;
 
+use prefix::PrefixFold;
 use room::wait_for_room;
 
 use crate::{
@@ -163,6 +165,9 @@ struct Context {
     /// The projection fold of each followed session, so its client-visible units' changes go out
     /// as `session/projection` frames as they would for a session live here.
     folds: Mutex<HashMap<SessionId, Fold>>,
+    /// Followed sessions whose fold's seed failed after the hub sent a tail: the values that tail
+    /// changed are owed, so the next seed's baseline is empty.
+    owed: Mutex<HashSet<SessionId>>,
 }
 
 /// A session a round brings up: the tail to read (from this seq), and whether to let go of it
@@ -171,32 +176,6 @@ struct Prepared {
     id: SessionId,
     from_seq: Option<u64>,
     release: bool,
-}
-
-/// Folds a followed session's stored events before `until` as they are read, holding none of
-/// them (a long log costs its read, not its size in memory): the values before a tail are its
-/// baseline's.
-struct PrefixFold {
-    registry: Arc<ProjectionRegistry>,
-    fold: RestoreFold,
-    until: u64,
-    /// An event did not fold (the log is not contiguous): the session goes without projections.
-    failed: bool,
-}
-
-impl ScanSink for PrefixFold {
-    fn event(&mut self, event: Arc<SessionEvent>) -> Result<(), PersistenceError> {
-        if event.seq < self.until && !self.failed {
-            self.failed = self.fold.apply(&event).is_err();
-        }
-        Ok(())
-    }
-
-    fn restart(&mut self) -> bool {
-        self.fold = self.registry.begin_full_restore();
-        self.failed = false;
-        true
-    }
 }
 
 /// Why a round did not do all it set out to.
@@ -282,7 +261,8 @@ impl Follower {
             }
         });
         let cancel = CancellationToken::new();
-        let context = Context { wakes, hub, store, persistence, registry, folds: Mutex::default() };
+        let context =
+            Context { wakes, hub, store, persistence, registry, folds: Mutex::default(), owed: Mutex::default() };
         runtime.spawn(run(context, config.sweep_interval, config.round_gap, cancel.clone()));
         Ok(Some(Follower { cancel, _watch: watch }))
     }
@@ -375,6 +355,7 @@ impl Context {
         let mut sessions: HashMap<SessionId, bool> = self.hub.remote_ids().into_iter().map(|id| (id, false)).collect();
         // Folds of sessions no longer followed (written here since, or let go of) go.
         self.folds.lock().retain(|id, _| sessions.contains_key(id));
+        self.owed.lock().retain(|id| sessions.contains_key(id));
         for session in self.store.list() {
             sessions.insert(session.id().clone(), false);
         }
@@ -649,33 +630,15 @@ impl Context {
         }
         let has_fold = self.folds.lock().contains_key(id);
         if !has_fold {
-            // The values before the tail are the baseline's, not news: fold the prefix quietly.
-            let mut fold = Fold { fold: self.registry.begin_full_restore(), values: serde_json::Map::new() };
-            if from_seq > 0 {
-                let prefix = PrefixFold {
-                    registry: Arc::clone(&self.registry),
-                    fold: fold.fold,
-                    until: from_seq,
-                    failed: false,
-                };
-                let (mut prefix, summary) = inspect_into(&*self.persistence, id, cancel, prefix).await?;
-                if summary.live {
-                    // A copy still bound here (fenced, not yet released) was read, not the store:
-                    // its events past what it stored are not the log's. The stored log, then.
-                    prefix.restart();
-                    for event in self.persistence.read_from(id, 0, cancel).await?.events.iter() {
-                        prefix.event(Arc::clone(event))?;
-                    }
-                }
-                if prefix.failed {
-                    return Ok(());
-                }
-                fold.fold = prefix.fold;
-                if let Ok(snapshot) = fold.fold.snapshot() {
-                    fold.values = snapshot.values;
+            match self.seed(id, from_seq, cancel).await {
+                Ok(Some(fold)) => drop(self.folds.lock().insert(id.clone(), fold)),
+                Ok(None) => return Ok(()),
+                Err(error) => {
+                    // The hub sent this tail: the values it changed are owed to the next seed.
+                    self.owed.lock().insert(id.clone());
+                    return Err(error);
                 }
             }
-            self.folds.lock().insert(id.clone(), fold);
         }
         let changed = {
             let mut folds = self.folds.lock();
@@ -706,6 +669,42 @@ impl Context {
             self.hub.project_remote(id, &changed, seq);
         }
         Ok(())
+    }
+
+    /// A followed session's fold at `from_seq`: its stored events before it folded quietly, the
+    /// values they give its baseline (`None` when they do not fold). After a seed that failed
+    /// once the hub had sent a tail, the baseline is empty, so every value goes out.
+    async fn seed(
+        &self,
+        id: &SessionId,
+        from_seq: u64,
+        cancel: &CancellationToken,
+    ) -> Result<Option<Fold>, PersistenceError> {
+        let mut fold = Fold { fold: self.registry.begin_full_restore(), values: serde_json::Map::new() };
+        if from_seq > 0 {
+            let prefix =
+                PrefixFold { registry: Arc::clone(&self.registry), fold: fold.fold, until: from_seq, failed: false };
+            let (mut prefix, summary) = inspect_into(&*self.persistence, id, cancel, prefix).await?;
+            if summary.live {
+                // A copy still bound here (fenced, not yet released) was read, not the store:
+                // its events past what it stored are not the log's. The stored log, then.
+                prefix.restart();
+                for event in self.persistence.read_from(id, 0, cancel).await?.events.iter() {
+                    prefix.event(Arc::clone(event))?;
+                }
+            }
+            if prefix.failed {
+                return Ok(None);
+            }
+            fold.fold = prefix.fold;
+            if let Ok(snapshot) = fold.fold.snapshot() {
+                fold.values = snapshot.values;
+            }
+        }
+        if self.owed.lock().remove(id) {
+            fold.values.clear();
+        }
+        Ok(Some(fold))
     }
 
     /// Waits (up to [`room::ROOM_WAIT`]) until every mux queue that sees `id` has room for `n` more

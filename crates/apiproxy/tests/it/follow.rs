@@ -88,6 +88,8 @@ struct Handle {
     ends_waited: AtomicUsize,
     /// Sessions whose lease this handle cannot probe (`held: None`, as a failed probe answers).
     unknown: Mutex<HashSet<SessionId>>,
+    /// Sessions whose next read of the whole log (not a seek read) fails, once.
+    fail_next_whole_read: Mutex<HashSet<SessionId>>,
     /// Sessions whose log reads through this handle fail, and how many have.
     broken: Mutex<HashSet<SessionId>>,
     broken_reads: AtomicUsize,
@@ -108,6 +110,7 @@ impl Handle {
             ends_opened: parking_lot::Condvar::new(),
             ends_waited: AtomicUsize::new(0),
             unknown: Mutex::default(),
+            fail_next_whole_read: Mutex::default(),
             broken: Mutex::default(),
             broken_reads: AtomicUsize::new(0),
         })
@@ -143,12 +146,26 @@ impl Backend for Handle {
     }
 
     fn scan(&self, id: &SessionId, cancel: &CancellationToken, sink: &mut dyn ScanSink) -> Result<Option<ScanOutcome>> {
+        if self.fail_next_whole_read.lock().remove(id) {
+            return Err(PersistenceError::invalid_input(format!("session {id}'s whole log does not read this once")));
+        }
+        self.scan_from(id, 0, cancel, sink)
+    }
+
+    /// A seek read (which the whole-log read above is too, from 0).
+    fn scan_from(
+        &self,
+        id: &SessionId,
+        from_seq: u64,
+        cancel: &CancellationToken,
+        sink: &mut dyn ScanSink,
+    ) -> Result<Option<ScanOutcome>> {
         self.scans.fetch_add(1, Ordering::SeqCst);
         if self.broken.lock().contains(id) {
             self.broken_reads.fetch_add(1, Ordering::SeqCst);
             return Err(PersistenceError::invalid_input(format!("session {id} does not read here")));
         }
-        self.net.logs.scan(id, cancel, sink)
+        self.net.logs.scan_from(id, from_seq, cancel, sink)
     }
 
     fn revision(&self, id: &SessionId) -> Result<Option<Revision>> {
@@ -638,12 +655,17 @@ async fn a_session_whose_reads_keep_failing_does_not_make_every_round_a_sweep() 
 
 /// `turn(1)`'s events stored at seqs from `seq0`, as another writer would have written them.
 fn stored_turn(seq0: usize) -> Vec<Arc<SessionEvent>> {
+    stored_turn_at(seq0, 1)
+}
+
+/// [`stored_turn`] with every event at `time` (its prompt's time, for `lastPromptAt`).
+fn stored_turn_at(seq0: usize, time: i64) -> Vec<Arc<SessionEvent>> {
     turn(1)
         .into_iter()
         .enumerate()
         .map(|(offset, mut event)| {
             event["seq"] = json!(seq0 + offset);
-            event["time"] = json!(1);
+            event["time"] = json!(time);
             Arc::new(serde_json::from_value(event).unwrap())
         })
         .collect()
@@ -699,15 +721,7 @@ async fn a_session_followed_past_its_start_projects_from_its_stored_prefix() {
     let subscribed = mux.until(|frame| frame["sessionId"] == "seeded" && frame["type"] == "session/subscribed").await;
     assert_eq!(subscribed.last().unwrap()["lastSeq"], 5, "followed from its current position");
     // The second turn's prompt, at time 2, is written elsewhere.
-    let second: Vec<Arc<SessionEvent>> = stored_turn(6)
-        .iter()
-        .map(|event| {
-            let mut value = serde_json::to_value(&**event).unwrap();
-            value["time"] = json!(2);
-            Arc::new(serde_json::from_value(value).unwrap())
-        })
-        .collect();
-    net.logs.append_batch(&header, &second, true).unwrap();
+    net.logs.append_batch(&header, &stored_turn_at(6, 2), true).unwrap();
     net.signal(0, StoreChange::Session { id: id.clone(), kind: ChangeKind::Appended, next_seq: Some(12) });
     let frames = mux.until(|frame| frame["sessionId"] == "seeded" && frame["type"] == "session/projection").await;
     let projected = frames.last().unwrap();
@@ -759,6 +773,39 @@ async fn eventually(what: &str, done: impl Fn() -> bool) {
         tokio::time::sleep(Duration::from_millis(10)).await; // polls a counter nothing signals
     }
     panic!("timed out waiting for {what}");
+}
+
+/// A followed session whose fold could not be seeded after the hub sent a tail (its whole log
+/// did not read, once) still gets that tail's projection changes: the next seed owes them, and
+/// its baseline is empty, so every value goes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn projection_changes_of_a_tail_whose_fold_did_not_seed_are_sent_later() {
+    let net = Arc::new(Net::default());
+    let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
+    let b_handle = Handle::new(&net, 1);
+    let b = Server::start_on_backend(b_handle.clone(), config()).await;
+    let mut mux = b.ws("/api/events.mux", None).await;
+    let id = SessionId::from("owed");
+    let header = stored_elsewhere(&net, &id, &stored_turn(0));
+    net.signal(0, StoreChange::Session { id: id.clone(), kind: ChangeKind::Appended, next_seq: Some(6) });
+    mux.until(|frame| frame["sessionId"] == "owed" && frame["type"] == "session/subscribed").await;
+    // A turn prompted at time 2 comes; its fold's seed fails once, after its events went out.
+    b_handle.fail_next_whole_read.lock().insert(id.clone());
+    net.logs.append_batch(&header, &stored_turn_at(6, 2), true).unwrap();
+    net.signal(0, StoreChange::Session { id: id.clone(), kind: ChangeKind::Appended, next_seq: Some(12) });
+    let events = mux.until(|frame| frame["sessionId"] == "owed" && frame["event"]["seq"] == 11).await;
+    let early: Vec<&Value> = events.iter().filter(|frame| frame["type"] == "session/projection").collect();
+    assert!(early.is_empty(), "no values before a fold: {early:?}");
+    // The next turn, prompted at time 2 too, changes nothing by itself.
+    net.logs.append_batch(&header, &stored_turn_at(12, 2), true).unwrap();
+    net.signal(0, StoreChange::Session { id: id.clone(), kind: ChangeKind::Appended, next_seq: Some(18) });
+    let wanted = json!({"blank": false, "lastPromptAt": 2});
+    let projected = mux.until(|frame| {
+        frame["sessionId"] == "owed" && frame["type"] == "session/projection" && frame["value"] == wanted
+    });
+    assert!(tokio::time::timeout(Duration::from_secs(10), projected).await.is_ok(), "the owed values never came");
+    a.stop().await;
+    b.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
