@@ -355,6 +355,22 @@ pub(crate) async fn a_resumed_copy_never_written_is_fenced_when_asked(h: &Cx<'_>
     assert_nobody_holds(h, &id, &cancel);
 }
 
+/// A store attached to a coordinator twice is refused the second time (each event would reach
+/// its writer twice, and every batch after the first would fail its seq check), and its sessions
+/// are written as with one attachment.
+pub(crate) async fn a_store_attached_twice_is_refused(h: &Cx<'_>) {
+    let persistence = Coordinator::new(h.place.open(), CoordinatorConfig::default()).unwrap();
+    let store = live_store(&persistence);
+    let err = persistence.attach(&store).unwrap_err();
+    assert!(err.to_string().contains("already attached"), "{err}");
+    let id = SessionId::from("s-attached-once");
+    let session = store.create(Some(id.clone()), CreateOptions { seed: None, meta: meta() }).unwrap();
+    append_turn(&session, 1);
+    store.flush(&id).await.unwrap();
+    let stored = persistence.read_from(&id, 0, &CancellationToken::new()).await.unwrap();
+    assert_eq!(stored.events.len(), session.len() as usize);
+}
+
 /// Waits until `backend` holds one append at its hold, polling `call` meanwhile, then drops
 /// `call`: its caller stops waiting while the write is on its way, as a cancelled request does.
 async fn abandon_while_held<T: std::fmt::Debug>(backend: &CountingBackend, call: impl std::future::Future<Output = T>) {

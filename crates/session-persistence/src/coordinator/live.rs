@@ -43,11 +43,18 @@ pub(super) struct LiveSessions {
     /// retires in a task of its own), kept until a `release` of the id reports it or a new live
     /// session takes the id.
     unreported_fences: Mutex<HashMap<SessionId, PersistenceError>>,
+    /// The stores attached so far: one attached twice would hand every event to its writer twice.
+    attached: Mutex<Vec<std::sync::Weak<SessionStore>>>,
 }
 
 impl LiveSessions {
     pub(super) fn new(inner: Arc<Inner>) -> LiveSessions {
-        LiveSessions { inner, writers: Mutex::default(), unreported_fences: Mutex::default() }
+        LiveSessions {
+            inner,
+            writers: Mutex::default(),
+            unreported_fences: Mutex::default(),
+            attached: Mutex::default(),
+        }
     }
 
     /// Makes every session of `store` durable (see [`Coordinator::attach`](crate::Coordinator::attach)).
@@ -55,6 +62,11 @@ impl LiveSessions {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             PersistenceError::invalid_input("Coordinator::attach must be called inside a Tokio runtime")
         })?;
+        let mut attached = self.attached.lock();
+        attached.retain(|weak| weak.strong_count() > 0);
+        if attached.iter().any(|weak| std::ptr::eq(weak.as_ptr(), Arc::as_ptr(store))) {
+            return Err(PersistenceError::invalid_input("this session store is already attached to this coordinator"));
+        }
         let known = &self.inner.config.known_types;
         let mut unreadable = store.known_types().missing_from(known);
         for session in store.list() {
@@ -72,6 +84,7 @@ impl LiveSessions {
         let observer = Arc::new(LiveObserver { live: Arc::downgrade(self), runtime });
         store.add_flush_hook(observer.clone());
         store.add_observer(observer);
+        attached.push(Arc::downgrade(store));
         for session in store.list() {
             self.writer(&session);
         }

@@ -82,7 +82,7 @@ impl Coordinator {
     /// ([`CoordinatorConfig::known_types`]): `attach` gives them to the store, for the sessions it
     /// creates from then on, so a host registers its own types once. It fails with
     /// `InvalidInput`, attaching nothing, when the store already accepts a type these reads would
-    /// refuse.
+    /// refuse, or when this coordinator already has the store (each event would be written twice).
     pub fn attach(&self, store: &Arc<SessionStore>) -> Result<()> {
         self.live.attach(store)
     }
