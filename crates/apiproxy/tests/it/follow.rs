@@ -537,19 +537,35 @@ async fn a_wake_up_that_joins_a_sweep_is_read_in_it() {
     b.stop().await;
 }
 
+/// Two gateways over one store, A's host downlink, and A holding session `mine` live with one
+/// flushed turn: the shared store, A's handle, A, B and the downlink.
+async fn a_holding_mine() -> (Arc<Net>, Arc<Handle>, Server, Server, Ws) {
+    let net = Arc::new(Net::default());
+    let a_handle = Handle::new(&net, 0);
+    let a = Server::start_on_backend(a_handle.clone(), config()).await;
+    let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
+    let host = a.ws("/api/events.host", None).await;
+    a.ok(None, "session.create", json!({"sessionId": "mine", "cwd": "/w"})).await;
+    a.ok(None, "session.append", json!({"sessionId": "mine", "events": turn(1)})).await;
+    a.ok(None, "session.flush", json!({"sessionId": "mine"})).await;
+    (net, a_handle, a, b, host)
+}
+
+/// Creates a session `marker` on `a` and answers the frames about `mine` that `host` got before
+/// the marker's `host/session-added`: everything the rounds before it did.
+async fn frames_of_mine_until_a_marker(a: &Server, host: &mut Ws) -> Vec<Value> {
+    a.ok(None, "session.create", json!({"sessionId": "marker", "cwd": "/w"})).await;
+    a.ok(None, "session.append", json!({"sessionId": "marker", "events": turn(1)})).await;
+    let frames = host.until(|frame| frame["type"] == "host/session-added" && frame["sessionId"] == "marker").await;
+    frames.into_iter().filter(|frame| frame["sessionId"] == "mine").collect()
+}
+
 /// A session released here while a round reads its position (which still says held: by this
 /// gateway's own lease) is not followed as if another writer held it: no `host/session-added`
 /// after its `host/session-removed`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_released_during_a_round_is_not_followed_on_its_own_lease() {
-    let net = Arc::new(Net::default());
-    let a_handle = Handle::new(&net, 0);
-    let a = Server::start_on_backend(a_handle.clone(), config()).await;
-    let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
-    let mut host = a.ws("/api/events.host", None).await;
-    a.ok(None, "session.create", json!({"sessionId": "mine", "cwd": "/w"})).await;
-    a.ok(None, "session.append", json!({"sessionId": "mine", "events": turn(1)})).await;
-    a.ok(None, "session.flush", json!({"sessionId": "mine"})).await;
+    let (_net, a_handle, a, b, mut host) = a_holding_mine().await;
     // A's next sweep reads the position of its live session, held by its own lease, and waits.
     a_handle.close_gate(true);
     a_handle.wait_until_gated().await;
@@ -558,13 +574,9 @@ async fn a_session_released_during_a_round_is_not_followed_on_its_own_lease() {
     // Two more sweeps of A's (every 100 ms), then a session as a marker: the frames up to its
     // `host/session-added` hold everything the held round did.
     let reads = a_handle.position_reads.load(Ordering::SeqCst);
-    while a_handle.position_reads.load(Ordering::SeqCst) < reads + 2 {
-        tokio::time::sleep(Duration::from_millis(10)).await; // polls a counter nothing signals
-    }
-    a.ok(None, "session.create", json!({"sessionId": "marker", "cwd": "/w"})).await;
-    a.ok(None, "session.append", json!({"sessionId": "marker", "events": turn(1)})).await;
-    let frames = host.until(|frame| frame["type"] == "host/session-added" && frame["sessionId"] == "marker").await;
-    let mine: Vec<&Value> = frames.iter().filter(|frame| frame["sessionId"] == "mine").collect();
+    eventually("two sweeps", || a_handle.position_reads.load(Ordering::SeqCst) >= reads + 2).await;
+    let frames = frames_of_mine_until_a_marker(&a, &mut host).await;
+    let mine: Vec<&Value> = frames.iter().collect();
     let removed = mine.iter().position(|frame| frame["type"] == "host/session-removed").expect("the release");
     assert!(
         mine[removed..].iter().all(|frame| frame["type"] != "host/session-added"),
@@ -579,14 +591,7 @@ async fn a_session_released_during_a_round_is_not_followed_on_its_own_lease() {
 /// lease ended reads it as held by this gateway alone, not by another writer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_whose_lease_outlives_its_release_is_not_followed_on_it() {
-    let net = Arc::new(Net::default());
-    let a_handle = Handle::new(&net, 0);
-    let a = Server::start_on_backend(a_handle.clone(), config()).await;
-    let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
-    let mut host = a.ws("/api/events.host", None).await;
-    a.ok(None, "session.create", json!({"sessionId": "mine", "cwd": "/w"})).await;
-    a.ok(None, "session.append", json!({"sessionId": "mine", "events": turn(1)})).await;
-    a.ok(None, "session.flush", json!({"sessionId": "mine"})).await;
+    let (net, a_handle, a, b, mut host) = a_holding_mine().await;
     let mine = SessionId::from("mine");
     let next_seq = net.next_seq(&mine).expect("stored");
 
@@ -610,10 +615,7 @@ async fn a_session_whose_lease_outlives_its_release_is_not_followed_on_it() {
         a_handle.hold_lease_ends(false);
     };
     tokio::join!(release, window);
-    a.ok(None, "session.create", json!({"sessionId": "marker", "cwd": "/w"})).await;
-    a.ok(None, "session.append", json!({"sessionId": "marker", "events": turn(1)})).await;
-    let frames = host.until(|frame| frame["type"] == "host/session-added" && frame["sessionId"] == "marker").await;
-    let followed: Vec<&Value> = frames.iter().filter(|frame| frame["sessionId"] == "mine").collect();
+    let followed = frames_of_mine_until_a_marker(&a, &mut host).await;
     assert!(followed.is_empty(), "followed on its own lease after its release: {followed:?}");
     a.stop().await;
     b.stop().await;
