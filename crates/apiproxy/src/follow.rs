@@ -21,27 +21,26 @@
 //! gateway stored, then the store's events.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{HashMap, HashSet, VecDeque},
     sync::Arc,
     time::Duration,
 };
 
 use futures::StreamExt;
 use parking_lot::Mutex;
-use session_core::{SessionHeader, SessionId, SessionStore};
+use session_core::{SessionEvent, SessionHeader, SessionId, SessionStore};
 use session_persistence::{
-    ChangeKind, ChangeSink, PersistenceError, ScanSink, SessionPersistence, SessionPosition, StoreChange, Watch,
-    inspect_into,
+    ChangeKind, ChangeSink, PersistenceError, SessionPersistence, SessionPosition, StoreChange, Watch,
 };
 use session_projection::{ProjectionRegistry, RestoreFold};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-mod prefix;
 mod room;
+mod stored;
 
-use prefix::PrefixFold;
 use room::wait_for_room;
+use stored::{TAIL_LIMIT, ends_in_turn, read_pieces};
 
 use crate::{
     config::FollowConfig,
@@ -165,8 +164,9 @@ struct Context {
     /// The projection fold of each followed session, so its client-visible units' changes go out
     /// as `session/projection` frames as they would for a session live here.
     folds: Mutex<HashMap<SessionId, Fold>>,
-    /// Followed sessions whose fold's seed failed after the hub sent a tail: the values that tail
-    /// changed are owed, so the next seed's baseline is empty.
+    /// Followed sessions whose clients may hold values the store's log does not give: a fold's
+    /// seed failed after the hub sent a tail (the values that tail changed are owed), or a fenced
+    /// copy's own events gave them. The next seed's baseline is empty, so every value goes out.
     owed: Mutex<HashSet<SessionId>>,
 }
 
@@ -448,42 +448,45 @@ impl Context {
             }
         }
         drop(checks);
-        let reads: Vec<(SessionId, u64)> =
+        let mut reads: VecDeque<(SessionId, u64)> =
             prepared.iter().filter_map(|one| Some((one.id.clone(), one.from_seq?))).collect();
-        // Tails are read a chunk at a time, and delivered at most `TAIL_READS` at once: a
-        // session whose clients are slow to take its tail holds one place, and the next chunk is
-        // read as places free up.
-        let mut chunks = reads.chunks(TAIL_READS);
-        let mut answered = std::collections::VecDeque::new();
+        // Tails are read [`TAIL_READS`] at a time, each up to [`TAIL_LIMIT`], and delivered at
+        // most `TAIL_READS` at once: a session whose clients are slow to take its tail holds one
+        // place, the next tails are read as places free up, and a tail cut at the limit is read
+        // on from where it was cut once its piece is delivered (behind the others waiting).
+        let mut answered = VecDeque::new();
         let mut delivering = futures::stream::FuturesUnordered::new();
         // A session whose tail failed stays followed: the next sweep reads it again.
         let mut unread = HashSet::new();
         loop {
             while delivering.len() < TAIL_READS {
-                if answered.is_empty()
-                    && let Some(chunk) = chunks.next()
-                {
-                    let mut answers = self.persistence.read_from_many(chunk, cancel).await.into_iter();
+                if answered.is_empty() && !reads.is_empty() {
+                    let chunk: Vec<_> = reads.drain(..reads.len().min(TAIL_READS)).collect();
+                    let mut answers = self.persistence.read_from_many(&chunk, TAIL_LIMIT, cancel).await.into_iter();
                     for (id, from_seq) in chunk {
                         let answer = answers.next().unwrap_or_else(|| {
                             Err(PersistenceError::invalid_input("a batched tail read gave fewer answers than reads"))
                         });
-                        answered.push_back((id.clone(), *from_seq, answer));
+                        answered.push_back((id, from_seq, answer));
                     }
                 }
                 let Some((id, from_seq, tail)) = answered.pop_front() else { break };
                 delivering.push(async move {
                     let delivered = match tail {
-                        Ok(tail) => self.deliver_tail(&id, from_seq, tail, cancel).await,
+                        Ok(tail) => self.deliver_piece(&id, from_seq, &tail, cancel).await,
                         Err(error) => Err(error),
                     };
                     (id, delivered)
                 });
             }
             let Some((id, outcome)) = delivering.next().await else { break };
-            if let Err(error) = outcome {
-                unread.insert(id.clone());
-                failed(id, false, error);
+            match outcome {
+                Ok(Some(next)) => reads.push_back((id, next)),
+                Ok(None) => {}
+                Err(error) => {
+                    unread.insert(id.clone());
+                    failed(id, false, error);
+                }
             }
         }
         for one in prepared.into_iter().filter(|one| one.release && !unread.contains(&one.id)) {
@@ -568,44 +571,46 @@ impl Context {
         Ok(Some(Prepared { id: position.id, from_seq, release: position.held == Some(false) }))
     }
 
-    /// Whether `id`'s stored log, up to `next_seq`, ends inside a turn: its last turn boundary
-    /// is a `turn/start`. Read back from the end in growing windows (one seek read when the turn
-    /// began in the last 64 events).
+    /// Whether `id`'s stored log, up to `next_seq`, ends inside a turn ([`ends_in_turn`]).
     async fn ends_in_turn(
         &self,
         id: &SessionId,
         next_seq: u64,
         cancel: &CancellationToken,
     ) -> Result<bool, PersistenceError> {
-        let mut window = 64u64;
-        loop {
-            let from = next_seq.saturating_sub(window);
-            let read = self.persistence.read_from(id, from, cancel).await?;
-            let boundary = read
-                .events
-                .iter()
-                .rev()
-                .filter(|event| event.seq < next_seq)
-                .find(|event| event.is("turn/start") || event.is("turn/end"));
-            if let Some(boundary) = boundary {
-                return Ok(boundary.is("turn/start"));
-            }
-            if from == 0 {
-                return Ok(false);
-            }
-            window = window.saturating_mul(8);
-        }
+        ends_in_turn(&*self.persistence, id, next_seq, cancel).await
     }
 
-    /// Reads `id`'s stored events from `from_seq` and delivers them ([`Self::deliver_tail`]).
+    /// Reads `id`'s stored events from `from_seq` and delivers them, a piece of at most
+    /// [`TAIL_LIMIT`] at a time ([`Self::deliver_piece`]).
     async fn read_tail(
         &self,
         id: &SessionId,
-        from_seq: u64,
+        mut from_seq: u64,
         cancel: &CancellationToken,
     ) -> Result<(), PersistenceError> {
-        let tail = self.persistence.read_from(id, from_seq, cancel).await?;
-        self.deliver_tail(id, from_seq, tail, cancel).await
+        loop {
+            let piece = stored::read_piece(&*self.persistence, id, from_seq, TAIL_LIMIT, cancel).await?;
+            match self.deliver_piece(id, from_seq, &piece, cancel).await? {
+                Some(next) => from_seq = next,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Delivers one piece of `id`'s tail ([`Self::deliver_tail`]), and says where the tail goes
+    /// on when the piece was cut at its read's limit and went out whole.
+    async fn deliver_piece(
+        &self,
+        id: &SessionId,
+        from_seq: u64,
+        piece: &session_persistence::Suffix,
+        cancel: &CancellationToken,
+    ) -> Result<Option<u64>, PersistenceError> {
+        self.deliver_tail(id, from_seq, &piece.events, cancel).await?;
+        let last = piece.events.last().map(|event| event.seq);
+        let whole = last.is_some() && self.hub.remote_last_seq(id) == last.map(|seq| seq as i64);
+        Ok(last.filter(|_| piece.cut && whole).map(|seq| seq + 1))
     }
 
     /// Hands `id`'s stored events from `from_seq` (`tail`) to the hub, then folds what went out
@@ -614,18 +619,18 @@ impl Context {
         &self,
         id: &SessionId,
         from_seq: u64,
-        tail: session_persistence::Inspection,
+        tail: &[Arc<SessionEvent>],
         cancel: &CancellationToken,
     ) -> Result<(), PersistenceError> {
         let mut last_seq = from_seq as i64 - 1;
-        for chunk in tail.events.chunks(TAIL_CHUNK) {
+        for chunk in tail.chunks(TAIL_CHUNK) {
             self.wait_for_room(id, chunk.len(), cancel).await;
             match self.hub.deliver_remote(id, chunk) {
                 Delivered::UpTo(delivered) => last_seq = delivered,
                 Delivered::NotFollowed => return Ok(()),
             }
         }
-        if last_seq + 1 < from_seq as i64 + tail.events.len() as i64 {
+        if last_seq + 1 < from_seq as i64 + tail.len() as i64 {
             tracing::debug!(session = %id, last_seq, "a followed session's tail had a gap; the next sweep reads it again");
         }
         let has_fold = self.folds.lock().contains_key(id);
@@ -643,7 +648,7 @@ impl Context {
         let changed = {
             let mut folds = self.folds.lock();
             let Some(fold) = folds.get_mut(id) else { return Ok(()) };
-            for event in tail.events.iter().filter(|event| event.seq as i64 <= last_seq) {
+            for event in tail.iter().filter(|event| event.seq as i64 <= last_seq) {
                 if event.seq == fold.fold.next_seq() && fold.fold.apply(event).is_err() {
                     break;
                 }
@@ -682,21 +687,21 @@ impl Context {
     ) -> Result<Option<Fold>, PersistenceError> {
         let mut fold = Fold { fold: self.registry.begin_full_restore(), values: serde_json::Map::new() };
         if from_seq > 0 {
-            let prefix =
-                PrefixFold { registry: Arc::clone(&self.registry), fold: fold.fold, until: from_seq, failed: false };
-            let (mut prefix, summary) = inspect_into(&*self.persistence, id, cancel, prefix).await?;
-            if summary.live {
-                // A copy still bound here (fenced, not yet released) was read, not the store:
-                // its events past what it stored are not the log's. The stored log, then.
-                prefix.restart();
-                for event in self.persistence.read_from(id, 0, cancel).await?.events.iter() {
-                    prefix.event(Arc::clone(event))?;
+            // Its stored events before the tail, folded as they are read, a piece at a time,
+            // from the store: never from a copy still bound here (fenced, not yet released),
+            // whose events past what it stored are not the log's.
+            let mut failed = false;
+            read_pieces(&*self.persistence, id, 0, from_seq, cancel, |events| {
+                for event in events {
+                    // An event that does not fold (the log is not contiguous): no projections.
+                    failed = failed || fold.fold.apply(event).is_err();
                 }
-            }
-            if prefix.failed {
+                Ok(())
+            })
+            .await?;
+            if failed {
                 return Ok(None);
             }
-            fold.fold = prefix.fold;
             if let Ok(snapshot) = fold.fold.snapshot() {
                 fold.values = snapshot.values;
             }
@@ -765,6 +770,9 @@ impl Context {
         };
         if self.hub.fence_local(&header, durable as i64 - 1, running) {
             self.folds.lock().remove(id);
+            // Its clients hold the values the copy's own events gave, which the store's log
+            // may not: every value goes out again, folded from the stored log.
+            self.owed.lock().insert(id.clone());
             tracing::info!(session = %id, durable, "another writer moved this session on; following it from the store");
             self.read_tail(id, durable, cancel).await?;
         }

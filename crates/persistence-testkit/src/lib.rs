@@ -243,6 +243,7 @@ macro_rules! __persistence_cases {
             persistence::lists_only_written_sessions_and_honours_cancellation,
             persistence::read_from_serves_stored_suffixes_without_closers,
             persistence::read_from_many_answers_what_read_from_answers,
+            persistence::read_from_many_stops_at_its_limit,
             persistence::revisions_are_stable_and_change_on_append,
             persistence::append_rejects_stale_and_gapped_batches,
             persistence::missing_sessions_are_not_found_and_duplicates_are_refused,

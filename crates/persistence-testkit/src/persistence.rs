@@ -7,7 +7,7 @@ use std::{sync::Arc, time::Duration};
 
 use serde_json::{Value, json};
 use session_core::{SessionEvent, SessionHeader, SessionId};
-use session_persistence::{Coordinator, CoordinatorConfig, PersistenceError, SessionPersistence};
+use session_persistence::{Coordinator, CoordinatorConfig, PersistenceError, ReadLimit, SessionPersistence};
 use tokio_util::sync::CancellationToken;
 
 use crate::{Place, inspect::kinds};
@@ -227,21 +227,75 @@ pub(crate) async fn read_from_many_answers_what_read_from_answers(h: &Cx<'_>) {
     .into_iter()
     .map(|(id, from)| (SessionId::from(id), from))
     .collect();
-    let together = persistence.read_from_many(&reads, &cancel()).await;
+    let together = persistence.read_from_many(&reads, ReadLimit::NONE, &cancel()).await;
     assert_eq!(together.len(), reads.len());
-    let shown = |answer: &session_persistence::Result<session_persistence::Inspection>| match answer {
-        Ok(inspection) => Ok((
-            inspection.header.id.clone(),
-            inspection.events.iter().map(|event| (event.seq, event.kind.to_string())).collect::<Vec<_>>(),
-        )),
-        Err(error) => Err(error.to_string()),
+    let shown = |id: &SessionId, events: &[Arc<SessionEvent>]| {
+        (id.clone(), events.iter().map(|event| (event.seq, event.kind.to_string())).collect::<Vec<_>>())
     };
     for ((id, from), answer) in reads.iter().zip(&together) {
         let alone = persistence.read_from(id, *from, &cancel()).await;
-        assert_eq!(shown(answer), shown(&alone), "{id} from {from}");
+        let answer = answer.as_ref().map(|suffix| {
+            assert!(!suffix.cut && suffix.revision.is_some(), "{id} from {from}: no limit, nothing cut");
+            shown(&suffix.header.id, &suffix.events)
+        });
+        let alone = alone.as_ref().map(|inspection| shown(&inspection.header.id, &inspection.events));
+        assert_eq!(answer.map_err(ToString::to_string), alone.map_err(ToString::to_string), "{id} from {from}");
     }
-    assert_eq!(shown(&together[3]).unwrap().1.len(), 353, "the long tail whole");
-    assert_eq!(shown(&together[2]).unwrap_err(), "session \"nope\" not found");
+    assert_eq!(together[3].as_ref().unwrap().events.len(), 353, "the long tail whole");
+    assert_eq!(together[2].as_ref().unwrap_err().to_string(), "session \"nope\" not found");
+}
+
+/// Tails read under a limit stop after the event that reaches it, say they were cut, and read
+/// on from the next seq give the whole tail, alone and in a batch (where a database server reads
+/// them ahead); a tail that ends right at the limit is not cut.
+pub(crate) async fn read_from_many_stops_at_its_limit(h: &Cx<'_>) {
+    let persistence = h.open();
+    for (name, turns) in [("s-cut-a", 40u64), ("s-cut-b", 2)] {
+        let id = SessionId::from(name);
+        persistence.create(header(name), &cancel()).await.unwrap();
+        for turn in 0..turns {
+            persistence.append(&id, one_turn(turn * 6, turn + 1), &cancel()).await.unwrap();
+        }
+    }
+    let (long, short) = (SessionId::from("s-cut-a"), SessionId::from("s-cut-b"));
+    let whole = persistence.read_from(&long, 5, &cancel()).await.unwrap().events;
+    let seqs = |events: &[Arc<SessionEvent>]| events.iter().map(|event| event.seq).collect::<Vec<_>>();
+    let one_line = whole[0].encoded_len();
+    for limit in [
+        ReadLimit { events: 50, bytes: usize::MAX },
+        ReadLimit { events: usize::MAX, bytes: 4 * one_line },
+        ReadLimit { events: 1, bytes: 1 },
+    ] {
+        let mut read = Vec::new();
+        let mut from = 5;
+        loop {
+            // Read beside another session's tail, so a batch is read ahead where one can be.
+            let answers =
+                persistence.read_from_many(&[(long.clone(), from), (short.clone(), 0)], limit, &cancel()).await;
+            let mut answers = answers.into_iter();
+            let suffix = answers.next().unwrap().unwrap();
+            assert!(!suffix.events.is_empty(), "{limit:?}: a read holds at least one event");
+            assert!(suffix.events.len() <= limit.events, "{limit:?}");
+            let bytes: usize = suffix.events.iter().map(|event| event.encoded_len()).sum();
+            let last_line = suffix.events.last().unwrap().encoded_len();
+            assert!(bytes - last_line < limit.bytes, "{limit:?}: it ends at the event that reaches the bound");
+            assert_eq!(suffix.header.id, long);
+            assert_eq!(suffix.revision.is_none(), suffix.cut, "{limit:?}");
+            read.extend(suffix.events.iter().cloned());
+            from = read.last().unwrap().seq + 1;
+            let other = answers.next().unwrap().unwrap();
+            assert_eq!(other.events[0].seq, 0);
+            if !suffix.cut {
+                break;
+            }
+        }
+        assert_eq!(seqs(&read), seqs(&whole), "{limit:?}");
+    }
+    // A tail of exactly the limit's length is whole, and not cut.
+    let exact = ReadLimit { events: whole.len(), bytes: usize::MAX };
+    let answer = persistence.read_from_many(&[(long.clone(), 5)], exact, &cancel()).await.pop().unwrap().unwrap();
+    assert_eq!(seqs(&answer.events), seqs(&whole));
+    assert!(!answer.cut && answer.revision.is_some());
 }
 
 pub(crate) async fn revisions_are_stable_and_change_on_append(h: &Cx<'_>) {

@@ -394,9 +394,10 @@ impl SessionPersistence for Misbehaving {
     async fn read_from_many(
         &self,
         reads: &[(SessionId, u64)],
+        limit: session_persistence::ReadLimit,
         cancel: &CancellationToken,
-    ) -> Vec<session_persistence::Result<session_persistence::Inspection>> {
-        self.0.read_from_many(reads, cancel).await
+    ) -> Vec<session_persistence::Result<session_persistence::Suffix>> {
+        self.0.read_from_many(reads, limit, cancel).await
     }
 
     async fn load(

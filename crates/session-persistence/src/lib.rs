@@ -152,8 +152,8 @@ pub use crate::{
     },
     memory::MemoryStore,
     persistence::{
-        Inspection, SessionPersistence, SinkSlot, StreamSink, StreamSummary, inspect_each_into, inspect_into,
-        stream_each,
+        Inspection, ReadLimit, SessionPersistence, SinkSlot, StreamSink, StreamSummary, Suffix, inspect_each_into,
+        inspect_into, stream_each,
     },
     validate::ReadThreads,
     watch::{

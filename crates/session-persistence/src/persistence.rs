@@ -47,6 +47,36 @@ pub struct StreamSummary {
     pub torn: Option<bool>,
 }
 
+/// How much one read of [`SessionPersistence::read_from_many`] may hold: it ends after the
+/// event that reaches either bound, so it always holds at least one event when the log has any
+/// from the seq asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadLimit {
+    /// Events at most.
+    pub events: usize,
+    /// Bytes at most, counted as the events' JSON lines ([`SessionEvent::encoded_len`]).
+    pub bytes: usize,
+}
+
+impl ReadLimit {
+    /// No bound: each read holds its whole suffix.
+    pub const NONE: ReadLimit = ReadLimit { events: usize::MAX, bytes: usize::MAX };
+}
+
+/// The stored events of one log from a seq on, up to a [`ReadLimit`].
+#[derive(Debug, Clone)]
+pub struct Suffix {
+    /// The session's header.
+    pub header: Arc<SessionHeader>,
+    /// The events from the seq asked, in seq order, through the read-side validation.
+    pub events: Vec<Arc<SessionEvent>>,
+    /// The stored revision that was read; `None` when the read was [`cut`](Self::cut).
+    pub revision: Option<Revision>,
+    /// Whether the read stopped at its limit: the log may go on past the last event, and a
+    /// read from the next seq gives the rest.
+    pub cut: bool,
+}
+
 /// A sink that can travel to the thread that reads: any [`ScanSink`] that can be sent.
 ///
 /// A streamed read takes its sink by value (`Box<dyn StreamSink>`) and drops it on the reading
@@ -247,11 +277,17 @@ pub trait SessionPersistence: Send + Sync + fmt::Debug {
     /// The stored events with `seq >= from_seq`: no closers, no repair, no caching.
     async fn read_from(&self, id: &SessionId, from_seq: u64, cancel: &CancellationToken) -> Result<Inspection>;
 
-    /// [`read_from`](Self::read_from) of each `(id, from_seq)` of `reads`, answered in order,
-    /// one read's failure leaving the others alone, a few at once. Over a database server the
-    /// short ones are read in one round trip
+    /// [`read_from`](Self::read_from) of each `(id, from_seq)` of `reads`, each holding at most
+    /// what `limit` allows (a [`cut`](Suffix::cut) one goes on from the seq after its last
+    /// event), answered in order, one read's failure leaving the others alone, a few at once.
+    /// Over a database server the short ones are read in one round trip
     /// ([`Backend::prefetch_tails`](crate::Backend::prefetch_tails)).
-    async fn read_from_many(&self, reads: &[(SessionId, u64)], cancel: &CancellationToken) -> Vec<Result<Inspection>>;
+    async fn read_from_many(
+        &self,
+        reads: &[(SessionId, u64)],
+        limit: ReadLimit,
+        cancel: &CancellationToken,
+    ) -> Vec<Result<Suffix>>;
 
     /// The balanced view of a session, committing any repair durably (cut the torn tail, append
     /// the closers). A live session with an open turn cannot be loaded.

@@ -17,7 +17,7 @@ use std::{
 use apiproxy::{FollowConfig, ProxyConfig};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use session_core::{SessionEvent, SessionHeader, SessionId};
+use session_core::{ManualClock, SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
     Backend, ChangeKind, FencedWrite, HeaderPage, Listing, MemoryStore, PageRequest, PersistenceError, Result,
     Revision, ScanOutcome, ScanSink, SessionPosition, SharedChangeSink, StoreChange, StoredHeader, SurveyEntry,
@@ -93,6 +93,8 @@ struct Handle {
     /// Sessions whose log reads through this handle fail, and how many have.
     broken: Mutex<HashSet<SessionId>>,
     broken_reads: AtomicUsize,
+    /// The most events one log read through this handle handed on.
+    most_per_read: AtomicUsize,
 }
 
 impl Handle {
@@ -113,6 +115,7 @@ impl Handle {
             fail_next_whole_read: Mutex::default(),
             broken: Mutex::default(),
             broken_reads: AtomicUsize::new(0),
+            most_per_read: AtomicUsize::new(0),
         })
     }
 
@@ -137,6 +140,41 @@ impl Handle {
             tokio::time::sleep(Duration::from_millis(5)).await; // polls a counter nothing signals
         }
         panic!("no position read reached the gate");
+    }
+}
+
+/// A read's sink that counts the events from its seq handed to it (the memory store's seek
+/// read scans from seq 0).
+struct Counted<'a> {
+    sink: &'a mut dyn ScanSink,
+    from_seq: u64,
+    events: usize,
+}
+
+impl ScanSink for Counted<'_> {
+    fn header(&mut self, header: &Arc<SessionHeader>) -> Result<()> {
+        self.sink.header(header)
+    }
+
+    fn event(&mut self, event: Arc<SessionEvent>) -> Result<()> {
+        self.events += usize::from(event.seq >= self.from_seq);
+        self.sink.event(event)
+    }
+
+    fn restart(&mut self) -> bool {
+        self.sink.restart()
+    }
+
+    fn read_ahead(&self) -> bool {
+        self.sink.read_ahead()
+    }
+
+    fn read_ahead_decoders(&self) -> usize {
+        self.sink.read_ahead_decoders()
+    }
+
+    fn finish(&mut self) {
+        self.sink.finish();
     }
 }
 
@@ -165,7 +203,10 @@ impl Backend for Handle {
             self.broken_reads.fetch_add(1, Ordering::SeqCst);
             return Err(PersistenceError::invalid_input(format!("session {id} does not read here")));
         }
-        self.net.logs.scan_from(id, from_seq, cancel, sink)
+        let mut counted = Counted { sink, from_seq, events: 0 };
+        let scanned = self.net.logs.scan_from(id, from_seq, cancel, &mut counted);
+        self.most_per_read.fetch_max(counted.events, Ordering::SeqCst);
+        scanned
     }
 
     fn revision(&self, id: &SessionId) -> Result<Option<Revision>> {
@@ -762,6 +803,83 @@ async fn a_session_whose_holder_is_unknown_is_read_again_until_it_is_known() {
     let frames = added.expect("followed once its holder is known, without another signal");
     let early = frames.iter().filter(|frame| frame["sessionId"] == "unprobed").count();
     assert_eq!(early, 1, "nothing about it before it was known: {frames:?}");
+    a.stop().await;
+    b.stop().await;
+}
+
+/// A fenced copy's clients get the stored log's projection values again after the new baseline:
+/// the prompt the copy never stored no longer shows as the session's last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_copy_sends_the_stored_logs_projection_values_again() {
+    let net = Arc::new(Net::default());
+    // A sweeps only when woken: its copy is fenced by its own write, not by a round before it.
+    let follow = FollowConfig { sweep_interval: Duration::from_secs(600), ..FollowConfig::default() };
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let a_config = ProxyConfig { follow, ..ProxyConfig::default() };
+    let a = Server::start_on_backend_with_clock(Handle::new(&net, 0), a_config, clock.clone()).await;
+    let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
+    let mut mux = a.ws("/api/events.mux", None).await;
+    let prompted = |frame: &Value| {
+        frame["type"] == "session/projection"
+            && frame["sessionId"] == "prompted"
+            && frame["key"] == "sessionListMetadata"
+            && !frame["value"]["lastPromptAt"].is_null()
+    };
+    a.ok(None, "session.create", json!({"sessionId": "prompted", "cwd": "/w"})).await;
+    a.ok(None, "session.append", json!({"sessionId": "prompted", "events": turn(1)})).await;
+    a.ok(None, "session.flush", json!({"sessionId": "prompted"})).await;
+    let stored_prompt = mux.until(prompted).await.last().unwrap()["value"]["lastPromptAt"].clone();
+    // B takes it over without a signal; A's copy then takes a later prompt, which B's log does
+    // not have, and its write meets the fence.
+    net.silent.store(true, Ordering::SeqCst);
+    b.ok(None, "session.create", json!({"sessionId": "prompted", "cwd": "/w"})).await;
+    b.ok(None, "session.flush", json!({"sessionId": "prompted"})).await;
+    let id = SessionId::from("prompted");
+    let stored = net.next_seq(&id).unwrap();
+    clock.advance(1_000);
+    a.ok(None, "session.append", json!({"sessionId": "prompted", "events": turn(2)})).await;
+    let copy_prompt = mux.until(prompted).await.last().unwrap()["value"]["lastPromptAt"].clone();
+    assert_ne!(copy_prompt, stored_prompt);
+    let fenced = a.call_as(None, "session.flush", json!({"sessionId": "prompted"})).await;
+    assert_eq!(fenced["error"]["code"], "agent-busy", "{fenced}");
+    // A's follower wakes and hands the fenced copy over to the store's log.
+    net.silent.store(false, Ordering::SeqCst);
+    net.signal(1, StoreChange::Session { id, kind: ChangeKind::Appended, next_seq: Some(stored) });
+    let rebaselined = |frame: &Value| frame["type"] == "session/subscribed" && frame["sessionId"] == "prompted";
+    mux.until(rebaselined).await;
+    let again = tokio::time::timeout(Duration::from_secs(10), mux.until(prompted)).await;
+    let frames = again.expect("the stored log's values come again after the new baseline");
+    assert_eq!(frames.last().unwrap()["value"]["lastPromptAt"], stored_prompt, "{frames:?}");
+    a.stop().await;
+    b.stop().await;
+}
+
+/// A tail written elsewhere far past what B followed is read a bounded piece at a time, each
+/// delivered before the next is read: no read holds the whole tail, and the client gets every
+/// event once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_tail_is_read_a_bounded_piece_at_a_time() {
+    let net = Arc::new(Net::default());
+    let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
+    let b_handle = Handle::new(&net, 1);
+    let b = Server::start_on_backend(b_handle.clone(), config()).await;
+    let mut mux = b.ws("/api/events.mux", None).await;
+    let id = SessionId::from("long-tail");
+    let header = stored_elsewhere(&net, &id, &stored_turn(0));
+    net.signal(0, StoreChange::Session { id: id.clone(), kind: ChangeKind::Appended, next_seq: Some(6) });
+    let mut replica = Replica::default();
+    converge(&mut mux, "long-tail", &mut replica, &stored(&net, "long-tail")).await;
+    // 1,500 turns (9,000 events) written elsewhere in one batch, then one wake-up.
+    let tail: Vec<_> = (1..=1_500).flat_map(|turn| stored_turn_at(turn * 6, 1)).collect();
+    net.logs.append_batch(&header, &tail, true).unwrap();
+    b_handle.most_per_read.store(0, Ordering::SeqCst);
+    net.signal(0, StoreChange::Session { id: id.clone(), kind: ChangeKind::Appended, next_seq: Some(9_006) });
+    let want = stored(&net, "long-tail");
+    assert_eq!(want.len(), 9_006);
+    converge(&mut mux, "long-tail", &mut replica, &want).await;
+    assert_eq!(replica.baselines, vec![5], "one baseline, then every event as a continuation: {replica:?}");
+    let most = b_handle.most_per_read.load(Ordering::SeqCst);
+    assert!(most <= 4_096, "one read handed on {most} events of the 9,000-event tail");
     a.stop().await;
     b.stop().await;
 }

@@ -103,8 +103,17 @@ impl Server {
 
     /// A gateway over `backend` (shared with other gateways, for the tests of following a store).
     pub(crate) async fn start_on_backend(backend: Arc<dyn Backend>, config: ProxyConfig) -> Server {
+        Server::start_on_backend_with_clock(backend, config, Arc::new(ManualClock::new(1_700_000_000_000))).await
+    }
+
+    /// [`Server::start_on_backend`] stamping with `clock`.
+    pub(crate) async fn start_on_backend_with_clock(
+        backend: Arc<dyn Backend>,
+        config: ProxyConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Server {
         let dir = tempfile::tempdir().expect("a temp dir");
-        Server::boot_on(dir, backend, config, false, Arc::new(ManualClock::new(1_700_000_000_000))).await
+        Server::boot_on(dir, backend, config, false, clock).await
     }
 
     async fn boot_on(

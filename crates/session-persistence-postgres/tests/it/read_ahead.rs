@@ -182,7 +182,7 @@ async fn a_coordinators_tails_asked_together_are_one_statement_and_answer_as_sin
             .map(|(id, from)| (SessionId::from(id), from))
             .collect();
     let cancel = CancellationToken::new();
-    let together = persistence.read_from_many(&reads, &cancel).await;
+    let together = persistence.read_from_many(&reads, session_persistence::ReadLimit::NONE, &cancel).await;
     assert_eq!(counting.prefetches(), 1, "one read ahead for the whole batch");
     // The five tails that read cleanly came in it (the gapped log's tail starts past its gap);
     // the missing session is read on its own.

@@ -35,7 +35,7 @@ use self::{live::LiveSessions, state::Inner};
 use crate::{
     backend::{Backend, HeaderPage, Listing, PageRequest, StoredHeader},
     error::Result,
-    persistence::{Inspection, SessionPersistence, StreamSink, StreamSummary},
+    persistence::{Inspection, ReadLimit, SessionPersistence, StreamSink, StreamSummary, Suffix},
     watch::{SessionPosition, SharedChangeSink, Watch, WatchOptions},
 };
 
@@ -171,8 +171,13 @@ impl SessionPersistence for Coordinator {
         reads::read_from(&self.inner, id, from_seq, cancel).await
     }
 
-    async fn read_from_many(&self, reads: &[(SessionId, u64)], cancel: &CancellationToken) -> Vec<Result<Inspection>> {
-        reads::read_from_many(&self.inner, reads, cancel).await
+    async fn read_from_many(
+        &self,
+        reads: &[(SessionId, u64)],
+        limit: ReadLimit,
+        cancel: &CancellationToken,
+    ) -> Vec<Result<Suffix>> {
+        reads::read_from_many(&self.inner, reads, limit, cancel).await
     }
 
     async fn load(&self, id: &SessionId, cancel: &CancellationToken) -> Result<Inspection> {

@@ -13,7 +13,7 @@ use std::{
 };
 
 use parking_lot::Mutex;
-use session_core::{KnownTypes, Session, SessionEvent, SessionId};
+use session_core::{KnownTypes, Session, SessionEvent, SessionHeader, SessionId};
 use session_storage_io::keyed::{BlockingCancelled, run_blocking};
 use tokio_util::sync::CancellationToken;
 
@@ -24,7 +24,7 @@ use super::{
 use crate::{
     backend::{Backend, PrefetchedLog, ScanSink},
     error::{PersistenceError, Result},
-    persistence::{Inspection, StreamSink, StreamSummary},
+    persistence::{Inspection, ReadLimit, StreamSink, StreamSummary, Suffix},
     validate::{ReadThreads, Source, validated},
 };
 
@@ -198,30 +198,49 @@ pub(super) async fn read_from(
     from_seq: u64,
     cancel: &CancellationToken,
 ) -> Result<Inspection> {
+    let suffix = read_suffix(inner, id, from_seq, ReadLimit::NONE, cancel).await?;
+    Ok(Inspection {
+        header: suffix.header,
+        events: suffix.events.into(),
+        revision: suffix.revision,
+        live: false,
+        n_closers: 0,
+    })
+}
+
+/// [`read_from`] up to `limit`.
+async fn read_suffix(
+    inner: &Inner,
+    id: &SessionId,
+    from_seq: u64,
+    limit: ReadLimit,
+    cancel: &CancellationToken,
+) -> Result<Suffix> {
     check_cancel(cancel)?;
     let _guard = inner.lock_id(id).await;
     let (id, known, token) = (id.clone(), inner.config.known_types.clone(), cancel.clone());
     let threads = inner.config.read_threads;
     blocking(&inner.backend, move |backend| {
-        validated_suffix(backend, &id, from_seq, Source::From(from_seq), &known, threads, &token)
+        validated_suffix(backend, &id, from_seq, limit, Source::From(from_seq), &known, threads, &token)
     })
     .await
 }
 
-/// [`read_from`] of each of `reads`, in order: over a backend that reads best in batches, the
+/// [`read_suffix`] of each of `reads`, in order: over a backend that reads best in batches, the
 /// short tails are read ahead in one go and each is validated as its own read would be, all in
 /// one hop to the blocking pool (a follower's round of many short tails wakes one thread, not
 /// one per session); the ones left out are read by their own seek.
 pub(super) async fn read_from_many(
     inner: &Arc<Inner>,
     reads: &[(SessionId, u64)],
+    limit: ReadLimit,
     cancel: &CancellationToken,
-) -> Vec<Result<Inspection>> {
-    let mut answers: Vec<Option<Result<Inspection>>> = reads.iter().map(|_| None).collect();
+) -> Vec<Result<Suffix>> {
+    let mut answers: Vec<Option<Result<Suffix>>> = reads.iter().map(|_| None).collect();
     if reads.len() > 1 && inner.backend.prefetch_batch() > 1 && !cancel.is_cancelled() {
         let (batch_inner, all, token) = (Arc::clone(inner), reads.to_vec(), cancel.clone());
         let answered = blocking(&inner.backend, move |backend| {
-            Ok::<_, PersistenceError>(read_and_validate_ahead(&batch_inner, backend, &all, &token))
+            Ok::<_, PersistenceError>(read_and_validate_ahead(&batch_inner, backend, &all, limit, &token))
         })
         .await;
         match answered {
@@ -232,7 +251,7 @@ pub(super) async fn read_from_many(
     let left: Vec<usize> = (0..reads.len()).filter(|&at| answers[at].is_none()).collect();
     // Up to 8 at once (same-id reads queue on the id's lock).
     for chunk in left.chunks(8) {
-        let read = chunk.iter().map(|&at| read_from(inner, &reads[at].0, reads[at].1, cancel));
+        let read = chunk.iter().map(|&at| read_suffix(inner, &reads[at].0, reads[at].1, limit, cancel));
         for (&at, answer) in chunk.iter().zip(futures::future::join_all(read).await) {
             answers[at] = Some(answer);
         }
@@ -248,8 +267,9 @@ fn read_and_validate_ahead(
     inner: &Inner,
     backend: &dyn Backend,
     reads: &[(SessionId, u64)],
+    limit: ReadLimit,
     cancel: &CancellationToken,
-) -> Vec<Option<Result<Inspection>>> {
+) -> Vec<Option<Result<Suffix>>> {
     let mut seen = HashSet::new();
     let batch: Vec<(SessionId, u64)> = reads.iter().filter(|(id, _)| seen.insert(id.clone())).cloned().collect();
     let mut ahead: HashMap<SessionId, PrefetchedLog> = match backend.prefetch_tails(&batch, cancel) {
@@ -269,33 +289,36 @@ fn read_and_validate_ahead(
             if cancel.is_cancelled() {
                 return Some(Err(PersistenceError::Cancelled));
             }
-            Some(validated_suffix(backend, id, *from_seq, Source::Prefetched(&log), known, threads, cancel))
+            Some(validated_suffix(backend, id, *from_seq, limit, Source::Prefetched(&log), known, threads, cancel))
         })
         .collect()
 }
 
-/// The events of `id` from `from_seq` on that `source` gives, validated: the body of every
-/// [`read_from`].
+/// The events of `id` from `from_seq` on that `source` gives, validated, up to `limit`: the body
+/// of every [`read_suffix`].
+#[allow(clippy::too_many_arguments)]
 fn validated_suffix(
     backend: &dyn Backend,
     id: &SessionId,
     from_seq: u64,
+    limit: ReadLimit,
     source: Source<'_>,
     known: &KnownTypes,
     threads: ReadThreads,
     cancel: &CancellationToken,
-) -> Result<Inspection> {
-    let mut suffix = SuffixSink { from_seq, events: Vec::new() };
-    let Some((outcome, _closers)) = validated(backend, id, source, known, threads, cancel, &mut suffix)? else {
+) -> Result<Suffix> {
+    let mut suffix = SuffixSink::new(from_seq, limit);
+    let read = validated(backend, id, source, known, threads, cancel, &mut suffix);
+    if suffix.stopped
+        && let Some(header) = suffix.header
+    {
+        // The sink stopped the read at its limit, with the error it stopped it with.
+        return Ok(Suffix { header, events: suffix.events, revision: None, cut: true });
+    }
+    let Some((outcome, _closers)) = read? else {
         return Err(PersistenceError::NotFound { id: id.clone() });
     };
-    Ok(Inspection {
-        header: outcome.header,
-        events: suffix.events.into(),
-        revision: Some(outcome.revision),
-        live: false,
-        n_closers: 0,
-    })
+    Ok(Suffix { header: outcome.header, events: suffix.events, revision: Some(outcome.revision), cut: false })
 }
 
 /// The balanced view of `id`, committing any repair durably; a live session is flushed instead
@@ -422,21 +445,56 @@ impl Drop for StopOnDrop {
     }
 }
 
+/// Collects a read's events from `from_seq` on, and stops the read (with an error the read's
+/// caller never sees) once they reach its limit.
 struct SuffixSink {
     from_seq: u64,
+    limit: ReadLimit,
+    header: Option<Arc<SessionHeader>>,
     events: Vec<Arc<SessionEvent>>,
+    bytes: usize,
+    /// Whether the events reached the limit.
+    full: bool,
+    /// Whether an event came past the limit, and the sink stopped the read there.
+    stopped: bool,
+}
+
+impl SuffixSink {
+    fn new(from_seq: u64, limit: ReadLimit) -> SuffixSink {
+        SuffixSink { from_seq, limit, header: None, events: Vec::new(), bytes: 0, full: false, stopped: false }
+    }
 }
 
 impl ScanSink for SuffixSink {
+    fn header(&mut self, header: &Arc<SessionHeader>) -> Result<()> {
+        self.header = Some(Arc::clone(header));
+        Ok(())
+    }
+
     fn event(&mut self, event: Arc<SessionEvent>) -> Result<()> {
+        if self.full && event.seq >= self.from_seq {
+            self.stopped = true;
+            return Err(PersistenceError::Cancelled);
+        }
         if event.seq >= self.from_seq {
+            if self.limit != ReadLimit::NONE {
+                self.bytes = self.bytes.saturating_add(event.encoded_len());
+            }
             self.events.push(event);
+            if self.events.len() >= self.limit.events || self.bytes >= self.limit.bytes {
+                // The next event stops the read: one that ends here (the log's last event) is
+                // not cut.
+                self.full = true;
+            }
         }
         Ok(())
     }
 
     fn restart(&mut self) -> bool {
         self.events.clear();
+        self.bytes = 0;
+        self.full = false;
+        self.stopped = false;
         true
     }
 }

@@ -461,13 +461,14 @@ impl SessionPersistence for Counting {
     async fn read_from_many(
         &self,
         reads: &[(SessionId, u64)],
+        limit: session_persistence::ReadLimit,
         cancel: &CancellationToken,
-    ) -> Vec<session_persistence::Result<Inspection>> {
+    ) -> Vec<session_persistence::Result<session_persistence::Suffix>> {
         for (id, from_seq) in reads {
             self.record(id, Call::ReadFrom(*from_seq));
         }
         self.pass_gate().await;
-        self.inner.read_from_many(reads, cancel).await
+        self.inner.read_from_many(reads, limit, cancel).await
     }
 
     async fn load(&self, id: &SessionId, cancel: &CancellationToken) -> session_persistence::Result<Inspection> {
