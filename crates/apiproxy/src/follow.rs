@@ -5,7 +5,7 @@
 //! The store's change signal ([`SessionPersistence::watch`]: PostgreSQL's notifications, a
 //! SQLite file's change counter) only wakes the follower; what it sends comes from storage. A
 //! wake-up for a session makes the follower read the session's position and then its tail from
-//! the last seq the hub sent (one seek read), and a sweep (after every reconnect of the signal,
+//! the last seq the hub sent (a seek read, in pieces of a bounded size), and a sweep (after every reconnect of the signal,
 //! and on a safety poll) does that for every followed session, every session live here, every
 //! session created since the last sweep and every session woken since the last round, so a lost
 //! notification costs latency, never an event, for any session followed or created in the window.
@@ -175,6 +175,9 @@ struct Context {
 struct Prepared {
     id: SessionId,
     from_seq: Option<u64>,
+    /// Where the round read the session's log to end: a tail read in pieces stops there (what
+    /// was written since is the next round's, so one busy session cannot hold a round).
+    until: u64,
     release: bool,
 }
 
@@ -450,6 +453,7 @@ impl Context {
         drop(checks);
         let mut reads: VecDeque<(SessionId, u64)> =
             prepared.iter().filter_map(|one| Some((one.id.clone(), one.from_seq?))).collect();
+        let ends: HashMap<SessionId, u64> = prepared.iter().map(|one| (one.id.clone(), one.until)).collect();
         // Tails are read [`TAIL_READS`] at a time, each up to [`TAIL_LIMIT`], and delivered at
         // most `TAIL_READS` at once: a session whose clients are slow to take its tail holds one
         // place, the next tails are read as places free up, and a tail cut at the limit is read
@@ -481,8 +485,8 @@ impl Context {
             }
             let Some((id, outcome)) = delivering.next().await else { break };
             match outcome {
-                Ok(Some(next)) => reads.push_back((id, next)),
-                Ok(None) => {}
+                Ok(Some(next)) if next < ends.get(&id).copied().unwrap_or(0) => reads.push_back((id, next)),
+                Ok(_) => {}
                 Err(error) => {
                     unread.insert(id.clone());
                     failed(id, false, error);
@@ -568,7 +572,8 @@ impl Context {
         // Nobody watches it here: its tail waits (a subscription wakes a sweep that reads it).
         let from_seq =
             (position.next_seq as i64 > last_seq + 1 && self.hub.watched(id)).then_some((last_seq + 1) as u64);
-        Ok(Some(Prepared { id: position.id, from_seq, release: position.held == Some(false) }))
+        let until = position.next_seq;
+        Ok(Some(Prepared { id: position.id, from_seq, until, release: position.held == Some(false) }))
     }
 
     /// Whether `id`'s stored log, up to `next_seq`, ends inside a turn ([`ends_in_turn`]).
@@ -582,18 +587,20 @@ impl Context {
     }
 
     /// Reads `id`'s stored events from `from_seq` and delivers them, a piece of at most
-    /// [`TAIL_LIMIT`] at a time ([`Self::deliver_piece`]).
+    /// [`TAIL_LIMIT`] at a time ([`Self::deliver_piece`]), up to `until` at least (where the
+    /// round found the log's end; what comes after is the next round's).
     async fn read_tail(
         &self,
         id: &SessionId,
         mut from_seq: u64,
+        until: u64,
         cancel: &CancellationToken,
     ) -> Result<(), PersistenceError> {
         loop {
             let piece = stored::read_piece(&*self.persistence, id, from_seq, TAIL_LIMIT, cancel).await?;
             match self.deliver_piece(id, from_seq, &piece, cancel).await? {
-                Some(next) => from_seq = next,
-                None => return Ok(()),
+                Some(next) if next < until => from_seq = next,
+                _ => return Ok(()),
             }
         }
     }
@@ -774,7 +781,7 @@ impl Context {
             // may not: every value goes out again, folded from the stored log.
             self.owed.lock().insert(id.clone());
             tracing::info!(session = %id, durable, "another writer moved this session on; following it from the store");
-            self.read_tail(id, durable, cancel).await?;
+            self.read_tail(id, durable, position.next_seq, cancel).await?;
         }
         Ok(())
     }

@@ -334,6 +334,15 @@ pub trait ScanSink {
         1
     }
 
+    /// The seq this sink needs no event at or past: a backend that can bound its read (a
+    /// database's statement) may end the read just before it, as if the log ended there and
+    /// without the checks of the log's end, rather than read on for a sink that would stop it
+    /// with an error. `None` (the default): the whole log. Wrapping sinks should forward this
+    /// call.
+    fn until_seq(&self) -> Option<u64> {
+        None
+    }
+
     /// The stream delivered everything, closers included, and ends well. A sink that only needs
     /// its result, not what it accumulated, may reduce itself here: a persistence reading many
     /// sessions calls this on the reading thread as each read ends, so finished reads waiting for

@@ -49,7 +49,8 @@ pub struct StreamSummary {
 
 /// How much one read of [`SessionPersistence::read_from_many`] may hold: it ends after the
 /// event that reaches either bound, so it always holds at least one event when the log has any
-/// from the seq asked.
+/// from the seq asked. A database backend bounds its statements by the events' bound; the bytes'
+/// bound is met as the events are decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadLimit {
     /// Events at most.
@@ -72,8 +73,8 @@ pub struct Suffix {
     pub events: Vec<Arc<SessionEvent>>,
     /// The stored revision that was read; `None` when the read was [`cut`](Self::cut).
     pub revision: Option<Revision>,
-    /// Whether the read stopped at its limit: the log may go on past the last event, and a
-    /// read from the next seq gives the rest.
+    /// Whether the read reached its limit: the log may go on past the last event (or end right
+    /// there), and a read from the next seq gives the rest.
     pub cut: bool,
 }
 
@@ -161,6 +162,10 @@ impl<S: ScanSink> ScanSink for Lent<S> {
 
     fn read_ahead_decoders(&self) -> usize {
         self.sink.as_ref().map_or(1, |sink| sink.read_ahead_decoders())
+    }
+
+    fn until_seq(&self) -> Option<u64> {
+        self.sink.as_ref().and_then(|sink| sink.until_seq())
     }
 
     fn finish(&mut self) {

@@ -158,6 +158,10 @@ impl ScanSink for ValidatingSink<'_> {
         self.inner.restart()
     }
 
+    fn until_seq(&self) -> Option<u64> {
+        self.inner.until_seq()
+    }
+
     fn event(&mut self, event: Arc<SessionEvent>) -> Result<()> {
         if self.last.is_none() && event.seq != 0 {
             self.suffix_only = true;
@@ -302,12 +306,14 @@ pub(crate) fn validated(
     let helpers = threads.allows_helpers(others);
     let decoders = threads.decoders(others);
     let mut validating = ValidatingSink::new(id.clone(), backend, known, inner);
+    let until = validating.until_seq();
     let run = |validating: &mut ValidatingSink<'_>, source: Source<'_>| {
         std::thread::scope(|scope| {
             let mut relay = Relay {
                 validating: Some(validating),
                 helpers,
                 decoders,
+                until,
                 scope,
                 sender: None,
                 worker: None,
@@ -348,6 +354,9 @@ struct Relay<'scope, 'env, 'a> {
     helpers: bool,
     /// How many of them may decompress ahead.
     decoders: usize,
+    /// The validated sink's [`until_seq`](ScanSink::until_seq), asked before the validator may
+    /// move to its thread.
+    until: Option<u64>,
     scope: &'scope std::thread::Scope<'scope, 'env>,
     sender: Option<std::sync::mpsc::SyncSender<Relayed>>,
     worker: Option<std::thread::ScopedJoinHandle<'scope, Result<()>>>,
@@ -503,6 +512,10 @@ impl<'a> ScanSink for Relay<'_, '_, 'a> {
 
     fn read_ahead_decoders(&self) -> usize {
         self.decoders
+    }
+
+    fn until_seq(&self) -> Option<u64> {
+        self.until
     }
 
     fn restart(&mut self) -> bool {

@@ -45,6 +45,8 @@ const PREFETCH_BYTES: i64 = 1 << 20;
 struct RowCheck<'a> {
     id: &'a SessionId,
     expected: u64,
+    /// The read's sink takes no event from this seq on ([`ScanSink::until_seq`]).
+    until: i64,
     /// Whether a row came yet: the first may be a run that starts before the read's seq.
     started: bool,
     n_events: u64,
@@ -52,8 +54,15 @@ struct RowCheck<'a> {
 }
 
 impl<'a> RowCheck<'a> {
-    fn new(id: &'a SessionId, from_seq: u64) -> RowCheck<'a> {
-        RowCheck { id, expected: from_seq, started: false, n_events: 0, n_bytes: 0 }
+    fn new(id: &'a SessionId, from_seq: u64, until: Option<u64>) -> RowCheck<'a> {
+        let until = until.map_or(i64::MAX, to_sql_seq);
+        RowCheck { id, expected: from_seq, until, started: false, n_events: 0, n_bytes: 0 }
+    }
+
+    /// Where the read's rows end: the session row's `next_seq`, or the seq the sink takes no
+    /// event from, if that comes first.
+    fn end(&self, next_seq: i64) -> i64 {
+        next_seq.min(self.until)
     }
 
     fn location(&self) -> Location {
@@ -71,6 +80,9 @@ impl<'a> RowCheck<'a> {
         sink: &mut dyn ScanSink,
     ) -> Result<()> {
         let expected = self.expected;
+        if seq >= self.until {
+            return Ok(());
+        }
         let head = !std::mem::replace(&mut self.started, true) && seq < to_sql_seq(expected);
         if seq != to_sql_seq(expected) && !head {
             return Err(PersistenceError::corrupt(
@@ -89,7 +101,7 @@ impl<'a> RowCheck<'a> {
                 ));
             }
             next += 1;
-            if event.seq < self.expected {
+            if event.seq < self.expected || event.seq as i64 >= self.until {
                 return Ok(());
             }
             self.n_bytes += n_bytes as u64;
@@ -266,7 +278,7 @@ impl PgStore {
         let session = self.session_row(first)?;
         let header = session.header?;
         let n_events = rows.len() - usize::from(db.column::<Option<i64>>(first, 6)?.is_none());
-        let mut check = RowCheck::new(&session.id, from_seq);
+        let mut check = RowCheck::new(&session.id, from_seq, None);
         let mut gather = Gather::default();
         for row in rows.iter().take(n_events) {
             check.row(db.column(row, 6)?, db.column(row, 7)?, db.column(row, 8)?, db.column(row, 9)?, &mut gather)?;
@@ -305,11 +317,11 @@ impl PgStore {
         let session = self.session_row(first)?;
         let header = session.header?;
         sink.header(&header)?;
-        let mut check = RowCheck::new(id, from_seq);
+        let mut check = RowCheck::new(id, from_seq, sink.until_seq());
         for row in rows.iter().take(n_events) {
             check.row(db.column(row, 6)?, db.column(row, 7)?, db.column(row, 8)?, db.column(row, 9)?, sink)?;
         }
-        check.finish(next_seq)?;
+        check.finish(check.end(next_seq))?;
         Ok(Short::Read(ScanOutcome {
             revision: self.revision_of(&session.incarnation, session.revision),
             header,
@@ -343,19 +355,22 @@ impl PgStore {
             else {
                 return Ok(None);
             };
-            let next_seq: i64 = db.column(&row, 5)?;
+            let stored_next: i64 = db.column(&row, 5)?;
             let session = self.session_row(&row)?;
             let header = session.header?;
             sink.header(&header)?;
             let whole = db.timed("preparing a read", transaction.prepare_cached(&self.sql.events_from_run)).await?;
             let rest = db.timed("preparing a read", transaction.prepare_cached(&self.sql.events_from)).await?;
-            let mut check = RowCheck::new(id, from_seq);
+            let mut check = RowCheck::new(id, from_seq, sink.until_seq());
+            // The rows end at the session row's `next_seq`, or earlier where the sink takes no
+            // more events (the read then ends there, as if the log did).
+            let (next_seq, bounded) = (check.end(stored_next), check.end(stored_next) < stored_next);
             let mut statement = &whole;
             // Spans of about `SPAN_BYTES` while the session row says events follow, the last one
             // without an end (it meets rows stored past `next_seq`); a span with no row is a gap at
             // least that wide, which a statement without an end meets at once.
             let n_bytes: i64 = db.column(&row, 4)?;
-            let mean_event = (n_bytes / next_seq.max(1)).max(1);
+            let mean_event = (n_bytes / stored_next.max(1)).max(1);
             let span = (SPAN_BYTES / mean_event).clamp(*SPAN_EVENTS.start(), *SPAN_EVENTS.end());
             // The statements cut the rows into consecutive ranges of their first seqs, each from
             // where the one before ended (its end, or just past the row it ended after), so every
@@ -363,7 +378,11 @@ impl PgStore {
             let (mut from, mut unbounded) = (to_sql_seq(from_seq), false);
             loop {
                 let last = unbounded || from.saturating_add(span) >= next_seq;
-                let end = if last { i64::MAX } else { from + span };
+                let end = match (last, bounded) {
+                    (false, _) => from + span,
+                    (true, false) => i64::MAX,
+                    (true, true) => next_seq,
+                };
                 let read = self.stream_span(&transaction, statement, (from, end), &mut check, cancel, sink).await?;
                 statement = &rest;
                 match read {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use session_core::{JsonData, SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
-    Backend, CollectSink, Coordinator, CoordinatorConfig, CountingBackend, ScanOutcome, SessionPersistence,
+    Backend, CollectSink, Coordinator, CoordinatorConfig, CountingBackend, ReadLimit, ScanOutcome, SessionPersistence,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -199,4 +199,34 @@ async fn a_coordinators_tails_asked_together_are_one_statement_and_answer_as_sin
             (answer, single) => panic!("{id}: together {answer:?}, alone {single:?}"),
         }
     }
+}
+
+/// A long tail read in pieces ends each piece's statements where the piece ends
+/// (`ScanSink::until_seq`), rows of runs that cross the piece's end included: the pieces give the
+/// whole log, and no piece leaves its connection behind a statement it stopped (which would drop
+/// the connection from the pool).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_tail_read_in_pieces_ends_its_statements_with_each_piece_and_keeps_its_connection() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = Arc::new(schema.open());
+    store.append_batch(&header("long"), &events(3_000, "{\"n\":1}"), false).unwrap();
+    let persistence = Coordinator::new(store.clone(), CoordinatorConfig::default()).unwrap();
+    let (id, cancel) = (SessionId::from("long"), CancellationToken::new());
+    assert_eq!(persistence.read_from(&id, 0, &cancel).await.unwrap().events.len(), 3_000);
+    let pooled = store.pooled_connections();
+    assert!(pooled >= 1);
+    let limit = ReadLimit { events: 700, bytes: usize::MAX };
+    let (mut from, mut seqs, mut pieces) = (0, Vec::new(), 0);
+    loop {
+        let piece = persistence.read_from_many(&[(id.clone(), from)], limit, &cancel).await.pop().unwrap().unwrap();
+        pieces += 1;
+        assert_eq!(store.pooled_connections(), pooled, "piece {pieces} kept its connection");
+        seqs.extend(piece.events.iter().map(|event| event.seq));
+        if !piece.cut {
+            break;
+        }
+        from = seqs.last().unwrap() + 1;
+    }
+    assert_eq!(seqs, (0..3_000).collect::<Vec<_>>());
+    assert_eq!(pieces, 5);
 }

@@ -309,10 +309,12 @@ fn validated_suffix(
 ) -> Result<Suffix> {
     let mut suffix = SuffixSink::new(from_seq, limit);
     let read = validated(backend, id, source, known, threads, cancel, &mut suffix);
-    if suffix.stopped
+    if suffix.full
         && let Some(header) = suffix.header
     {
-        // The sink stopped the read at its limit, with the error it stopped it with.
+        // The events reached the limit: the sink stopped the read on the next one, or the
+        // backend ended it before that one ([`ScanSink::until_seq`]). What the rest of the log
+        // holds (a defect included) is the next read's.
         return Ok(Suffix { header, events: suffix.events, revision: None, cut: true });
     }
     let Some((outcome, _closers)) = read? else {
@@ -446,7 +448,7 @@ impl Drop for StopOnDrop {
 }
 
 /// Collects a read's events from `from_seq` on, and stops the read (with an error the read's
-/// caller never sees) once they reach its limit.
+/// caller never sees) at the first event past its limit.
 struct SuffixSink {
     from_seq: u64,
     limit: ReadLimit,
@@ -455,13 +457,11 @@ struct SuffixSink {
     bytes: usize,
     /// Whether the events reached the limit.
     full: bool,
-    /// Whether an event came past the limit, and the sink stopped the read there.
-    stopped: bool,
 }
 
 impl SuffixSink {
     fn new(from_seq: u64, limit: ReadLimit) -> SuffixSink {
-        SuffixSink { from_seq, limit, header: None, events: Vec::new(), bytes: 0, full: false, stopped: false }
+        SuffixSink { from_seq, limit, header: None, events: Vec::new(), bytes: 0, full: false }
     }
 }
 
@@ -472,21 +472,17 @@ impl ScanSink for SuffixSink {
     }
 
     fn event(&mut self, event: Arc<SessionEvent>) -> Result<()> {
-        if self.full && event.seq >= self.from_seq {
-            self.stopped = true;
+        if event.seq < self.from_seq {
+            return Ok(());
+        }
+        if self.full {
             return Err(PersistenceError::Cancelled);
         }
-        if event.seq >= self.from_seq {
-            if self.limit != ReadLimit::NONE {
-                self.bytes = self.bytes.saturating_add(event.encoded_len());
-            }
-            self.events.push(event);
-            if self.events.len() >= self.limit.events || self.bytes >= self.limit.bytes {
-                // The next event stops the read: one that ends here (the log's last event) is
-                // not cut.
-                self.full = true;
-            }
+        if self.limit != ReadLimit::NONE {
+            self.bytes = self.bytes.saturating_add(event.encoded_len());
         }
+        self.events.push(event);
+        self.full = self.events.len() >= self.limit.events || self.bytes >= self.limit.bytes;
         Ok(())
     }
 
@@ -494,7 +490,11 @@ impl ScanSink for SuffixSink {
         self.events.clear();
         self.bytes = 0;
         self.full = false;
-        self.stopped = false;
         true
+    }
+
+    fn until_seq(&self) -> Option<u64> {
+        let events = u64::try_from(self.limit.events).ok().filter(|_| self.limit.events != usize::MAX)?;
+        Some(self.from_seq.saturating_add(events))
     }
 }
