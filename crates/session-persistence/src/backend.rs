@@ -337,8 +337,10 @@ pub trait ScanSink {
     /// The seq this sink needs no event at or past: a backend that can bound its read (a
     /// database's statement) may end the read just before it, as if the log ended there and
     /// without the checks of the log's end, rather than read on for a sink that would stop it
-    /// with an error. `None` (the default): the whole log. Wrapping sinks should forward this
-    /// call.
+    /// with an error. `None` (the default): the whole log. Only a read of a stored suffix may be
+    /// bounded (the coordinator's `read_from_many`): a whole-log read that ended early would
+    /// balance the log where it stopped. Validating wrappers forward this call; a streamed
+    /// read's sink (`SinkSlot`) does not.
     fn until_seq(&self) -> Option<u64> {
         None
     }

@@ -164,10 +164,6 @@ impl<S: ScanSink> ScanSink for Lent<S> {
         self.sink.as_ref().map_or(1, |sink| sink.read_ahead_decoders())
     }
 
-    fn until_seq(&self) -> Option<u64> {
-        self.sink.as_ref().and_then(|sink| sink.until_seq())
-    }
-
     fn finish(&mut self) {
         self.sink().finish();
     }

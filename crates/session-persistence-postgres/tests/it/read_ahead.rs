@@ -230,3 +230,20 @@ async fn a_long_tail_read_in_pieces_ends_its_statements_with_each_piece_and_keep
     assert_eq!(seqs, (0..3_000).collect::<Vec<_>>());
     assert_eq!(pieces, 5);
 }
+
+/// A read that reached its limit on an event the session row does not own (stored past its
+/// `next_seq`) fails as the unbounded read does: it is not answered as a piece cut at its limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_piece_that_fills_on_an_event_the_session_row_does_not_own_fails() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = Arc::new(schema.open());
+    store.append_batch(&header("stray"), &events(10, "{\"n\":1}"), false).unwrap();
+    schema.sql("UPDATE {s}.sessions SET next_seq = 9 WHERE id = 'stray'");
+    let persistence = Coordinator::new(store, CoordinatorConfig::default()).unwrap();
+    let (id, cancel) = (SessionId::from("stray"), CancellationToken::new());
+    let alone = persistence.read_from(&id, 0, &cancel).await.unwrap_err();
+    assert!(alone.to_string().contains("events are stored up to seq 9"), "{alone}");
+    let limit = ReadLimit { events: 10, bytes: usize::MAX };
+    let piece = persistence.read_from_many(&[(id, 0)], limit, &cancel).await.pop().unwrap();
+    assert_eq!(piece.map(|piece| piece.events.len()).unwrap_err().to_string(), alone.to_string());
+}

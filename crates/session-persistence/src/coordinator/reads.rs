@@ -309,12 +309,13 @@ fn validated_suffix(
 ) -> Result<Suffix> {
     let mut suffix = SuffixSink::new(from_seq, limit);
     let read = validated(backend, id, source, known, threads, cancel, &mut suffix);
-    if suffix.full
+    // The events reached the limit: the sink stopped the read on the next one (what the rest
+    // of the log holds, a defect included, is the next read's), or the backend ended it well
+    // before that one ([`ScanSink::until_seq`]). A read that failed once full, with no event
+    // past the limit, failed on what it answered (say, an event the session row does not own).
+    if (suffix.stopped || (suffix.full && read.is_ok()))
         && let Some(header) = suffix.header
     {
-        // The events reached the limit: the sink stopped the read on the next one, or the
-        // backend ended it before that one ([`ScanSink::until_seq`]). What the rest of the log
-        // holds (a defect included) is the next read's.
         return Ok(Suffix { header, events: suffix.events, revision: None, cut: true });
     }
     let Some((outcome, _closers)) = read? else {
@@ -457,11 +458,13 @@ struct SuffixSink {
     bytes: usize,
     /// Whether the events reached the limit.
     full: bool,
+    /// Whether an event came past the limit, and the sink stopped the read there.
+    stopped: bool,
 }
 
 impl SuffixSink {
     fn new(from_seq: u64, limit: ReadLimit) -> SuffixSink {
-        SuffixSink { from_seq, limit, header: None, events: Vec::new(), bytes: 0, full: false }
+        SuffixSink { from_seq, limit, header: None, events: Vec::new(), bytes: 0, full: false, stopped: false }
     }
 }
 
@@ -476,6 +479,7 @@ impl ScanSink for SuffixSink {
             return Ok(());
         }
         if self.full {
+            self.stopped = true;
             return Err(PersistenceError::Cancelled);
         }
         if self.limit != ReadLimit::NONE {
@@ -490,11 +494,14 @@ impl ScanSink for SuffixSink {
         self.events.clear();
         self.bytes = 0;
         self.full = false;
+        self.stopped = false;
         true
     }
 
     fn until_seq(&self) -> Option<u64> {
+        // At least one event: a read bounded at its own start would answer that the log ends
+        // there.
         let events = u64::try_from(self.limit.events).ok().filter(|_| self.limit.events != usize::MAX)?;
-        Some(self.from_seq.saturating_add(events))
+        Some(self.from_seq.saturating_add(events.max(1)))
     }
 }
