@@ -354,6 +354,15 @@ async fn pair_with(b_config: ProxyConfig) -> (Arc<Net>, Server, Server) {
     (net, a, b)
 }
 
+/// Two gateways over one shared store, and B's handle on it (for its counters and faults).
+async fn pair_with_b_handle() -> (Arc<Net>, Server, Arc<Handle>, Server) {
+    let net = Arc::new(Net::default());
+    let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
+    let b_handle = Handle::new(&net, 1);
+    let b = Server::start_on_backend(b_handle.clone(), config()).await;
+    (net, a, b_handle, b)
+}
+
 /// The stored events of `id`, as `(seq, type)`.
 fn stored(net: &Net, id: &str) -> Vec<(u64, String)> {
     let mut sink = session_persistence::CollectSink::default();
@@ -780,10 +789,7 @@ async fn a_session_followed_past_its_start_projects_from_its_stored_prefix() {
 /// followed once another writer is seen to hold it, with no further signal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_whose_holder_is_unknown_is_read_again_until_it_is_known() {
-    let net = Arc::new(Net::default());
-    let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
-    let b_handle = Handle::new(&net, 1);
-    let b = Server::start_on_backend(b_handle.clone(), config()).await;
+    let (net, a, b_handle, b) = pair_with_b_handle().await;
     let mut host = b.ws("/api/events.host", None).await;
     // An old session (outside the sweeps' window of new sessions), held by another writer,
     // stored without a signal; B cannot probe its lease, then one wake-up comes.
@@ -859,10 +865,7 @@ async fn a_fenced_copy_sends_the_stored_logs_projection_values_again() {
 /// event once, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_tail_is_read_a_bounded_piece_at_a_time() {
-    let net = Arc::new(Net::default());
-    let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
-    let b_handle = Handle::new(&net, 1);
-    let b = Server::start_on_backend(b_handle.clone(), config()).await;
+    let (net, a, b_handle, b) = pair_with_b_handle().await;
     let mut mux = b.ws("/api/events.mux", None).await;
     let id = SessionId::from("long-tail");
     let header = stored_elsewhere(&net, &id, &stored_turn(0));
@@ -900,10 +903,7 @@ async fn eventually(what: &str, done: impl Fn() -> bool) {
 /// its baseline is empty, so every value goes out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn projection_changes_of_a_tail_whose_fold_did_not_seed_are_sent_later() {
-    let net = Arc::new(Net::default());
-    let a = Server::start_on_backend(Handle::new(&net, 0), config()).await;
-    let b_handle = Handle::new(&net, 1);
-    let b = Server::start_on_backend(b_handle.clone(), config()).await;
+    let (net, a, b_handle, b) = pair_with_b_handle().await;
     let mut mux = b.ws("/api/events.mux", None).await;
     let id = SessionId::from("owed");
     let header = stored_elsewhere(&net, &id, &stored_turn(0));
