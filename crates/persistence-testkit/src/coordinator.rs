@@ -31,6 +31,24 @@ fn assert_nobody_holds(h: &Cx<'_>, id: &SessionId, cancel: &CancellationToken) {
     assert_eq!(held.first().map(|position| position.held), Some(Some(false)), "{held:?}");
 }
 
+/// Whether the place's opens are two writers of one store ([`Place::shared_writers`]); notes
+/// the case as skipped when they are not.
+fn has_shared_writers(h: &Cx<'_>) -> bool {
+    let shared = h.place.shared_writers();
+    if !shared {
+        h.note("skipped: the place has no concurrent writers (Place::shared_writers)");
+    }
+    shared
+}
+
+/// Resumes `id` on a host: its stored log loaded through `persistence` and made live in
+/// `store`, as a host resumes a session another host wrote.
+async fn resume(persistence: &Coordinator, store: &SessionStore, id: &SessionId) -> Arc<session_core::Session> {
+    let loaded = persistence.load(id, &CancellationToken::new()).await.unwrap();
+    let meta = HeaderMeta { created_at: Some(loaded.header.created_at), ..meta() };
+    store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }).unwrap()
+}
+
 /// A host over an open of its own whose live session `id` holds one flushed turn: its counting
 /// backend, its coordinator, its store and the session.
 async fn host_with_one_turn(
@@ -126,8 +144,7 @@ fn append_turn(session: &Session, turn: u64) {
 /// it without writing; resumed from the store, it holds the second host's log and
 /// writes again. Runs where two opens are two writers of one store ([`Place::shared_writers`]).
 pub(crate) async fn a_live_session_that_meets_the_writer_fence_stops_writing_until_it_is_resumed(h: &Cx<'_>) {
-    if !h.place.shared_writers() {
-        h.note("skipped: the place has no concurrent writers (Place::shared_writers)");
+    if !has_shared_writers(h) {
         return;
     }
     let cancel = CancellationToken::new();
@@ -137,12 +154,7 @@ pub(crate) async fn a_live_session_that_meets_the_writer_fence_stops_writing_unt
     // The second host resumes the session and writes first.
     let two = Coordinator::new(h.place.open(), CoordinatorConfig::default()).unwrap();
     let two_store = live_store(&two);
-    let resume = async |persistence: &Coordinator, store: &SessionStore| {
-        let loaded = persistence.load(&id, &cancel).await.unwrap();
-        let meta = HeaderMeta { created_at: Some(loaded.header.created_at), ..meta() };
-        store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }).unwrap()
-    };
-    let resumed = resume(&two, &two_store).await;
+    let resumed = resume(&two, &two_store, &id).await;
     append_turn(&resumed, 2);
     two_store.flush(&id).await.unwrap();
     let theirs = two.read_from(&id, 0, &cancel).await.unwrap().events;
@@ -178,7 +190,7 @@ pub(crate) async fn a_live_session_that_meets_the_writer_fence_stops_writing_unt
     drop((resumed, two_store));
     two.close().await.unwrap();
     let one_store = live_store(&one);
-    let session = resume(&one, &one_store).await;
+    let session = resume(&one, &one_store, &id).await;
     assert_eq!(session.events()[..theirs.len()], theirs[..], "the resumed copy starts from the stored log");
     append_turn(&session, 4);
     one_store.flush(&id).await.unwrap();
@@ -190,8 +202,7 @@ pub(crate) async fn a_live_session_that_meets_the_writer_fence_stops_writing_unt
 /// finds its own batch stored there, and goes on without fencing the session or writing the
 /// batch twice. Runs where the backend fences writers ([`Place::shared_writers`]).
 pub(crate) async fn a_write_whose_reply_was_lost_is_not_taken_for_another_writer(h: &Cx<'_>) {
-    if !h.place.shared_writers() {
-        h.note("skipped: the place has no concurrent writers (Place::shared_writers)");
+    if !has_shared_writers(h) {
         return;
     }
     let cancel = CancellationToken::new();
@@ -221,8 +232,7 @@ pub(crate) async fn a_write_whose_reply_was_lost_is_not_taken_for_another_writer
 /// its lease ends, its release says so, and resumed from the store it writes again. Runs where two opens are two
 /// writers of one store ([`Place::shared_writers`]).
 pub(crate) async fn a_first_write_that_meets_a_log_created_meanwhile_is_fenced(h: &Cx<'_>) {
-    if !h.place.shared_writers() {
-        h.note("skipped: the place has no concurrent writers (Place::shared_writers)");
+    if !has_shared_writers(h) {
         return;
     }
     let cancel = CancellationToken::new();
@@ -277,8 +287,7 @@ pub(crate) async fn a_first_write_that_meets_a_log_created_meanwhile_is_fenced(h
 /// holds the session. A copy the store has not moved past is left alone. Runs where two opens are
 /// two writers of one store ([`Place::shared_writers`]).
 pub(crate) async fn a_live_copy_another_writer_took_over_is_fenced_when_asked(h: &Cx<'_>) {
-    if !h.place.shared_writers() {
-        h.note("skipped: the place has no concurrent writers (Place::shared_writers)");
+    if !has_shared_writers(h) {
         return;
     }
     let cancel = CancellationToken::new();
@@ -289,10 +298,7 @@ pub(crate) async fn a_live_copy_another_writer_took_over_is_fenced_when_asked(h:
 
     let two = Coordinator::new(h.place.open(), CoordinatorConfig::default()).unwrap();
     let two_store = live_store(&two);
-    let loaded = two.load(&id, &cancel).await.unwrap();
-    let meta = HeaderMeta { created_at: Some(loaded.header.created_at), ..meta() };
-    let resumed =
-        two_store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }).unwrap();
+    let resumed = resume(&two, &two_store, &id).await;
     append_turn(&resumed, 2);
     two_store.flush(&id).await.unwrap();
     assert!(!two.fence_if_overtaken(&id, &cancel).await.unwrap(), "the writer that took it over is not behind");
@@ -318,8 +324,7 @@ pub(crate) async fn a_live_copy_another_writer_took_over_is_fenced_when_asked(h:
 /// then took over: asked, the coordinator fences it as its first write would, with the seqs that
 /// write would meet. Runs where two opens are two writers of one store ([`Place::shared_writers`]).
 pub(crate) async fn a_resumed_copy_never_written_is_fenced_when_asked(h: &Cx<'_>) {
-    if !h.place.shared_writers() {
-        h.note("skipped: the place has no concurrent writers (Place::shared_writers)");
+    if !has_shared_writers(h) {
         return;
     }
     let cancel = CancellationToken::new();
@@ -327,20 +332,15 @@ pub(crate) async fn a_resumed_copy_never_written_is_fenced_when_asked(h: &Cx<'_>
     let (_, first, first_store, _) = host_with_one_turn(h, &id).await;
     drop(first_store.detach(&id));
     first.release(&id, &cancel).await.unwrap();
-    let resume = async |persistence: &Coordinator, store: &SessionStore| {
-        let loaded = persistence.load(&id, &cancel).await.unwrap();
-        let meta = HeaderMeta { created_at: Some(loaded.header.created_at), ..meta() };
-        store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }).unwrap()
-    };
     let one_backend = Arc::new(CountingBackend::new(h.place.open()));
     let one = Coordinator::new(one_backend.clone(), CoordinatorConfig::default()).unwrap();
     let one_store = live_store(&one);
-    let idle = resume(&one, &one_store).await;
+    let idle = resume(&one, &one_store, &id).await;
     assert!(!one.fence_if_overtaken(&id, &cancel).await.unwrap(), "nobody moved the log on");
 
     let two = Coordinator::new(h.place.open(), CoordinatorConfig::default()).unwrap();
     let two_store = live_store(&two);
-    let resumed = resume(&two, &two_store).await;
+    let resumed = resume(&two, &two_store, &id).await;
     append_turn(&resumed, 2);
     two_store.flush(&id).await.unwrap();
     let appends = one_backend.appends();

@@ -342,6 +342,15 @@ fn config() -> ProxyConfig {
     }
 }
 
+/// A gateway that sweeps only when woken (its sweeps 10 minutes apart): what it does follows
+/// from the signals a test sends, not from a sweep in between.
+fn woken_only() -> ProxyConfig {
+    ProxyConfig {
+        follow: FollowConfig { sweep_interval: Duration::from_secs(600), ..FollowConfig::default() },
+        ..ProxyConfig::default()
+    }
+}
+
 async fn pair() -> (Arc<Net>, Server, Server) {
     pair_with(config()).await
 }
@@ -678,8 +687,7 @@ async fn a_session_whose_reads_keep_failing_does_not_make_every_round_a_sweep() 
     let net = Arc::new(Net::default());
     let a_handle = Handle::new(&net, 0);
     // Safety sweeps far apart: every sweep in this test is one a failure asked for.
-    let follow = FollowConfig { sweep_interval: Duration::from_secs(600), ..FollowConfig::default() };
-    let a = Server::start_on_backend(a_handle.clone(), ProxyConfig { follow, ..ProxyConfig::default() }).await;
+    let a = Server::start_on_backend(a_handle.clone(), woken_only()).await;
     let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
     let mut mux = a.ws("/api/events.mux", None).await;
     a_handle.broken.lock().insert(SessionId::from("bad"));
@@ -819,10 +827,8 @@ async fn a_session_whose_holder_is_unknown_is_read_again_until_it_is_known() {
 async fn a_fenced_copy_sends_the_stored_logs_projection_values_again() {
     let net = Arc::new(Net::default());
     // A sweeps only when woken: its copy is fenced by its own write, not by a round before it.
-    let follow = FollowConfig { sweep_interval: Duration::from_secs(600), ..FollowConfig::default() };
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
-    let a_config = ProxyConfig { follow, ..ProxyConfig::default() };
-    let a = Server::start_on_backend_with_clock(Handle::new(&net, 0), a_config, clock.clone()).await;
+    let a = Server::start_on_backend_with_clock(Handle::new(&net, 0), woken_only(), clock.clone()).await;
     let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
     let mut mux = a.ws("/api/events.mux", None).await;
     let prompted = |frame: &Value| {
@@ -1077,8 +1083,7 @@ async fn an_idle_copy_another_gateway_took_over_holds_no_lease() {
 async fn a_fenced_copy_shows_the_stored_turn_state_not_its_own() {
     let net = Arc::new(Net::default());
     // A sweeps only when woken: its copy is fenced by its own write, not by a round before it.
-    let follow = FollowConfig { sweep_interval: Duration::from_secs(600), ..FollowConfig::default() };
-    let a = Server::start_on_backend(Handle::new(&net, 0), ProxyConfig { follow, ..ProxyConfig::default() }).await;
+    let a = Server::start_on_backend(Handle::new(&net, 0), woken_only()).await;
     let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
     let mut a_host = a.ws("/api/events.host", None).await;
     let status = |running: bool| {
