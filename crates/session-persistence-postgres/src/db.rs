@@ -260,17 +260,6 @@ impl Db {
         self.run_with(work, discard_if_failed)
     }
 
-    /// [`run`](Self::run) for work that may end with a statement's rows still on their way
-    /// (a streamed read that stopped early): a connection that failed in any way is dropped,
-    /// not handed to the next caller with the rest of those rows to wait for.
-    pub(crate) fn run_streaming<T>(&self, work: impl AsyncFnOnce(&mut Client) -> Result<T>) -> Result<T> {
-        self.run_with(work, |client, result| {
-            if result.is_err() {
-                drop(deadpool_postgres::Object::take(client));
-            }
-        })
-    }
-
     fn run_with<T>(
         &self,
         work: impl AsyncFnOnce(&mut Client) -> Result<T>,

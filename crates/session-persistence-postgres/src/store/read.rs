@@ -341,9 +341,12 @@ impl PgStore {
         sink: &mut dyn ScanSink,
     ) -> Result<Option<ScanOutcome>> {
         let db = &self.db;
-        // A read that stops early (a defect, a cancel, its sink's error) may leave a statement's
-        // rows on their way: its connection is not handed on.
-        db.run_streaming(async |client| {
+        // A read that stops early for a reason of its own (a defect in the rows, a cancel, its
+        // sink's error: a piece cut at its limit) leaves at most the rest of one statement's span
+        // on its way, which the driver drops before the connection's next statement, and a
+        // rollback: the connection is as good as before and goes back to the pool (a reconnect
+        // per cut piece would cost more than that span). A database failure drops it, as ever.
+        db.run(async |client| {
             let transaction = db
                 .timed(
                     "starting a read",

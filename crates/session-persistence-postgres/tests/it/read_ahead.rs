@@ -203,8 +203,8 @@ async fn a_coordinators_tails_asked_together_are_one_statement_and_answer_as_sin
 
 /// A long tail read in pieces ends each piece's statements where the piece ends
 /// (`ScanSink::until_seq`), rows of runs that cross the piece's end included: the pieces give the
-/// whole log, and no piece leaves its connection behind a statement it stopped (which would drop
-/// the connection from the pool).
+/// whole log, and no piece drops its connection from the pool, a piece whose sink stopped its
+/// statement part way included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_tail_read_in_pieces_ends_its_statements_with_each_piece_and_keeps_its_connection() {
     let Some(schema) = TestSchema::new() else { return };
@@ -229,6 +229,21 @@ async fn a_long_tail_read_in_pieces_ends_its_statements_with_each_piece_and_keep
     }
     assert_eq!(seqs, (0..3_000).collect::<Vec<_>>());
     assert_eq!(pieces, 5);
+    // A piece cut by its bytes (which the hint does not carry) is stopped by its sink part way
+    // through a statement: its connection goes back to the pool all the same.
+    let one_line = persistence.read_from(&id, 0, &cancel).await.unwrap().events[0].encoded_len();
+    let limit = ReadLimit { events: usize::MAX - 1, bytes: 1_000 * one_line };
+    let (mut from, mut seqs) = (0, Vec::new());
+    loop {
+        let piece = persistence.read_from_many(&[(id.clone(), from)], limit, &cancel).await.pop().unwrap().unwrap();
+        assert_eq!(store.pooled_connections(), pooled, "a piece cut by its bytes kept its connection");
+        seqs.extend(piece.events.iter().map(|event| event.seq));
+        if !piece.cut {
+            break;
+        }
+        from = seqs.last().unwrap() + 1;
+    }
+    assert_eq!(seqs, (0..3_000).collect::<Vec<_>>());
 }
 
 /// A read that reached its limit on an event the session row does not own (stored past its
