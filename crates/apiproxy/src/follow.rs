@@ -5,10 +5,13 @@
 //! The store's change signal ([`SessionPersistence::watch`]: PostgreSQL's notifications, a
 //! SQLite file's change counter) only wakes the follower; what it sends comes from storage. A
 //! wake-up for a session makes the follower read the session's position and then its tail from
-//! the last seq the hub sent (a seek read, in pieces of a bounded size), and a sweep (after every reconnect of the signal,
-//! and on a safety poll) does that for every followed session, every session live here, every
-//! session created since the last sweep and every session woken since the last round, so a lost
-//! notification costs latency, never an event, for any session followed or created in the window.
+//! the last seq the hub sent (a seek read, in pieces of a bounded size), and a sweep (after every
+//! reconnect of the signal, and on a safety poll) does that for every followed session, every
+//! session live here, every session created since the last sweep and every session woken since
+//! the last round, so a lost notification costs latency, never an event, for any session followed
+//! or created in the window. The sweep after a reconnect (the first included) reads every stored
+//! session's position too, so sessions another writer took while this gateway could not hear it
+//! are followed, idle ones included.
 //! Wake-ups that arrive while a round runs coalesce into the next round, and a round reads each
 //! session's tail at most once, so at most one tail read per session is ever in flight. Rounds
 //! that signals start are paced ([`FollowConfig::round_gap`]): a wake-up after a quiet stretch
@@ -29,18 +32,17 @@ use std::{
 use futures::StreamExt;
 use parking_lot::Mutex;
 use session_core::{SessionEvent, SessionHeader, SessionId, SessionStore};
-use session_persistence::{
-    ChangeKind, ChangeSink, PersistenceError, SessionPersistence, SessionPosition, StoreChange, Watch,
-};
+use session_persistence::{ChangeSink, PersistenceError, SessionPersistence, SessionPosition, Watch};
 use session_projection::{ProjectionRegistry, RestoreFold};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 mod room;
 mod stored;
+mod wakes;
 
 use room::wait_for_room;
 use stored::{TAIL_LIMIT, ends_in_turn, read_pieces};
+use wakes::Wakes;
 
 use crate::{
     config::FollowConfig,
@@ -78,78 +80,6 @@ impl Drop for Follower {
 impl std::fmt::Debug for Follower {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Follower").finish_non_exhaustive()
-    }
-}
-
-/// What the signal said since the last round.
-#[derive(Default)]
-struct Pending {
-    sweep: bool,
-    /// Each session woken, and whether one of its wake-ups was its creation.
-    sessions: HashMap<SessionId, bool>,
-    /// The highest next seq the appends among those wake-ups announced, for the sessions whose
-    /// wake-ups were all appends: a followed one among them needs no position read, only its tail.
-    appended: HashMap<SessionId, u64>,
-}
-
-/// The signal's sink: queues wake-ups (coalescing them per session) and wakes the round loop.
-#[derive(Default)]
-struct Wakes {
-    pending: Mutex<Pending>,
-    notify: Notify,
-}
-
-/// A wake-up queue never holds more sessions than this; past it, the round is a sweep.
-const MAX_PENDING: usize = 100_000;
-
-impl Wakes {
-    /// Hands `sessions` (each with whether it was seen created) on to the next round, and a
-    /// sweep with them if `sweep`, without waking the loop: the next wake-up or safety poll
-    /// starts that round.
-    fn carry(&self, sessions: Vec<(SessionId, bool)>, sweep: bool) {
-        let mut pending = self.pending.lock();
-        pending.sweep |= sweep;
-        if pending.sessions.len() + sessions.len() > MAX_PENDING {
-            // The next sweep finds them all but woken sessions created before its window.
-            tracing::warn!(
-                sessions = sessions.len(),
-                "following the store: the wake-up queue is full; a sweep follows"
-            );
-            pending.sweep = true;
-            return;
-        }
-        for (id, created) in sessions {
-            *pending.sessions.entry(id).or_default() |= created;
-        }
-    }
-}
-
-impl ChangeSink for Wakes {
-    fn changed(&self, change: StoreChange) {
-        {
-            let mut pending = self.pending.lock();
-            match change {
-                StoreChange::Sweep => pending.sweep = true,
-                StoreChange::Session { id, kind, next_seq } => {
-                    if pending.sessions.len() >= MAX_PENDING {
-                        pending.sweep = true;
-                    } else {
-                        let first = !pending.sessions.contains_key(&id);
-                        match (kind, next_seq) {
-                            (ChangeKind::Appended, Some(next_seq)) if first || pending.appended.contains_key(&id) => {
-                                let hint = pending.appended.entry(id.clone()).or_default();
-                                *hint = (*hint).max(next_seq);
-                            }
-                            _ => {
-                                pending.appended.remove(&id);
-                            }
-                        }
-                        *pending.sessions.entry(id).or_default() |= kind == ChangeKind::Created;
-                    }
-                }
-            }
-        }
-        self.notify.notify_one();
     }
 }
 
@@ -260,7 +190,9 @@ impl Follower {
         let woken = Arc::downgrade(&wakes);
         hub.set_on_subscribe(move || {
             if let Some(wakes) = woken.upgrade() {
-                wakes.changed(StoreChange::Sweep);
+                // A sweep, not a rescan: every connecting client would otherwise cost a read of
+                // every stored session's position.
+                wakes.sweep_soon();
             }
         });
         let cancel = CancellationToken::new();
@@ -307,7 +239,7 @@ async fn run(context: Context, sweep_interval: Duration, round_gap: Duration, ca
         let woken = round.sessions.clone();
         let outcome = if round.sweep {
             let started = now_ms(&context.store);
-            let swept = context.sweep(created_from, round.sessions, &cancel).await;
+            let swept = context.sweep(created_from, round.sessions, round.rescan, &cancel).await;
             // Sessions whose own steps failed are carried below: the window moves on.
             if !matches!(swept, Err(Missed::Round(_))) {
                 created_from = started.saturating_sub(CREATED_SLACK_MS);
@@ -323,6 +255,7 @@ async fn run(context: Context, sweep_interval: Duration, round_gap: Duration, ca
                 // The store is unreachable or failing: the next sweep tries again, with this
                 // round's wake-ups.
                 tracing::warn!(%error, "following the store: a round failed; the next sweep retries");
+                wakes.pending.lock().rescan |= round.rescan;
                 (woken.into_iter().collect::<Vec<_>>(), true)
             }
             Err(Missed::Sessions(sessions, error)) => {
@@ -349,10 +282,15 @@ impl Context {
     /// `created_from`, and the sessions woken since the last round (`woken`, each with whether
     /// one of its wake-ups was its creation): a sweep finds no session on its own that was created
     /// before its window and is followed by nobody here, so a wake-up that joins it is read in it.
+    /// A `rescan` (after the signal (re)connected) reads every stored session's position too, so a
+    /// session another writer took while this gateway could not hear it is followed however long
+    /// it has been idle since. (One taken later without a write, a resume that stores nothing,
+    /// sends no signal: it is followed from its first write.)
     async fn sweep(
         &self,
         created_from: u64,
         woken: HashMap<SessionId, bool>,
+        rescan: bool,
         cancel: &CancellationToken,
     ) -> Result<(), Missed> {
         let mut sessions: HashMap<SessionId, bool> = self.hub.remote_ids().into_iter().map(|id| (id, false)).collect();
@@ -362,12 +300,18 @@ impl Context {
         for session in self.store.list() {
             sessions.insert(session.id().clone(), false);
         }
-        let created = self.persistence.created_since(created_from, cancel).await?;
+        // A rescan reads every stored session (one read: a session created meanwhile is not
+        // taken for an old one); those older than the window are followed, if another writer
+        // holds them, from where they stand, their headers read only then.
+        let since = if rescan { 0 } else { created_from };
         let mut headers = HashMap::new();
-        for stored in created.headers {
+        for stored in self.persistence.created_since(since, cancel).await?.headers {
             let id = stored.header.id.clone();
-            sessions.entry(id.clone()).or_insert(true);
-            headers.insert(id, stored.header);
+            let created = stored.header.created_at >= created_from;
+            sessions.entry(id.clone()).or_insert(created);
+            if created {
+                headers.insert(id, stored.header);
+            }
         }
         for (id, created) in woken {
             *sessions.entry(id).or_default() |= created;

@@ -95,6 +95,9 @@ struct Handle {
     broken_reads: AtomicUsize,
     /// The most events one log read through this handle handed on.
     most_per_read: AtomicUsize,
+    /// Listings of new sessions (one per sweep), and of every session ever created (a rescan).
+    sweeps: AtomicUsize,
+    rescans: AtomicUsize,
 }
 
 impl Handle {
@@ -116,6 +119,8 @@ impl Handle {
             broken: Mutex::default(),
             broken_reads: AtomicUsize::new(0),
             most_per_read: AtomicUsize::new(0),
+            sweeps: AtomicUsize::new(0),
+            rescans: AtomicUsize::new(0),
         })
     }
 
@@ -295,6 +300,14 @@ impl Backend for Handle {
 
     fn survey(&self, cancel: &CancellationToken) -> Result<Vec<SurveyEntry>> {
         self.net.logs.survey(cancel)
+    }
+
+    fn created_since(&self, since_ms: u64, cancel: &CancellationToken) -> Result<Listing> {
+        self.sweeps.fetch_add(1, Ordering::SeqCst);
+        if since_ms == 0 {
+            self.rescans.fetch_add(1, Ordering::SeqCst);
+        }
+        self.net.logs.created_since(since_ms, cancel)
     }
 
     fn locate(&self, _header: &SessionHeader) -> Option<PathBuf> {
@@ -863,6 +876,43 @@ async fn a_fenced_copy_sends_the_stored_logs_projection_values_again() {
     let frames = again.expect("the stored log's values come again after the new baseline");
     assert_eq!(frames.last().unwrap()["value"]["lastPromptAt"], stored_prompt, "{frames:?}");
     a.stop().await;
+    b.stop().await;
+}
+
+/// A session another writer holds, idle since long before a gateway started (outside the
+/// sweeps' window of new sessions, with no signal to come), is followed from the gateway's first
+/// sweep: its clients see it live, and see it go when its writer lets go of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_held_elsewhere_before_a_gateway_starts_is_followed_from_its_first_sweep() {
+    let net = Arc::new(Net::default());
+    let id = SessionId::from("idle-held");
+    stored_elsewhere(&net, &id, &stored_turn(0));
+    let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
+    let mut mux = b.ws("/api/events.mux", None).await;
+    let subscribed = |frame: &Value| frame["type"] == "session/subscribed" && frame["sessionId"] == "idle-held";
+    let live = tokio::time::timeout(Duration::from_secs(10), mux.until(subscribed)).await;
+    let frames = live.expect("the idle session held elsewhere is followed without a signal");
+    assert_eq!(frames.last().unwrap()["lastSeq"], 5, "followed from where it stands: {frames:?}");
+    // Its writer lets go of it, with no signal: the next sweep lets go of it here too.
+    let mut host = b.ws("/api/events.host", None).await;
+    net.leases.lock().remove(&id);
+    assert!(removed_within(&mut host, "idle-held").await, "let go of once no writer holds it");
+    b.stop().await;
+}
+
+/// Only the signal's (re)connect makes a sweep read every stored session: a client that
+/// connects wakes a plain sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_connects_wakes_a_sweep_not_a_rescan() {
+    let (_net, _a, b_handle, b) = pair_with_b_handle().await;
+    eventually("the first sweep's rescan", || b_handle.rescans.load(Ordering::SeqCst) == 1).await;
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let sweeps = b_handle.sweeps.load(Ordering::SeqCst);
+        clients.push(b.ws("/api/events.mux", None).await);
+        eventually("the sweep the client woke", || b_handle.sweeps.load(Ordering::SeqCst) > sweeps).await;
+    }
+    assert_eq!(b_handle.rescans.load(Ordering::SeqCst), 1, "one rescan, at the signal's connect");
     b.stop().await;
 }
 
