@@ -404,7 +404,9 @@ impl Context {
         // on from where it was cut once its piece is delivered (behind the others waiting).
         let mut answered = VecDeque::new();
         let mut delivering = futures::stream::FuturesUnordered::new();
-        // A session whose tail failed stays followed: the next sweep reads it again.
+        // A session whose tail failed stays followed: the next sweep reads it again. Unless its
+        // log is damaged there (no read will get past it): once no writer holds it, it is let go
+        // of all the same, its clients keeping what they got.
         let mut unread = HashSet::new();
         loop {
             while delivering.len() < TAIL_READS {
@@ -432,7 +434,9 @@ impl Context {
                 Ok(Some(next)) if next < ends.get(&id).copied().unwrap_or(0) => reads.push_back((id, next)),
                 Ok(_) => {}
                 Err(error) => {
-                    unread.insert(id.clone());
+                    if !matches!(error, PersistenceError::Corrupt { .. } | PersistenceError::FormatUnsupported { .. }) {
+                        unread.insert(id.clone());
+                    }
                     failed(id, false, error);
                 }
             }

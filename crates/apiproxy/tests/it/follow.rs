@@ -19,9 +19,9 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use session_core::{ManualClock, SessionEvent, SessionHeader, SessionId};
 use session_persistence::{
-    Backend, ChangeKind, FencedWrite, HeaderPage, Listing, MemoryStore, PageRequest, PersistenceError, Result,
-    Revision, ScanOutcome, ScanSink, SessionPosition, SharedChangeSink, StoreChange, StoredHeader, SurveyEntry,
-    TornTail, Watch, WatchOptions,
+    Backend, ChangeKind, CorruptKind, FencedWrite, HeaderPage, Listing, Location, MemoryStore, PageRequest,
+    PersistenceError, Result, Revision, ScanOutcome, ScanSink, SessionPosition, SharedChangeSink, StoreChange,
+    StoredHeader, SurveyEntry, TornTail, Watch, WatchOptions,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -93,6 +93,8 @@ struct Handle {
     /// Sessions whose log reads through this handle fail, and how many have.
     broken: Mutex<HashSet<SessionId>>,
     broken_reads: AtomicUsize,
+    /// Sessions whose log reads through this handle meet damage (a corrupt record).
+    damaged: Mutex<HashSet<SessionId>>,
     /// The most events one log read through this handle handed on.
     most_per_read: AtomicUsize,
     /// Listings of new sessions (one per sweep), and of every session ever created (a rescan).
@@ -118,6 +120,7 @@ impl Handle {
             fail_next_whole_read: Mutex::default(),
             broken: Mutex::default(),
             broken_reads: AtomicUsize::new(0),
+            damaged: Mutex::default(),
             most_per_read: AtomicUsize::new(0),
             sweeps: AtomicUsize::new(0),
             rescans: AtomicUsize::new(0),
@@ -207,6 +210,10 @@ impl Backend for Handle {
         if self.broken.lock().contains(id) {
             self.broken_reads.fetch_add(1, Ordering::SeqCst);
             return Err(PersistenceError::invalid_input(format!("session {id} does not read here")));
+        }
+        if self.damaged.lock().contains(id) {
+            let location = Location::Session { id: id.clone() };
+            return Err(PersistenceError::corrupt(CorruptKind::Record, location, "a damaged record"));
         }
         let mut counted = Counted { sink, from_seq, events: 0 };
         let scanned = self.net.logs.scan_from(id, from_seq, cancel, &mut counted);
@@ -689,6 +696,31 @@ async fn a_session_whose_lease_outlives_its_release_is_not_followed_on_it() {
     tokio::join!(release, window);
     let followed = frames_of_mine_until_a_marker(&a, &mut host).await;
     assert!(followed.is_empty(), "followed on its own lease after its release: {followed:?}");
+    a.stop().await;
+    b.stop().await;
+}
+
+/// A followed session whose log is damaged past what its clients got is let go of once its
+/// writer lets go of it: no read gets past the damage, so waiting for one would keep it "live"
+/// for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_session_damaged_past_what_was_sent_is_let_go_of_once_released() {
+    let net = Arc::new(Net::default());
+    let a_handle = Handle::new(&net, 0);
+    let a = Server::start_on_backend(a_handle.clone(), config()).await;
+    let b = Server::start_on_backend(Handle::new(&net, 1), config()).await;
+    let mut mux = a.ws("/api/events.mux", None).await;
+    let mut host = a.ws("/api/events.host", None).await;
+    b.ok(None, "session.create", json!({"sessionId": "damaged", "cwd": "/w"})).await;
+    b.ok(None, "session.append", json!({"sessionId": "damaged", "events": turn(1)})).await;
+    b.ok(None, "session.flush", json!({"sessionId": "damaged"})).await;
+    let mut replica = Replica::default();
+    converge(&mut mux, "damaged", &mut replica, &stored(&net, "damaged")).await;
+    // What B writes next does not read through A (as if damaged on the way); then B lets go.
+    a_handle.damaged.lock().insert(SessionId::from("damaged"));
+    b.ok(None, "session.append", json!({"sessionId": "damaged", "events": turn(2)})).await;
+    b.ok(None, "session.release", json!({"sessionId": "damaged"})).await;
+    assert!(removed_within(&mut host, "damaged").await, "let go of once released, though its tail does not read");
     a.stop().await;
     b.stop().await;
 }

@@ -121,7 +121,8 @@ impl<'a> RowCheck<'a> {
         }
     }
 
-    /// The rows ended: they must end where the session row's `next_seq` says.
+    /// The rows ended: they must end where the session row's `next_seq` says (or, for a read
+    /// its sink bounded, run unbroken up to that bound).
     fn finish(&self, next_seq: i64) -> Result<()> {
         let expected = self.expected;
         if self.n_events > 0 && to_sql_seq(expected) > next_seq {
@@ -136,7 +137,7 @@ impl<'a> RowCheck<'a> {
                 ),
             ));
         }
-        if to_sql_seq(expected) < next_seq {
+        if to_sql_seq(expected) < self.end(next_seq) {
             return Err(PersistenceError::corrupt(
                 CorruptKind::SeqGap,
                 self.location(),
@@ -321,7 +322,7 @@ impl PgStore {
         for row in rows.iter().take(n_events) {
             check.row(db.column(row, 6)?, db.column(row, 7)?, db.column(row, 8)?, db.column(row, 9)?, sink)?;
         }
-        check.finish(check.end(next_seq))?;
+        check.finish(next_seq)?;
         Ok(Short::Read(ScanOutcome {
             revision: self.revision_of(&session.incarnation, session.revision),
             header,
@@ -394,7 +395,7 @@ impl PgStore {
                     Span::Whole { n_rows } => (from, unbounded) = (end, n_rows == 0),
                 }
             }
-            check.finish(next_seq)?;
+            check.finish(stored_next)?;
             db.timed("ending a read", transaction.commit()).await?;
             Ok(Some(ScanOutcome {
                 revision: self.revision_of(&session.incarnation, session.revision),

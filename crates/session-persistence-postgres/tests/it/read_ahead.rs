@@ -262,3 +262,23 @@ async fn a_piece_that_fills_on_an_event_the_session_row_does_not_own_fails() {
     let piece = persistence.read_from_many(&[(id, 0)], limit, &cancel).await.pop().unwrap();
     assert_eq!(piece.map(|piece| piece.events.len()).unwrap_err().to_string(), alone.to_string());
 }
+
+/// A piece whose rows end before its bound reports the session row's `next_seq`, as a whole
+/// read does, not the piece's bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_piece_whose_rows_end_early_reports_the_session_rows_next_seq() {
+    let Some(schema) = TestSchema::new() else { return };
+    let store = Arc::new(schema.open());
+    for event in events(5, "{}") {
+        store.append_batch(&header("cut-short"), &[event], false).unwrap();
+    }
+    schema.sql("DELETE FROM {s}.events WHERE session_id = 'cut-short' AND seq >= 3");
+    let persistence = Coordinator::new(store, CoordinatorConfig::default()).unwrap();
+    let (id, cancel) = (SessionId::from("cut-short"), CancellationToken::new());
+    let alone = persistence.read_from(&id, 0, &cancel).await.unwrap_err();
+    let limit = ReadLimit { events: 4, bytes: usize::MAX };
+    let piece = persistence.read_from_many(&[(id, 0)], limit, &cancel).await.pop().unwrap();
+    let error = piece.map(|piece| piece.events.len()).unwrap_err();
+    assert!(error.to_string().contains("events end at seq 3, but the session row says 5"), "{error}");
+    assert_eq!(error.to_string(), alone.to_string());
+}
