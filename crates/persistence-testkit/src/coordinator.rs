@@ -579,3 +579,46 @@ async fn long_logs_validate_the_same_with(h: &Cx<'_>, read_threads: ReadThreads)
             .unwrap();
     assert_eq!(sink.events.len(), 2_002);
 }
+
+/// A release whose caller stops waiting while its writer lease is being ended (a request dropped
+/// when its client went away) still ends that lease before anything else takes the id: a copy
+/// resumed right after keeps the lease its own first write took. Runs where two opens are two
+/// writers of one store ([`Place::shared_writers`]).
+pub(crate) async fn a_release_dropped_while_its_lease_ends_leaves_the_next_copys_lease_alone(h: &Cx<'_>) {
+    if !has_shared_writers(h) {
+        return;
+    }
+    let cancel = CancellationToken::new();
+    let id = SessionId::from("s-dropped-release");
+    let (backend, one, one_store, session) = host_with_one_turn(h, &id).await;
+    let appends = backend.appends();
+    backend.hold_lease_ends(true);
+    tokio::select! {
+        released = one.release(&id, &cancel) => panic!("the release ended with its lease end held: {released:?}"),
+        () = backend.wait_for_held_lease_ends(1) => {}
+    }
+    // The release's future is gone, its lease end still waiting; the session is resumed here.
+    drop(session);
+    drop(one_store.detach(&id));
+    let resumed_id = id.clone();
+    let mut resuming = tokio::spawn(async move {
+        let resumed = resume(&one, &one_store, &resumed_id).await;
+        append_turn(&resumed, 2);
+        let flushed = one_store.flush(&resumed_id).await;
+        (one, one_store, flushed)
+    });
+    // The resumed copy's first write, if it comes before the old lease ends (up to 1 s).
+    let wrote = tokio::time::timeout(Duration::from_secs(1), backend.wait_for_appends(appends + 1)).await;
+    backend.hold_lease_ends(false);
+    let (one, _one_store, flushed) = (&mut resuming).await.unwrap();
+    flushed.unwrap();
+    let held = h.place.open().positions(std::slice::from_ref(&id), &cancel).unwrap();
+    assert_eq!(
+        held.first().map(|position| position.held),
+        Some(Some(true)),
+        "the resumed copy's lease outlived the dropped release's (its first write came before that \
+         lease ended: {})",
+        wrote.is_ok()
+    );
+    one.close().await.unwrap();
+}

@@ -24,7 +24,8 @@ use crate::{
 /// [`CountingBackend::fail_appends`] makes appends fail with an I/O error until turned off;
 /// [`CountingBackend::lose_next_reply`] lets the next append commit and then reports it failed,
 /// as a lost reply from a database server does; [`CountingBackend::hold_appends`] keeps appends
-/// waiting until released, as a slow write does.
+/// waiting until released, as a slow write does, and [`CountingBackend::hold_lease_ends`] the
+/// ends of writer leases.
 #[derive(Debug)]
 pub struct CountingBackend {
     inner: Arc<dyn Backend>,
@@ -41,10 +42,56 @@ pub struct CountingBackend {
     /// ([`CountingBackend::read_ahead_by_scans`]).
     read_ahead: AtomicUsize,
     /// Whether appends wait before they write ([`CountingBackend::hold_appends`]).
-    hold: parking_lot::Mutex<bool>,
-    released: parking_lot::Condvar,
-    /// How many appends have waited at the hold so far, for waiting on it.
-    held: tokio::sync::watch::Sender<u64>,
+    appends_hold: Hold,
+    /// Whether lease ends wait ([`CountingBackend::hold_lease_ends`]).
+    lease_ends_hold: Hold,
+}
+
+/// A gate calls wait at while it is closed, on their blocking threads, counting those that did.
+#[derive(Debug)]
+struct Hold {
+    closed: parking_lot::Mutex<bool>,
+    opened: parking_lot::Condvar,
+    /// How many calls have waited at it so far, for waiting on it.
+    waited: tokio::sync::watch::Sender<u64>,
+}
+
+impl Hold {
+    fn new() -> Hold {
+        Hold {
+            closed: parking_lot::Mutex::new(false),
+            opened: parking_lot::Condvar::new(),
+            waited: tokio::sync::watch::Sender::new(0),
+        }
+    }
+
+    fn set(&self, closed: bool) {
+        *self.closed.lock() = closed;
+        self.opened.notify_all();
+    }
+
+    fn is_closed(&self) -> bool {
+        *self.closed.lock()
+    }
+
+    /// Waits while the gate is closed.
+    fn pass(&self) {
+        let mut closed = self.closed.lock();
+        if !*closed {
+            return;
+        }
+        self.waited.send_modify(|waited| *waited += 1);
+        while *closed {
+            self.opened.wait(&mut closed);
+        }
+    }
+
+    /// Waits until at least `n` calls have waited at the gate.
+    async fn wait_for_waited(&self, n: u64) {
+        let mut waited = self.waited.subscribe();
+        // The sender lives in `self`, so the channel cannot close while this waits.
+        let _ = waited.wait_for(|count| *count >= n).await;
+    }
 }
 
 impl CountingBackend {
@@ -85,36 +132,32 @@ impl CountingBackend {
             lose_next_reply: AtomicBool::new(false),
             prefetches: AtomicU64::new(0),
             read_ahead: AtomicUsize::new(0),
-            hold: parking_lot::Mutex::new(false),
-            released: parking_lot::Condvar::new(),
-            held: tokio::sync::watch::Sender::new(0),
+            appends_hold: Hold::new(),
+            lease_ends_hold: Hold::new(),
         }
     }
 
     /// While `hold` is set, every append waits before it writes (on its blocking thread: a
     /// backend's future is not used meanwhile), until this is called with `false`.
     pub fn hold_appends(&self, hold: bool) {
-        *self.hold.lock() = hold;
-        self.released.notify_all();
+        self.appends_hold.set(hold);
     }
 
     /// Waits until at least `n` appends have reached the hold of [`CountingBackend::hold_appends`].
     pub async fn wait_for_held(&self, n: u64) {
-        let mut held = self.held.subscribe();
-        // The sender lives in `self`, so the channel cannot close while this waits.
-        let _ = held.wait_for(|count| *count >= n).await;
+        self.appends_hold.wait_for_waited(n).await;
     }
 
-    /// Waits while appends are held (see [`CountingBackend::hold_appends`]).
-    fn wait_while_held(&self) {
-        let mut hold = self.hold.lock();
-        if !*hold {
-            return;
-        }
-        self.held.send_modify(|held| *held += 1);
-        while *hold {
-            self.released.wait(&mut hold);
-        }
+    /// While `hold` is set, every end of a writer lease waits before it ends the lease (on its
+    /// blocking thread), until this is called with `false`.
+    pub fn hold_lease_ends(&self, hold: bool) {
+        self.lease_ends_hold.set(hold);
+    }
+
+    /// Waits until at least `n` lease ends have reached the hold of
+    /// [`CountingBackend::hold_lease_ends`].
+    pub async fn wait_for_held_lease_ends(&self, n: u64) {
+        self.lease_ends_hold.wait_for_waited(n).await;
     }
 
     /// Read-aheads ([`Backend::prefetch`]) asked for so far.
@@ -247,7 +290,7 @@ impl Backend for CountingBackend {
     }
 
     fn append_batch(&self, header: &SessionHeader, events: &[Arc<SessionEvent>], materialized: bool) -> Result<()> {
-        self.wait_while_held();
+        self.appends_hold.pass();
         if let Some(failure) = self.injected_failure(header) {
             return Err(failure);
         }
@@ -264,7 +307,7 @@ impl Backend for CountingBackend {
         events: &[Arc<SessionEvent>],
         materialized: bool,
     ) -> Option<AppendFuture> {
-        if *self.hold.lock() {
+        if self.appends_hold.is_closed() {
             return None;
         }
         if let Some(failure) = self.injected_failure(header) {
@@ -287,6 +330,7 @@ impl Backend for CountingBackend {
     }
 
     fn end_lease(&self, id: &SessionId) {
+        self.lease_ends_hold.pass();
         self.inner.end_lease(id)
     }
 

@@ -145,7 +145,13 @@ impl LiveSessions {
     pub(super) async fn release(self: &Arc<Self>, id: &SessionId) -> Result<()> {
         let writer = self.writers.lock().get(id).cloned();
         let released = match writer {
-            Some(writer) => self.retire(writer.session().clone()).await,
+            // To the end, whoever stops waiting: a retire dropped while its lease ends would let
+            // the id's lock go with that end still to come, and a copy resumed meanwhile would
+            // lose the lease its first write took when it came.
+            Some(writer) => {
+                let (live, session) = (Arc::clone(self), writer.session().clone());
+                to_the_end(async move { live.retire(session).await }).await
+            }
             // A retire already under way (the detach's own) has let go of the writer but may
             // still be waiting for the id's lock, with the session's state still owned: it
             // queued for the lock before this call could see the writer gone, so taking the lock
