@@ -622,3 +622,19 @@ pub(crate) async fn a_release_dropped_while_its_lease_ends_leaves_the_next_copys
     );
     one.close().await.unwrap();
 }
+
+/// A backend that panics while it writes a batch leaves that batch to the next write: the flush
+/// that met the panic fails, and the next one stores everything, in order (before, the batch was
+/// lost with the panic and every later write started past the stored log's end).
+pub(crate) async fn a_write_that_panics_leaves_its_batch_to_the_next_one(h: &Cx<'_>) {
+    let id = SessionId::from("s-panicked");
+    let (backend, persistence, store, session) = host_with_one_turn(h, &id).await;
+    backend.panic_next_append();
+    append_turn(&session, 2);
+    assert!(store.flush(&id).await.is_err(), "the flush that met the panic fails");
+    append_turn(&session, 3);
+    store.flush(&id).await.expect("the next flush stores the batch the panic left, then the rest");
+    let stored = persistence.read_from(&id, 0, &CancellationToken::new()).await.unwrap().events;
+    assert_eq!(stored[..], session.events()[..]);
+    persistence.close().await.unwrap();
+}

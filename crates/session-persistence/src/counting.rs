@@ -37,6 +37,7 @@ pub struct CountingBackend {
     /// How many appends failed by injection so far, for waiting on it.
     failed: tokio::sync::watch::Sender<u64>,
     lose_next_reply: AtomicBool,
+    panic_next_append: AtomicBool,
     prefetches: AtomicU64,
     /// When not 0, reads ahead in runs of this many by scanning each log
     /// ([`CountingBackend::read_ahead_by_scans`]).
@@ -130,6 +131,7 @@ impl CountingBackend {
             fail_appends: AtomicBool::new(false),
             failed: tokio::sync::watch::Sender::new(0),
             lose_next_reply: AtomicBool::new(false),
+            panic_next_append: AtomicBool::new(false),
             prefetches: AtomicU64::new(0),
             read_ahead: AtomicUsize::new(0),
             appends_hold: Hold::new(),
@@ -236,6 +238,11 @@ impl CountingBackend {
     pub fn lose_next_reply(&self) {
         self.lose_next_reply.store(true, Ordering::SeqCst);
     }
+
+    /// Makes the next append panic before it writes anything, as a backend with a bug might.
+    pub fn panic_next_append(&self) {
+        self.panic_next_append.store(true, Ordering::SeqCst);
+    }
 }
 
 impl Backend for CountingBackend {
@@ -291,6 +298,10 @@ impl Backend for CountingBackend {
 
     fn append_batch(&self, header: &SessionHeader, events: &[Arc<SessionEvent>], materialized: bool) -> Result<()> {
         self.appends_hold.pass();
+        // A fault injection for tests: the panic is the point.
+        if self.panic_next_append.swap(false, Ordering::SeqCst) {
+            panic!("injected panic in an append of session {}", header.id);
+        }
         if let Some(failure) = self.injected_failure(header) {
             return Err(failure);
         }
@@ -307,7 +318,7 @@ impl Backend for CountingBackend {
         events: &[Arc<SessionEvent>],
         materialized: bool,
     ) -> Option<AppendFuture> {
-        if self.appends_hold.is_closed() {
+        if self.appends_hold.is_closed() || self.panic_next_append.load(Ordering::SeqCst) {
             return None;
         }
         if let Some(failure) = self.injected_failure(header) {

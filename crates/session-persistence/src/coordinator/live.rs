@@ -446,6 +446,33 @@ pub(super) struct LiveWriter {
     write: AsyncMutex<Progress>,
 }
 
+/// A batch taken from a live copy's buffer, put back at its front (and the window paused) when
+/// dropped before it was [defused](Self::defuse): a write that failed, or a backend that panicked
+/// while writing it, leaves the batch to the next write instead of losing it (which would leave
+/// every later write starting past the stored log's end).
+struct PutBack<'a> {
+    pending: &'a Mutex<Pending>,
+    batch: Option<Vec<Arc<SessionEvent>>>,
+}
+
+impl PutBack<'_> {
+    /// The batch is stored: nothing to put back.
+    fn defuse(mut self) {
+        self.batch = None;
+    }
+}
+
+impl Drop for PutBack<'_> {
+    fn drop(&mut self) {
+        if let Some(batch) = self.batch.take() {
+            let mut pending = self.pending.lock();
+            let newer = std::mem::replace(&mut pending.events, batch);
+            pending.events.extend(newer);
+            pending.paused = true;
+        }
+    }
+}
+
 #[derive(Default)]
 struct Pending {
     events: Vec<Arc<SessionEvent>>,
@@ -552,16 +579,15 @@ impl LiveWriter {
             if batch.is_empty() {
                 return Ok(());
             }
-            if let Err(err) = live.append(&self.session, batch.clone()).await {
-                {
-                    let mut pending = self.pending.lock();
-                    let newer = std::mem::replace(&mut pending.events, batch);
-                    pending.events.extend(newer);
-                    pending.paused = true;
+            let put_back = PutBack { pending: &self.pending, batch: Some(batch.clone()) };
+            match live.append(&self.session, batch).await {
+                Ok(()) => put_back.defuse(),
+                Err(err) => {
+                    drop(put_back);
+                    let err = self.fence_on(&live.inner, err);
+                    self.end_lease_if_fenced(&live.inner).await;
+                    return Err(err);
                 }
-                let err = self.fence_on(&live.inner, err);
-                self.end_lease_if_fenced(&live.inner).await;
-                return Err(err);
             }
         }
     }
