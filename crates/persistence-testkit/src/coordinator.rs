@@ -638,3 +638,36 @@ pub(crate) async fn a_write_that_panics_leaves_its_batch_to_the_next_one(h: &Cx<
     assert_eq!(stored[..], session.events()[..]);
     persistence.close().await.unwrap();
 }
+
+/// A copy published from the whole stored log after another host moved that log on (here, past
+/// what this host loaded) continues it: its first write is not fenced, and the log ends with its
+/// events. Runs where two opens are two writers of one store ([`Place::shared_writers`]).
+pub(crate) async fn a_copy_of_the_whole_log_continues_it_after_another_host_moved_it_on(h: &Cx<'_>) {
+    if !has_shared_writers(h) {
+        return;
+    }
+    let cancel = CancellationToken::new();
+    let id = SessionId::from("s-continued");
+    let (_, one, one_store, _) = host_with_one_turn(h, &id).await;
+    drop(one_store.detach(&id));
+    one.release(&id, &cancel).await.unwrap();
+    // Loaded here (tracked, with nobody owning it), then moved on by another host.
+    one.load(&id, &cancel).await.unwrap();
+    let two = Coordinator::new(h.place.open(), CoordinatorConfig::default()).unwrap();
+    let two_store = live_store(&two);
+    let theirs = resume(&two, &two_store, &id).await;
+    append_turn(&theirs, 2);
+    two_store.flush(&id).await.unwrap();
+    drop(two_store.detach(&id));
+    two.release(&id, &cancel).await.unwrap();
+    // Published here from the whole stored log, read cold, and written on.
+    let stored = two.read_from(&id, 0, &cancel).await.unwrap();
+    let meta = HeaderMeta { created_at: Some(stored.header.created_at), ..meta() };
+    let ours = one_store.create(Some(id.clone()), CreateOptions { seed: Some(stored.events.to_vec()), meta }).unwrap();
+    append_turn(&ours, 3);
+    one_store.flush(&id).await.expect("a copy of the whole log continues it");
+    assert!(one.fence(&id).is_none(), "not fenced");
+    assert_eq!(two.read_from(&id, 0, &cancel).await.unwrap().events[..], ours.events()[..]);
+    one.close().await.unwrap();
+    two.close().await.unwrap();
+}

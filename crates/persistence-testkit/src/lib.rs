@@ -304,6 +304,7 @@ macro_rules! __coordinator_cases {
             coordinator::a_resumed_copy_never_written_is_fenced_when_asked,
             coordinator::a_release_dropped_while_its_lease_ends_leaves_the_next_copys_lease_alone,
             coordinator::a_write_that_panics_leaves_its_batch_to_the_next_one,
+            coordinator::a_copy_of_the_whole_log_continues_it_after_another_host_moved_it_on,
             coordinator::a_store_attached_twice_is_refused,
         ] }
     };

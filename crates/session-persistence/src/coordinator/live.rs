@@ -239,8 +239,10 @@ impl LiveSessions {
             let stored =
                 self.inner.read_cold(id, &CancellationToken::new()).await?.map(|log| log.events).unwrap_or_default();
             if stored.len() as u64 != state.cursor {
-                // Another writer moved the log on since it was loaded here.
-                return Err(self.fence_binding(session, state.header.clone(), seed, &stored));
+                // Another writer moved the log on since it was loaded here: a copy that holds all
+                // of it continues it (as an untracked copy would), one that does not meets the
+                // writer fence.
+                return self.bind_untracked(session, seed).await;
             }
             if !covers(seed, &stored) {
                 return Err(PersistenceError::collision(
