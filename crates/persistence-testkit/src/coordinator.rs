@@ -671,3 +671,43 @@ pub(crate) async fn a_copy_of_the_whole_log_continues_it_after_another_host_move
     one.close().await.unwrap();
     two.close().await.unwrap();
 }
+
+/// A fence that a detached copy's retire meets after a newer copy took the id is not that newer
+/// copy's: once the newer copy wrote and let go, its release answers no `Fenced`. Runs where two
+/// opens are two writers of one store ([`Place::shared_writers`]).
+pub(crate) async fn a_fence_an_old_copy_met_is_not_reported_by_the_next_copys_release(h: &Cx<'_>) {
+    if !has_shared_writers(h) {
+        return;
+    }
+    let cancel = CancellationToken::new();
+    let id = SessionId::from("s-old-fence");
+    let (backend, one, one_store, old) = host_with_one_turn(h, &id).await;
+    // Another host moves the log on.
+    let two = Coordinator::new(h.place.open(), CoordinatorConfig::default()).unwrap();
+    let two_store = live_store(&two);
+    let theirs = resume(&two, &two_store, &id).await;
+    append_turn(&theirs, 2);
+    two_store.flush(&id).await.unwrap();
+    drop(two_store.detach(&id));
+    two.release(&id, &cancel).await.unwrap();
+    // The old copy's next write is held, and the copy detached: its retire waits on that write.
+    backend.hold_appends(true);
+    append_turn(&old, 2);
+    drop(one_store.detach(&id));
+    backend.wait_for_held(1).await;
+    drop(old);
+    // A newer copy takes the id meanwhile, from the whole stored log.
+    let stored = two.read_from(&id, 0, &cancel).await.unwrap();
+    let meta = HeaderMeta { created_at: Some(stored.header.created_at), ..meta() };
+    let newer = one_store.create(Some(id.clone()), CreateOptions { seed: Some(stored.events.to_vec()), meta }).unwrap();
+    // The old write meets the fence, and the old retire ends.
+    backend.hold_appends(false);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    append_turn(&newer, 3);
+    one_store.flush(&id).await.unwrap();
+    drop(one_store.detach(&id));
+    one.release(&id, &cancel).await.expect("the newer copy's release reports no fence of the old copy's");
+    assert_eq!(two.read_from(&id, 0, &cancel).await.unwrap().events[..], newer.events()[..]);
+    one.close().await.unwrap();
+    two.close().await.unwrap();
+}

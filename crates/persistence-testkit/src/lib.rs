@@ -305,6 +305,7 @@ macro_rules! __coordinator_cases {
             coordinator::a_release_dropped_while_its_lease_ends_leaves_the_next_copys_lease_alone,
             coordinator::a_write_that_panics_leaves_its_batch_to_the_next_one,
             coordinator::a_copy_of_the_whole_log_continues_it_after_another_host_moved_it_on,
+            coordinator::a_fence_an_old_copy_met_is_not_reported_by_the_next_copys_release,
             coordinator::a_store_attached_twice_is_refused,
         ] }
     };

@@ -343,12 +343,15 @@ impl LiveSessions {
             // Fenced before or by this drain: unbound without writing; the caller learns it, and
             // so does a later `release` of the id if this retire's caller does not await it.
             fenced = writer.fence_error();
-            if let Some(fence) = writer.fence_error() {
-                self.unreported_fences.lock().insert(session.id().clone(), fence);
-            }
+            // Recorded with the writer's removal, and only while it is still the id's: a newer
+            // copy that took the id meanwhile is not this fence's to report, and a retire of this
+            // writer that removed it first recorded (or its caller got) the fence already.
             let mut writers = self.writers.lock();
             if writers.get(session.id()).is_some_and(|current| Arc::ptr_eq(current, writer)) {
                 writers.remove(session.id());
+                if let Some(fence) = writer.fence_error() {
+                    self.unreported_fences.lock().insert(session.id().clone(), fence);
+                }
             }
         }
         let inner = &self.inner;
