@@ -49,6 +49,28 @@ async fn resume(persistence: &Coordinator, store: &SessionStore, id: &SessionId)
     store.create(Some(id.clone()), CreateOptions { seed: Some(loaded.events.to_vec()), meta }).unwrap()
 }
 
+/// Another host over an open of its own resumes `id`, writes a turn and lets go of it: the
+/// stored log moves on past every copy elsewhere. That host's coordinator.
+async fn moved_on_by_another_host(h: &Cx<'_>, id: &SessionId) -> Coordinator {
+    let cancel = CancellationToken::new();
+    let two = Coordinator::new(h.place.open(), CoordinatorConfig::default()).unwrap();
+    let two_store = live_store(&two);
+    let theirs = resume(&two, &two_store, id).await;
+    append_turn(&theirs, 2);
+    two_store.flush(id).await.unwrap();
+    drop(two_store.detach(id));
+    two.release(id, &cancel).await.unwrap();
+    two
+}
+
+/// A copy of `id` made live in `store` from its whole stored log read cold through
+/// `persistence` (not loaded: nothing tracks it for the copy).
+async fn published_from_the_store(persistence: &Coordinator, store: &SessionStore, id: &SessionId) -> Arc<Session> {
+    let stored = persistence.read_from(id, 0, &CancellationToken::new()).await.unwrap();
+    let meta = HeaderMeta { created_at: Some(stored.header.created_at), ..meta() };
+    store.create(Some(id.clone()), CreateOptions { seed: Some(stored.events.to_vec()), meta }).unwrap()
+}
+
 /// A host over an open of its own whose live session `id` holds one flushed turn: its counting
 /// backend, its coordinator, its store and the session.
 async fn host_with_one_turn(
@@ -653,17 +675,9 @@ pub(crate) async fn a_copy_of_the_whole_log_continues_it_after_another_host_move
     one.release(&id, &cancel).await.unwrap();
     // Loaded here (tracked, with nobody owning it), then moved on by another host.
     one.load(&id, &cancel).await.unwrap();
-    let two = Coordinator::new(h.place.open(), CoordinatorConfig::default()).unwrap();
-    let two_store = live_store(&two);
-    let theirs = resume(&two, &two_store, &id).await;
-    append_turn(&theirs, 2);
-    two_store.flush(&id).await.unwrap();
-    drop(two_store.detach(&id));
-    two.release(&id, &cancel).await.unwrap();
+    let two = moved_on_by_another_host(h, &id).await;
     // Published here from the whole stored log, read cold, and written on.
-    let stored = two.read_from(&id, 0, &cancel).await.unwrap();
-    let meta = HeaderMeta { created_at: Some(stored.header.created_at), ..meta() };
-    let ours = one_store.create(Some(id.clone()), CreateOptions { seed: Some(stored.events.to_vec()), meta }).unwrap();
+    let ours = published_from_the_store(&two, &one_store, &id).await;
     append_turn(&ours, 3);
     one_store.flush(&id).await.expect("a copy of the whole log continues it");
     assert!(one.fence(&id).is_none(), "not fenced");
@@ -683,13 +697,7 @@ pub(crate) async fn a_fence_an_old_copy_met_is_not_reported_by_the_next_copys_re
     let id = SessionId::from("s-old-fence");
     let (backend, one, one_store, old) = host_with_one_turn(h, &id).await;
     // Another host moves the log on.
-    let two = Coordinator::new(h.place.open(), CoordinatorConfig::default()).unwrap();
-    let two_store = live_store(&two);
-    let theirs = resume(&two, &two_store, &id).await;
-    append_turn(&theirs, 2);
-    two_store.flush(&id).await.unwrap();
-    drop(two_store.detach(&id));
-    two.release(&id, &cancel).await.unwrap();
+    let two = moved_on_by_another_host(h, &id).await;
     // The old copy's next write is held, and the copy detached: its retire waits on that write.
     backend.hold_appends(true);
     append_turn(&old, 2);
@@ -697,9 +705,7 @@ pub(crate) async fn a_fence_an_old_copy_met_is_not_reported_by_the_next_copys_re
     backend.wait_for_held(1).await;
     drop(old);
     // A newer copy takes the id meanwhile, from the whole stored log.
-    let stored = two.read_from(&id, 0, &cancel).await.unwrap();
-    let meta = HeaderMeta { created_at: Some(stored.header.created_at), ..meta() };
-    let newer = one_store.create(Some(id.clone()), CreateOptions { seed: Some(stored.events.to_vec()), meta }).unwrap();
+    let newer = published_from_the_store(&two, &one_store, &id).await;
     // The old write meets the fence, and the old retire ends.
     backend.hold_appends(false);
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -215,34 +215,29 @@ async fn a_long_tail_read_in_pieces_ends_its_statements_with_each_piece_and_keep
     assert_eq!(persistence.read_from(&id, 0, &cancel).await.unwrap().events.len(), 3_000);
     let pooled = store.pooled_connections();
     assert!(pooled >= 1);
-    let limit = ReadLimit { events: 700, bytes: usize::MAX };
-    let (mut from, mut seqs, mut pieces) = (0, Vec::new(), 0);
-    loop {
-        let piece = persistence.read_from_many(&[(id.clone(), from)], limit, &cancel).await.pop().unwrap().unwrap();
-        pieces += 1;
-        assert_eq!(store.pooled_connections(), pooled, "piece {pieces} kept its connection");
-        seqs.extend(piece.events.iter().map(|event| event.seq));
-        if !piece.cut {
-            break;
+    // Reads the log in pieces under `limit`; the seqs read and how many pieces, each checked to
+    // have left the pool as it was.
+    let in_pieces = async |limit: ReadLimit| {
+        let (mut from, mut seqs, mut pieces) = (0, Vec::new(), 0);
+        loop {
+            let mut answers = persistence.read_from_many(&[(id.clone(), from)], limit, &cancel).await;
+            let piece = answers.pop().unwrap().unwrap();
+            pieces += 1;
+            assert_eq!(store.pooled_connections(), pooled, "piece {pieces} under {limit:?} kept its connection");
+            seqs.extend(piece.events.iter().map(|event| event.seq));
+            if !piece.cut {
+                return (seqs, pieces);
+            }
+            from = seqs.last().unwrap() + 1;
         }
-        from = seqs.last().unwrap() + 1;
-    }
+    };
+    let (seqs, pieces) = in_pieces(ReadLimit { events: 700, bytes: usize::MAX }).await;
     assert_eq!(seqs, (0..3_000).collect::<Vec<_>>());
     assert_eq!(pieces, 5);
     // A piece cut by its bytes (which the hint does not carry) is stopped by its sink part way
     // through a statement: its connection goes back to the pool all the same.
     let one_line = persistence.read_from(&id, 0, &cancel).await.unwrap().events[0].encoded_len();
-    let limit = ReadLimit { events: usize::MAX - 1, bytes: 1_000 * one_line };
-    let (mut from, mut seqs) = (0, Vec::new());
-    loop {
-        let piece = persistence.read_from_many(&[(id.clone(), from)], limit, &cancel).await.pop().unwrap().unwrap();
-        assert_eq!(store.pooled_connections(), pooled, "a piece cut by its bytes kept its connection");
-        seqs.extend(piece.events.iter().map(|event| event.seq));
-        if !piece.cut {
-            break;
-        }
-        from = seqs.last().unwrap() + 1;
-    }
+    let (seqs, _) = in_pieces(ReadLimit { events: usize::MAX - 1, bytes: 1_000 * one_line }).await;
     assert_eq!(seqs, (0..3_000).collect::<Vec<_>>());
 }
 
